@@ -1,0 +1,58 @@
+"""The ``reference`` backend: the float64 NumPy formulas of :mod:`xloss.reference`, behind the
+backend interface. Always available; slow; rounds its float64 results once to the output dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import reference as ref
+from ...backend import Backend, KernelCaps
+from ...dtypes import FLOAT_DTYPES
+
+_ALL = tuple(FLOAT_DTYPES)
+
+
+def _store(out, values):
+    out[...] = np.asarray(values).astype(out.dtype)
+
+
+class ReferenceBackend(Backend):
+    def __init__(self):
+        super().__init__(name="reference", description="NumPy float64 reference formulas (the test oracle)")
+
+    def capabilities(self):
+        return {
+            "focal_loss": KernelCaps.declare("focal_loss", dtypes=_ALL),
+            "bce_grad": KernelCaps.declare("bce_grad", dtypes=_ALL),
+            "nll_loss_grad": KernelCaps.declare("nll_loss_grad", dtypes=_ALL),
+            "fused_linear_cross_entropy_grad": KernelCaps.declare("fused_linear_cross_entropy_grad", dtypes=_ALL),
+        }
+
+    def focal_loss(self, a):
+        kw = dict(alpha=a.alpha, gamma=a.gamma, weight=a.weight, reduction=a.reduction)
+        if a.loss_out is not None:
+            _store(a.loss_out, ref.sigmoid_focal_loss(a.x, a.y, **kw))
+        if a.grad_out is not None:
+            _store(a.grad_out, ref.sigmoid_focal_loss_grad(a.x, a.y, a.grad, **kw))
+
+    def bce_grad(self, a):
+        _store(a.out, ref.bce_grad(a.x, a.y, a.grad, weight=a.weight, reduction=a.reduction,
+                                   eps=a.eps, eps_mode=a.eps_mode))
+
+    def nll_loss_grad(self, a):
+        _store(a.out, ref.nll_loss_grad(a.grad, a.self, a.target, weight=a.weight, reduction=a.reduction,
+                                        ignore_index=a.ignore_index, total_weight=a.total_weight))
+
+    def fused_linear_cross_entropy_grad(self, a):
+        gi, gw = ref.flce_grad(a.grad, a.input, a.weight, a.target_mask, a.masked_target,
+                               logits_max=a.logits_max, sum_exp_logits=a.sum_exp_logits, softmax=a.softmax,
+                               label_smoothing=a.label_smoothing, vocab_size=a.vocab_size)
+        _store(a.input_grad_out, gi)
+        _store(a.weight_grad_out, gw)
+
+
+def make_backend(**options) -> ReferenceBackend:
+    if options:
+        raise TypeError(f"the reference backend takes no options, got {sorted(options)}")
+    return ReferenceBackend()

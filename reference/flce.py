@@ -1,0 +1,149 @@
+"""Fused linear-cross-entropy gradients for one vocabulary shard, in float64 (seed 003).
+
+For tokens i (BT of them) and this shard's vocabulary rows v (V of them):
+
+    G = softmax                                   ("softmax" mode), or
+    G = exp(input @ weight.T - logits_max) / sum_exp_logits       ("recompute" mode)
+    G -= label_smoothing / vocab_size             (only with label smoothing)
+    G[i, masked_target[i]] -= (1 - label_smoothing) * (1 - target_mask[i])
+    G *= grad[:, None]
+    input_grad = G @ weight        (BT, H)
+    weight_grad = G.T @ input      (V, H)
+
+``target_mask[i]`` is 1 when token i's target is NOT in this shard. The mask comes either
+as one bool per token or bit-packed in uint8, LSB first (bit i%8 of byte i//8).
+
+The helpers below produce those inputs the way Ascend's FusedLinearOnlineMaxSum and a
+vocabulary-parallel all-reduce do, so a caller can build a shard's arguments.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ._common import as_f64
+
+
+def pack_mask(mask):
+    """bool (n,) -> uint8 (ceil(n/8),), LSB first."""
+    return np.packbits(np.asarray(mask, dtype=bool).reshape(-1), bitorder="little")
+
+
+def unpack_mask(packed, n):
+    """uint8 (ceil(n/8),) LSB first -> bool (n,)."""
+    return np.unpackbits(np.asarray(packed, dtype=np.uint8).reshape(-1), count=n, bitorder="little").astype(bool)
+
+
+def mask_as_bool(target_mask, n):
+    """A target mask in either form as bool (n,): bool/0-1 arrays are taken as is, uint8 as packed."""
+    m = np.asarray(target_mask)
+    if m.dtype == np.uint8:
+        return unpack_mask(m, n)
+    return m.reshape(-1).astype(bool)
+
+
+def flce_probabilities(input, weight, logits_max, sum_exp_logits):
+    """The recompute-mode G before the target correction: exp(logits - max) / sum_exp."""
+    logits = as_f64(input) @ as_f64(weight).T
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        return np.exp(logits - as_f64(logits_max)[:, None]) / as_f64(sum_exp_logits)[:, None]
+
+
+def flce_grad_logits(grad, input, weight, target_mask, masked_target, *, logits_max=None,
+                     sum_exp_logits=None, softmax=None, label_smoothing=0.0, vocab_size=None):
+    """G after correction and scaling by grad: the gradient of the loss w.r.t. this shard's logits."""
+    bt, v = np.shape(input)[0], np.shape(weight)[0]
+    if softmax is not None:
+        g = as_f64(softmax).copy()
+    else:
+        g = flce_probabilities(input, weight, logits_max, sum_exp_logits)
+    if label_smoothing:
+        g -= label_smoothing / (vocab_size if vocab_size is not None else v)
+    in_shard = ~mask_as_bool(target_mask, bt)
+    rows = np.nonzero(in_shard)[0]
+    g[rows, np.asarray(masked_target).reshape(-1)[rows].astype(np.int64)] -= 1.0 - label_smoothing
+    return g * as_f64(grad).reshape(-1)[:, None]
+
+
+def flce_grad(grad, input, weight, target_mask, masked_target, *, logits_max=None, sum_exp_logits=None,
+              softmax=None, label_smoothing=0.0, vocab_size=None):
+    """Return ``(input_grad (BT, H), weight_grad (V, H))`` in float64."""
+    g = flce_grad_logits(grad, input, weight, target_mask, masked_target, logits_max=logits_max,
+                         sum_exp_logits=sum_exp_logits, softmax=softmax, label_smoothing=label_smoothing,
+                         vocab_size=vocab_size)
+    return g @ as_f64(weight), g.T @ as_f64(input)
+
+
+class ShardStats(NamedTuple):
+    """What one shard contributes before the all-reduce (Ascend FusedLinearOnlineMaxSum)."""
+
+    logits_max: np.ndarray  # (BT,) local row max (-inf for an empty shard)
+    sum_exp_logits: np.ndarray  # (BT,) sum(exp(logits - logits_max)) over this shard
+    predicted_logits: np.ndarray  # (BT,) logit of the target where it is in this shard, else 0
+    target_mask: np.ndarray  # (BT,) bool: target NOT in this shard
+    masked_target: np.ndarray  # (BT,) int64: local target index, 0 where masked
+
+
+def online_max_sum(input, weight_shard, target, vocab_start):
+    """Per-shard statistics for the shard holding global vocabulary rows [vocab_start, vocab_start + V)."""
+    logits = as_f64(input) @ as_f64(weight_shard).T
+    bt, v = logits.shape
+    target = np.asarray(target).reshape(-1).astype(np.int64)
+    in_shard = (target >= vocab_start) & (target < vocab_start + v)
+    masked_target = np.where(in_shard, target - vocab_start, 0)
+    if v == 0:
+        zeros = np.zeros(bt)
+        return ShardStats(np.full(bt, -np.inf), zeros, zeros, ~in_shard, masked_target)
+    row_max = logits.max(axis=1)
+    sum_exp = np.exp(logits - row_max[:, None]).sum(axis=1)
+    predicted = np.where(in_shard, logits[np.arange(bt), masked_target], 0.0)
+    return ShardStats(row_max, sum_exp, predicted, ~in_shard, masked_target)
+
+
+def combine_max_sum(maxes, sums):
+    """Global row max and sum-exp from per-shard ones (what the all-reduces compute)."""
+    maxes, sums = np.stack([as_f64(m) for m in maxes]), np.stack([as_f64(s) for s in sums])
+    global_max = maxes.max(axis=0)
+    with np.errstate(invalid="ignore"):
+        scaled = np.where(np.isneginf(maxes), 0.0, sums * np.exp(maxes - global_max))
+    return global_max, scaled.sum(axis=0)
+
+
+def shard_inputs(input, weight, target, shards):
+    """Split a full-vocabulary problem into ``shards`` contiguous vocabulary shards.
+
+    Returns, per shard, ``(vocab_start, weight_shard, kwargs)`` where kwargs are the recompute-mode
+    arguments of :func:`flce_grad` for that shard (global max and sum-exp, mask, local target).
+    """
+    v = np.shape(weight)[0]
+    bounds = np.linspace(0, v, shards + 1).astype(int)
+    stats = [online_max_sum(input, weight[a:b], target, a) for a, b in zip(bounds[:-1], bounds[1:])]
+    gmax, gsum = combine_max_sum([s.logits_max for s in stats], [s.sum_exp_logits for s in stats])
+    out = []
+    for (a, b), s in zip(zip(bounds[:-1], bounds[1:]), stats):
+        out.append((int(a), weight[a:b], dict(target_mask=s.target_mask, masked_target=s.masked_target,
+                                              logits_max=gmax, sum_exp_logits=gsum)))
+    return out
+
+
+def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, class_weight=None):
+    """Cross entropy on full-vocabulary logits (float64), PyTorch semantics; used to check FLCE end to end."""
+    z = as_f64(logits)
+    t = np.asarray(target).reshape(-1).astype(np.int64)
+    zmax = z.max(axis=1, keepdims=True) if z.shape[1] else np.zeros((z.shape[0], 1))
+    logp = z - zmax - np.log(np.exp(z - zmax).sum(axis=1, keepdims=True))
+    valid = t != ignore_index
+    k = z.shape[1]
+    cw = np.ones(k) if class_weight is None else as_f64(class_weight)
+    tt = np.where(valid, t, 0)
+    w_t = np.where(valid, cw[tt], 0.0)
+    nll = -logp[np.arange(len(t)), tt] * w_t
+    smooth = -(logp * cw).sum(axis=1) / k * valid if label_smoothing else 0.0
+    per_token = (1.0 - label_smoothing) * nll + label_smoothing * smooth
+    if reduction == "none":
+        return per_token
+    if reduction == "sum":
+        return np.asarray(per_token.sum())
+    return np.asarray(per_token.sum() / w_t.sum())

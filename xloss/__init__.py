@@ -1,0 +1,39 @@
+"""xloss: loss kernels (focal, BCE gradient, NLL backward, fused linear cross entropy) with
+one API over a Numba CPU backend and C backends that speak vendor ABIs (Ascend aclnn,
+FT78NE/MT7004 DSP).
+
+    >>> import numpy as np, xloss
+    >>> x = np.array([-2.0, 0.5], dtype=np.float32); y = np.array([0.0, 1.0], dtype=np.float32)
+    >>> loss, dx = xloss.focal_loss_with_grad(x, y, reduction="mean")
+"""
+
+from .api import (
+    bce_grad,
+    focal_loss,
+    focal_loss_grad,
+    focal_loss_with_grad,
+    fused_linear_cross_entropy_grad,
+    nll_loss_grad,
+)
+from .backend import Backend, KernelCaps
+from .errors import (
+    BackendNotFoundError,
+    BackendUnavailableError,
+    KernelError,
+    UnsupportedRequestError,
+    XLossError,
+    XLossIndexError,
+    XLossTypeError,
+    XLossValueError,
+)
+from .registry import backend, list_backends, register_backend, unregister_backend
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Backend", "BackendNotFoundError", "BackendUnavailableError", "KernelCaps", "KernelError",
+    "UnsupportedRequestError", "XLossError", "XLossIndexError", "XLossTypeError", "XLossValueError",
+    "backend", "bce_grad", "focal_loss", "focal_loss_grad", "focal_loss_with_grad",
+    "fused_linear_cross_entropy_grad", "list_backends", "nll_loss_grad", "register_backend",
+    "unregister_backend",
+]

@@ -1,0 +1,149 @@
+"""What a backend is: declared capabilities plus one method per kernel.
+
+A backend subclasses :class:`Backend`, declares per kernel a :class:`KernelCaps`, and
+implements the kernel methods it declares. xloss validates every call before a backend sees
+it (:mod:`xloss.kernel_args` states the invariants), then checks the request against the
+declared capabilities: a backend is never asked for something it did not declare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from .dtypes import FLOAT_DTYPES
+from .errors import UnsupportedRequestError
+from .kernel_args import BCEArgs, FLCEArgs, FocalArgs, NLLArgs, Request
+from .kernels import KERNELS, REDUCTIONS
+
+
+def _fmt(values) -> str:
+    return ", ".join(str(v) for v in sorted(values, key=str))
+
+
+@dataclass(frozen=True)
+class KernelCaps:
+    """What a backend supports for one kernel.
+
+    Build it with :meth:`declare`, which checks the axes against the kernel catalog and
+    takes an omitted variant axis to mean "every value".
+    """
+
+    kernel: str
+    dtypes: frozenset
+    reductions: frozenset
+    variants: Mapping[str, frozenset]
+    max_elements: int | None = None
+    notes: str = ""
+
+    @classmethod
+    def declare(cls, kernel: str, *, dtypes, reductions=REDUCTIONS, max_elements=None, notes="", **variants):
+        spec = KERNELS[kernel]
+        unknown_dtypes = set(dtypes) - set(FLOAT_DTYPES)
+        if unknown_dtypes:
+            raise ValueError(f"{kernel}: unknown dtypes {sorted(unknown_dtypes)}")
+        if not spec.reduces:
+            reductions = ()
+        elif set(reductions) - set(REDUCTIONS):
+            raise ValueError(f"{kernel}: unknown reductions {sorted(set(reductions) - set(REDUCTIONS))}")
+        full = {}
+        for axis, allowed in spec.axes.items():
+            chosen = variants.pop(axis, allowed)
+            chosen = (chosen,) if isinstance(chosen, (str, bool, int)) else tuple(chosen)
+            if set(chosen) - set(allowed):
+                raise ValueError(f"{kernel}: axis {axis!r} takes {allowed}, got {chosen}")
+            full[axis] = frozenset(chosen)
+        if variants:
+            raise ValueError(f"{kernel}: unknown axes {sorted(variants)}; known: {sorted(spec.axes)}")
+        return cls(kernel, frozenset(dtypes), frozenset(reductions), MappingProxyType(full), max_elements, notes)
+
+    def refusal(self, req: Request) -> str | None:
+        """Why this declaration does not cover ``req`` (None if it does)."""
+        if req.dtype not in self.dtypes:
+            return f"dtype {req.dtype} (supported: {_fmt(self.dtypes)})"
+        if req.reduction is not None and req.reduction not in self.reductions:
+            return f"reduction={req.reduction!r} (supported: {_fmt(self.reductions)})"
+        for axis, value in req.variant.items():
+            if value not in self.variants[axis]:
+                return f"{axis}={value!r} (supported: {_fmt(self.variants[axis])})"
+        if self.max_elements is not None and req.numel > self.max_elements:
+            return f"{req.numel} elements (at most {self.max_elements})"
+        return None
+
+    def describe(self) -> str:
+        parts = [f"dtypes: {_fmt(self.dtypes)}"]
+        if self.reductions:
+            parts.append(f"reductions: {_fmt(self.reductions)}")
+        for axis, values in self.variants.items():
+            if set(values) != set(KERNELS[self.kernel].axes[axis]):
+                parts.append(f"{axis}: {_fmt(values)}")
+        if self.max_elements is not None:
+            parts.append(f"max elements: {self.max_elements}")
+        if self.notes:
+            parts.append(self.notes)
+        return "; ".join(parts)
+
+
+@dataclass(eq=False)  # identity semantics: backends are used as keys and compared by object
+class Backend:
+    """Base class of every backend. Subclasses set ``name`` and override what they support."""
+
+    name: str = "abstract"
+    description: str = ""
+    options: dict = field(default_factory=dict)
+
+    # -- what it can do --------------------------------------------------------------
+    def capabilities(self) -> Mapping[str, KernelCaps]:
+        """Per kernel name, what this backend supports. Kernels absent here are unsupported."""
+        return {}
+
+    def availability(self) -> tuple[bool, str]:
+        """``(True, "")`` if it can run here, else ``(False, reason)``."""
+        return True, ""
+
+    def info(self) -> Mapping[str, str]:
+        """Facts worth showing in ``xloss backends`` (library path, thread count, ...)."""
+        return {}
+
+    def refusal(self, req: Request) -> str | None:
+        caps = self.capabilities().get(req.kernel)
+        if caps is None:
+            return f"kernel {req.kernel} (supported: {_fmt(self.capabilities()) or 'none'})"
+        return caps.refusal(req)
+
+    def check(self, req: Request) -> None:
+        """Raise :class:`UnsupportedRequestError` unless the capabilities cover ``req``."""
+        why = self.refusal(req)
+        if why is not None:
+            caps = self.capabilities().get(req.kernel)
+            supports = f"; it supports {caps.describe()}" if caps else ""
+            raise UnsupportedRequestError(
+                f"backend {self.name!r} does not support {why} for kernel {req.kernel}{supports}"
+            )
+
+    # -- the kernels (write into the *_out arrays of the args) --------------------------
+    def _unsupported(self, kernel):
+        raise UnsupportedRequestError(f"backend {self.name!r} does not implement kernel {kernel}")
+
+    def focal_loss(self, a: FocalArgs) -> None:
+        self._unsupported("focal_loss")
+
+    def bce_grad(self, a: BCEArgs) -> None:
+        self._unsupported("bce_grad")
+
+    def nll_loss_grad(self, a: NLLArgs) -> None:
+        self._unsupported("nll_loss_grad")
+
+    def fused_linear_cross_entropy_grad(self, a: FLCEArgs) -> None:
+        self._unsupported("fused_linear_cross_entropy_grad")
+
+    def run(self, args) -> None:
+        """Check ``args`` against the capabilities and run the matching kernel."""
+        req = args.request()
+        self.check(req)
+        getattr(self, req.kernel)(args)
+
+    def __repr__(self):
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"<xloss backend {self.name}{' (' + opts + ')' if opts else ''}>"

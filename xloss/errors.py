@@ -1,0 +1,48 @@
+"""Every exception xloss raises derives from :class:`XLossError`.
+
+The concrete classes also derive from the matching builtin (``ValueError``,
+``TypeError``, ``IndexError``, ``RuntimeError``) so callers that already catch
+those keep working.
+"""
+
+from __future__ import annotations
+
+
+class XLossError(Exception):
+    """Base class of every error raised by xloss."""
+
+
+class XLossValueError(XLossError, ValueError):
+    """An argument has the right type but a bad value or shape."""
+
+
+class XLossTypeError(XLossError, TypeError):
+    """An argument has the wrong type or dtype."""
+
+
+class XLossIndexError(XLossError, IndexError):
+    """A class index (target) lies outside the valid range."""
+
+
+class BackendNotFoundError(XLossValueError):
+    """No backend of that name is registered."""
+
+
+class BackendUnavailableError(XLossError, RuntimeError):
+    """The backend is registered but cannot run here (missing library, compiler, ...)."""
+
+
+class UnsupportedRequestError(XLossValueError):
+    """The backend does not declare the requested dtype, reduction or variant."""
+
+
+class KernelError(XLossError, RuntimeError):
+    """A backend kernel reported a failure (e.g. a vendor status code).
+
+    ``status`` is the vendor's numeric code (or None) and ``status_name`` its symbolic name.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, status_name: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.status_name = status_name

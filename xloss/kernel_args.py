@@ -1,0 +1,151 @@
+"""The validated, normalised arguments a backend kernel receives.
+
+:mod:`xloss.validation` builds these from whatever the caller passed; a backend can rely on
+every invariant stated here and must not re-validate. All arrays are NumPy arrays
+(bfloat16 as ``ml_dtypes.bfloat16``); float operands share the primary input's dtype; the
+output arrays are C-contiguous, writeable, of the stated shape and dtype, and do not
+overlap any input. A backend writes its results into the ``*_out`` arrays and returns
+nothing. It must not leave an output half-written: if it can still fail after it starts
+writing, it computes into scratch memory and copies at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from .dtypes import float_name
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a call asks of a backend, in the terms capabilities are declared in."""
+
+    kernel: str
+    dtype: str
+    reduction: str | None
+    variant: Mapping[str, object]
+    numel: int
+
+
+@dataclass(frozen=True)
+class FocalArgs:
+    """Sigmoid focal loss (SPEC kernel 1).
+
+    ``x`` and ``y``: same shape, same float dtype, C-contiguous (any ndim, possibly empty).
+    ``weight``: None, or an array of x's dtype with ``weight.ndim == x.ndim`` whose every dim
+    is 1 or x's (broadcast it yourself; it is not expanded). ``alpha`` < 0 disables the class
+    weighting; 0 <= alpha <= 1 otherwise. ``gamma`` >= 0. ``grad`` (modes with a gradient): a Python
+    float (the same upstream value for every element), or, only for ``reduction="none"``, a
+    C-contiguous array of x's shape and dtype. The ``mean`` division by ``x.size`` is the
+    backend's job. ``loss_out``: x's shape for
+    ``none``, shape () otherwise. ``grad_out``: x's shape. The mode says which are present.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    weight: np.ndarray | None
+    alpha: float
+    gamma: float
+    reduction: str
+    mode: str  # "forward" | "grad" | "forward+grad"
+    grad: np.ndarray | float | None
+    loss_out: np.ndarray | None
+    grad_out: np.ndarray | None
+
+    def request(self) -> Request:
+        return Request("focal_loss", float_name(self.x.dtype), self.reduction,
+                       {"mode": self.mode, "weight": self.weight is not None}, self.x.size)
+
+
+@dataclass(frozen=True)
+class BCEArgs:
+    """Binary-cross-entropy gradient (SPEC kernel 2).
+
+    ``x``, ``y``, ``weight``, ``grad``: as in :class:`FocalArgs`. ``eps`` >= 0 and ``eps_mode``
+    ("clamp": ``max(x(1-x), eps)``, "add": ``x(1-x) + eps``). ``out``: x's shape.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    weight: np.ndarray | None
+    grad: np.ndarray | float
+    reduction: str
+    eps: float
+    eps_mode: str
+    out: np.ndarray
+
+    def request(self) -> Request:
+        return Request("bce_grad", float_name(self.x.dtype), self.reduction,
+                       {"eps_mode": self.eps_mode, "weight": self.weight is not None}, self.x.size)
+
+
+@dataclass(frozen=True)
+class NLLArgs:
+    """NLL-loss backward (SPEC kernel 3).
+
+    ``self``: (N, C) or (C), float, C-contiguous (its values are not needed, only its shape
+    and dtype; C ABIs still receive it). ``target``: (N) or (), int64/int32/uint8,
+    C-contiguous, every entry in [0, C) or equal to ``ignore_index`` (checked).
+    ``weight``: None or (C) in self's dtype. ``grad``: a Python float, or, only for
+    ``none`` with 2-D self, a C-contiguous (N) array of self's dtype. ``total_weight``: a
+    Python float, or None meaning "the sum of weight[target] over rows not ignored"
+    (compute it; only ``mean`` uses it). ``out``: self's shape.
+    """
+
+    self: np.ndarray
+    target: np.ndarray
+    weight: np.ndarray | None
+    grad: np.ndarray | float
+    reduction: str
+    ignore_index: int
+    total_weight: float | None
+    out: np.ndarray
+
+    def request(self) -> Request:
+        return Request("nll_loss_grad", float_name(self.self.dtype), self.reduction,
+                       {"ndim": self.self.ndim, "weight": self.weight is not None,
+                        "target_dtype": self.target.dtype.name}, self.self.size)
+
+
+@dataclass(frozen=True)
+class FLCEArgs:
+    """Fused linear-cross-entropy gradients for one vocabulary shard (SPEC kernel 4).
+
+    ``input`` (BT, H) and ``weight`` (V, H): same float dtype, C-contiguous. The per-token
+    float operands ``grad`` (BT), ``logits_max`` (BT), ``sum_exp_logits`` (BT) and ``softmax``
+    (BT, V) are C-contiguous in the compute dtype (float64 for float64 input, else float32).
+    ``target_mask``: bool (BT) when ``mask_format == "bool"``, or uint8 (ceil(BT/8)) bit-packed
+    LSB first when ``"bitpacked"``; True/1 means "target not in this shard".
+    ``masked_target``: (BT) int32 or int64, every entry in [0, V) (checked; V == 0 only with
+    BT == 0). ``mode`` "softmax" gives ``softmax``; "recompute" gives ``logits_max`` and
+    ``sum_exp_logits``. ``label_smoothing`` in [0, 1) with the global ``vocab_size`` (>= V).
+    ``input_grad_out`` (BT, H) and ``weight_grad_out`` (V, H) in input's dtype.
+    """
+
+    grad: np.ndarray
+    input: np.ndarray
+    weight: np.ndarray
+    target_mask: np.ndarray
+    mask_format: str  # "bool" | "bitpacked"
+    masked_target: np.ndarray
+    mode: str  # "softmax" | "recompute"
+    logits_max: np.ndarray | None
+    sum_exp_logits: np.ndarray | None
+    softmax: np.ndarray | None
+    label_smoothing: float
+    vocab_size: int
+    input_grad_out: np.ndarray
+    weight_grad_out: np.ndarray
+
+    def request(self) -> Request:
+        return Request("fused_linear_cross_entropy_grad", float_name(self.input.dtype), None,
+                       {"mode": self.mode, "mask": self.mask_format,
+                        "label_smoothing": self.label_smoothing != 0.0},
+                       self._largest_operand())
+
+    def _largest_operand(self) -> int:
+        (bt, h), v = self.input.shape, self.weight.shape[0]
+        return max(bt * v, bt * h, v * h)

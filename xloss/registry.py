@@ -1,0 +1,160 @@
+"""The one backend registry.
+
+Backends are found through the ``xloss.backends`` entry-point group: each entry point's
+name is the backend name and its object is a factory ``factory(**options) -> Backend``.
+The in-tree backends register exactly that way (see ``pyproject.toml``), so an out-of-tree
+port joins by declaring an entry point in its own package. :func:`register_backend` does the
+same at run time (tests, ``xloss check --lib``).
+
+An explicitly named backend that is missing, unavailable or unable to do the request raises;
+only ``backend=None`` chooses, from :data:`DEFAULT_ORDER`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Callable, Mapping
+
+from .backend import Backend, KernelCaps
+from .errors import BackendNotFoundError, BackendUnavailableError, UnsupportedRequestError, XLossTypeError
+from .kernel_args import Request
+
+ENTRY_POINT_GROUP = "xloss.backends"
+#: Tried in order when no backend is named.
+DEFAULT_ORDER = ("cpu", "reference")
+
+_lock = threading.RLock()
+_factories: dict[str, Callable[..., Backend] | metadata.EntryPoint] = {}
+_defaults: dict[str, Backend] = {}
+_load_errors: dict[str, str] = {}
+_discovered = False
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    with _lock:
+        if _discovered:
+            return
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            _factories.setdefault(ep.name, ep)
+        _discovered = True
+
+
+def register_backend(name: str, factory: Callable[..., Backend], *, replace: bool = False) -> None:
+    """Register ``factory(**options) -> Backend`` under ``name``."""
+    _discover()
+    with _lock:
+        if name in _factories and not replace:
+            raise ValueError(f"a backend named {name!r} is already registered (pass replace=True)")
+        _factories[name] = factory
+        _defaults.pop(name, None)
+        _load_errors.pop(name, None)
+
+
+def unregister_backend(name: str) -> None:
+    with _lock:
+        _factories.pop(name, None)
+        _defaults.pop(name, None)
+        _load_errors.pop(name, None)
+
+
+def backend_names() -> list[str]:
+    _discover()
+    return sorted(_factories)
+
+
+def _factory(name: str) -> Callable[..., Backend]:
+    _discover()
+    with _lock:
+        if name not in _factories:
+            raise BackendNotFoundError(
+                f"no backend named {name!r}; registered backends: {', '.join(backend_names()) or 'none'}"
+            )
+        f = _factories[name]
+        if isinstance(f, metadata.EntryPoint):
+            try:
+                f = _factories[name] = f.load()
+            except Exception as exc:  # an import failure makes the backend unavailable, not xloss
+                _load_errors[name] = f"{type(exc).__name__}: {exc}"
+                raise BackendUnavailableError(f"backend {name!r} failed to load: {_load_errors[name]}") from exc
+        return f
+
+
+def backend(name: str, **options) -> Backend:
+    """The backend ``name``: its shared default instance, or a new one configured by ``options``."""
+    if not isinstance(name, str):
+        raise XLossTypeError(f"backend name must be a str, got {type(name).__name__}")
+    if options:
+        return _factory(name)(**options)
+    with _lock:
+        if name not in _defaults:
+            _defaults[name] = _factory(name)()
+        return _defaults[name]
+
+
+def _available(b: Backend) -> tuple[bool, str]:
+    try:
+        return b.availability()
+    except Exception as exc:  # availability probes must never take xloss down
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+def resolve(choice, req: Request) -> Backend:
+    """The backend that runs ``req``: ``choice`` (a name or Backend) checked, or the default."""
+    if isinstance(choice, Backend):
+        b = choice
+    elif isinstance(choice, str):
+        b = backend(choice)
+    elif choice is None:
+        refusals = []
+        for name in DEFAULT_ORDER:
+            try:
+                b = backend(name)
+            except (BackendNotFoundError, BackendUnavailableError) as exc:
+                refusals.append(f"{name}: {exc}")
+                continue
+            ok, why = _available(b)
+            reason = why if not ok else b.refusal(req)
+            if reason is None:
+                return b
+            refusals.append(f"{name}: {reason}")
+        raise UnsupportedRequestError(f"no default backend can run {req.kernel}: " + "; ".join(refusals))
+    else:
+        raise XLossTypeError(f"backend must be a name, a Backend or None, got {type(choice).__name__}")
+    ok, why = _available(b)
+    if not ok:
+        raise BackendUnavailableError(f"backend {b.name!r} is not available here: {why}")
+    b.check(req)
+    return b
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str
+    available: bool
+    reason: str
+    description: str
+    capabilities: Mapping[str, KernelCaps]
+    info: Mapping[str, str]
+
+
+def list_backends() -> list[BackendInfo]:
+    """Every registered backend with its availability and declared capabilities."""
+    out = []
+    for name in backend_names():
+        try:
+            b = backend(name)
+        except Exception as exc:
+            out.append(BackendInfo(name, False, str(exc), "", {}, {}))
+            continue
+        ok, why = _available(b)
+        try:
+            info = dict(b.info())
+        except Exception as exc:
+            info = {"error": f"{type(exc).__name__}: {exc}"}
+        out.append(BackendInfo(name, ok, why, b.description, dict(b.capabilities()), info))
+    return out

@@ -1,0 +1,276 @@
+"""Argument checking, once, in front of every backend.
+
+Each ``*_args`` function turns what a caller passed into the validated arguments of
+:mod:`xloss.kernel_args`, or raises an :class:`~xloss.errors.XLossError` subclass whose message
+names the argument, what was given and what was expected. Nothing is written before these
+functions return: output buffers are checked here and only filled by the backend afterwards.
+
+Conversions (documented in the README): float operands are brought to the primary input's
+dtype (targets may be bool, integer or any float); FLCE's per-token float operands to the
+compute dtype; non-contiguous inputs are copied to contiguous ones.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import reference
+from .containers import to_numpy
+from .dtypes import FLOAT_DTYPES, compute_dtype, float_name
+from .errors import XLossTypeError, XLossValueError
+from .kernel_args import BCEArgs, FLCEArgs, FocalArgs, NLLArgs
+from .kernels import REDUCTIONS
+
+_FLOAT_NAMES = ", ".join(FLOAT_DTYPES)
+
+
+def _shape(s) -> str:
+    return "(" + ", ".join(str(d) for d in s) + ("," if len(s) == 1 else "") + ")"
+
+
+# -- scalars --------------------------------------------------------------------------
+
+
+def real_number(value, name: str) -> float:
+    """A finite real number (Python/NumPy number or one-element array)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise XLossTypeError(f"{name} must be a real number, got a bool")
+    if isinstance(value, numbers.Real):
+        v = float(value)
+    else:
+        arr = to_numpy(value, name)
+        if arr.size != 1 or arr.dtype.kind not in "fiu" and float_name(arr.dtype) is None:
+            raise XLossTypeError(f"{name} must be a real number or a one-element array, got shape "
+                                 f"{_shape(arr.shape)} of dtype {arr.dtype}")
+        v = float(arr.astype(np.float64).reshape(-1)[0])
+    if not math.isfinite(v):
+        raise XLossValueError(f"{name} must be finite, got {v}")
+    return v
+
+
+def integer(value, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise XLossTypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def reduction_name(reduction) -> str:
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise XLossValueError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}; got {reduction!r}")
+    return reduction
+
+
+def alpha_value(alpha) -> float:
+    a = real_number(alpha, "alpha")
+    if a > 1.0:
+        raise XLossValueError(f"alpha must be in [0, 1], or negative to disable the class weighting; got {a}")
+    return a
+
+
+def gamma_value(gamma) -> float:
+    g = real_number(gamma, "gamma")
+    if g < 0.0:
+        raise XLossValueError(f"gamma must be >= 0; got {g}")
+    return g
+
+
+# -- arrays -----------------------------------------------------------------------------
+
+
+def float_array(obj, name: str) -> np.ndarray:
+    arr = to_numpy(obj, name)
+    if float_name(arr.dtype) is None:
+        raise XLossTypeError(f"{name} must have a floating dtype ({_FLOAT_NAMES}); got {arr.dtype}")
+    return arr
+
+
+def contiguous(arr: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(arr)
+
+
+def operand(obj, name: str, dtype: np.dtype, shape=None, *, allow_int=False) -> np.ndarray:
+    """A float (or, with ``allow_int``, bool/integer) operand of the given shape, as ``dtype``."""
+    arr = to_numpy(obj, name)
+    kinds = "fbiu" if allow_int else "f"
+    if arr.dtype.kind not in kinds and float_name(arr.dtype) is None:
+        what = "a floating, integer or bool" if allow_int else "a floating"
+        raise XLossTypeError(f"{name} must have {what} dtype; got {arr.dtype}")
+    if float_name(arr.dtype) is None and arr.dtype.kind == "f":
+        raise XLossTypeError(f"{name} has unsupported floating dtype {arr.dtype} (supported: {_FLOAT_NAMES})")
+    if shape is not None and arr.shape != tuple(shape):
+        raise XLossValueError(f"{name} must have shape {_shape(shape)}; got {_shape(arr.shape)}")
+    return contiguous(arr.astype(dtype, copy=False))
+
+
+def broadcast_weight(obj, name: str, shape, dtype) -> np.ndarray:
+    """An operand broadcastable *to* ``shape``, left-padded to its ndim (not expanded)."""
+    arr = operand(obj, name, dtype)
+    if arr.ndim > len(shape) or any(w not in (1, s) for w, s in zip(arr.shape[::-1], shape[::-1])):
+        raise XLossValueError(f"{name} of shape {_shape(arr.shape)} does not broadcast to {_shape(shape)}")
+    return arr.reshape((1,) * (len(shape) - arr.ndim) + arr.shape)
+
+
+def upstream_grad(grad, reduction: str, shape, dtype, name="grad", *, per_element=True):
+    """The upstream gradient: a float, or (``none`` and ``per_element``) an array of ``shape``."""
+    arr = to_numpy(grad, name) if not isinstance(grad, numbers.Real) else None
+    if arr is None or (arr.ndim == 0 and arr.size == 1):
+        return real_number(grad, name)
+    if reduction == "none" and per_element:
+        return operand(arr, name, dtype, shape)
+    if arr.size == 1:
+        return real_number(arr, name)
+    expected = f"a scalar or an array of shape {_shape(shape)}" if reduction == "none" else "a scalar (one element)"
+    raise XLossValueError(f"{name} must be {expected} for reduction={reduction!r}; got shape {_shape(arr.shape)}")
+
+
+def output(out, name: str, shape, dtype, inputs) -> np.ndarray:
+    """The caller's ``out`` checked (shape, dtype, contiguity, writeable, no overlap), or a new array."""
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    arr = to_numpy(out, name)
+    if arr.shape != tuple(shape):
+        raise XLossValueError(f"{name} must have shape {_shape(shape)}; got {_shape(arr.shape)}")
+    if arr.dtype != dtype:
+        raise XLossTypeError(f"{name} must have dtype {float_name(dtype)}; got {arr.dtype}")
+    if not arr.flags.c_contiguous:
+        raise XLossValueError(f"{name} must be C-contiguous")
+    if not arr.flags.writeable:
+        raise XLossValueError(f"{name} is read-only")
+    for other_name, other in inputs.items():
+        if other is not None and np.may_share_memory(arr, other):
+            raise XLossValueError(f"{name} overlaps input {other_name}; pass a separate buffer")
+    return arr
+
+
+# -- kernels ----------------------------------------------------------------------------
+
+
+def focal_args(x, y, grad, *, alpha, gamma, weight, reduction, mode, out=None, grad_out=None) -> FocalArgs:
+    x_raw = float_array(x, "x")
+    x = contiguous(x_raw)
+    dt = x.dtype
+    y = operand(y, "y", dt, x.shape, allow_int=True)
+    reduction = reduction_name(reduction)
+    alpha, gamma = alpha_value(alpha), gamma_value(gamma)
+    weight = None if weight is None else broadcast_weight(weight, "weight", x.shape, dt)
+    g = None if mode == "forward" else upstream_grad(grad, reduction, x.shape, dt)
+    inputs = {"x": x_raw, "y": y, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
+    loss_out = grad_out_arr = None
+    if mode in ("forward", "forward+grad"):
+        loss_out = output(out, "out", x.shape if reduction == "none" else (), dt, inputs)
+    if mode in ("grad", "forward+grad"):
+        grad_out_arr = output(grad_out, "out", x.shape, dt, inputs)
+    return FocalArgs(x, y, weight, alpha, gamma, reduction, mode, g, loss_out, grad_out_arr)
+
+
+def bce_args(x, y, grad, *, weight, reduction, eps, eps_mode, out=None) -> BCEArgs:
+    x_raw = float_array(x, "x")
+    x = contiguous(x_raw)
+    dt = x.dtype
+    y = operand(y, "y", dt, x.shape, allow_int=True)
+    reduction = reduction_name(reduction)
+    eps = real_number(eps, "eps")
+    if eps < 0:
+        raise XLossValueError(f"eps must be >= 0; got {eps}")
+    if eps_mode not in reference.EPS_MODES:
+        raise XLossValueError(f"eps_mode must be 'clamp' (max(x(1-x), eps)) or 'add' (x(1-x) + eps); got {eps_mode!r}")
+    weight = None if weight is None else broadcast_weight(weight, "weight", x.shape, dt)
+    g = upstream_grad(grad, reduction, x.shape, dt)
+    inputs = {"x": x_raw, "y": y, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
+    return BCEArgs(x, y, weight, g, reduction, eps, eps_mode, output(out, "out", x.shape, dt, inputs))
+
+
+def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weight, out=None) -> NLLArgs:
+    s_raw = float_array(self, "self")
+    if s_raw.ndim not in (1, 2):
+        raise XLossValueError(f"self must have shape (N, C) or (C); got {_shape(s_raw.shape)}")
+    s = contiguous(s_raw)
+    dt, classes = s.dtype, s.shape[-1]
+    t = to_numpy(target, "target")
+    if t.dtype.kind not in "iu" or t.dtype.name not in ("int64", "int32", "uint8"):
+        raise XLossTypeError(f"target must have dtype int64, int32 or uint8; got {t.dtype}")
+    t_shape = (s.shape[0],) if s.ndim == 2 else ()
+    if t.shape != t_shape:
+        raise XLossValueError(f"target must have shape {_shape(t_shape)} for self of shape {_shape(s.shape)}; "
+                              f"got {_shape(t.shape)}")
+    t = contiguous(t)
+    reduction = reduction_name(reduction)
+    ignore_index = integer(ignore_index, "ignore_index")
+    reference.check_targets(t, classes, ignore_index)
+    weight = None if weight is None else operand(weight, "weight", dt, (classes,))
+    if total_weight is not None:
+        total_weight = real_number(total_weight, "total_weight")
+    g = upstream_grad(grad, reduction, t_shape, dt, per_element=s.ndim == 2)
+    inputs = {"self": s_raw, "target": t, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
+    return NLLArgs(s, t, weight, g, reduction, ignore_index, total_weight, output(out, "out", s.shape, dt, inputs))
+
+
+def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, sum_exp_logits, softmax,
+              label_smoothing, vocab_size) -> FLCEArgs:
+    inp = contiguous(float_array(input, "input"))
+    if inp.ndim != 2:
+        raise XLossValueError(f"input must have shape (BT, H); got {_shape(inp.shape)}")
+    bt, hidden = inp.shape
+    w = contiguous(float_array(weight, "weight"))
+    if w.ndim != 2 or w.shape[1] != hidden:
+        raise XLossValueError(f"weight must have shape (V, {hidden}) to match input (BT, H)={_shape(inp.shape)}; "
+                              f"got {_shape(w.shape)}")
+    if w.dtype != inp.dtype:
+        raise XLossTypeError(f"weight dtype {float_name(w.dtype)} must match input dtype {float_name(inp.dtype)}")
+    v = w.shape[0]
+    cdt = compute_dtype(float_name(inp.dtype))
+    g = operand(grad, "grad", cdt, (bt,))
+
+    m = to_numpy(target_mask, "target_mask")
+    if m.dtype == np.bool_:
+        fmt = "bool"
+        if m.shape != (bt,):
+            raise XLossValueError(f"target_mask (bool) must have shape ({bt},), one per token; got {_shape(m.shape)}")
+    elif m.dtype == np.uint8:
+        fmt = "bitpacked"
+        if m.shape != ((bt + 7) // 8,):
+            raise XLossValueError(f"target_mask (uint8, bit-packed LSB first) must have shape ({(bt + 7) // 8},) "
+                                  f"for BT={bt}; got {_shape(m.shape)}")
+    else:
+        raise XLossTypeError(f"target_mask must be bool (one per token) or uint8 (bit-packed, LSB first); got {m.dtype}")
+    m = contiguous(m)
+
+    mt = to_numpy(masked_target, "masked_target")
+    if mt.dtype.name not in ("int32", "int64"):
+        raise XLossTypeError(f"masked_target must have dtype int32 or int64; got {mt.dtype}")
+    if mt.shape != (bt,):
+        raise XLossValueError(f"masked_target must have shape ({bt},); got {_shape(mt.shape)}")
+    mt = contiguous(mt)
+    if mt.size and (mt.min() < 0 or mt.max() >= v):
+        row = int(np.argmax((mt < 0) | (mt >= v)))
+        raise XLossValueError(f"masked_target[{row}] = {int(mt[row])} is out of range: local targets must lie in "
+                              f"[0, {v}) (use 0 where target_mask is set)")
+
+    if softmax is not None:
+        if logits_max is not None or sum_exp_logits is not None:
+            raise XLossValueError("pass either softmax (softmax mode) or logits_max and sum_exp_logits "
+                                  "(recompute mode), not both")
+        mode, lm, se = "softmax", None, None
+        sm = operand(softmax, "softmax", cdt, (bt, v))
+    else:
+        if logits_max is None or sum_exp_logits is None:
+            missing = "logits_max" if logits_max is None else "sum_exp_logits"
+            raise XLossValueError(f"{missing} is required in recompute mode (no softmax given): pass softmax, "
+                                  "or both logits_max and sum_exp_logits")
+        mode, sm = "recompute", None
+        lm = operand(logits_max, "logits_max", cdt, (bt,))
+        se = operand(sum_exp_logits, "sum_exp_logits", cdt, (bt,))
+
+    ls = real_number(label_smoothing, "label_smoothing")
+    if not 0.0 <= ls < 1.0:
+        raise XLossValueError(f"label_smoothing must be in [0, 1); got {ls}")
+    k = v if vocab_size is None else integer(vocab_size, "vocab_size")
+    if k < v or (ls and k < 1):
+        raise XLossValueError(f"vocab_size (the global vocabulary size) must be >= this shard's V={v} and >= 1; got {k}")
+
+    dt = inp.dtype
+    return FLCEArgs(g, inp, w, m, fmt, mt, mode, lm, se, sm, ls, k,
+                    np.empty((bt, hidden), dtype=dt), np.empty((v, hidden), dtype=dt))
