@@ -36,9 +36,11 @@ class KernelCaps:
     variants: Mapping[str, frozenset]
     max_elements: int | None = None
     notes: str = ""
+    fixed: Mapping[str, object] = field(default_factory=dict)  # parameters the backend hard-wires, e.g. {"eps": 1e-12}
 
     @classmethod
-    def declare(cls, kernel: str, *, dtypes, reductions=REDUCTIONS, max_elements=None, notes="", **variants):
+    def declare(cls, kernel: str, *, dtypes, reductions=REDUCTIONS, max_elements=None, notes="", fixed=None,
+                **variants):
         spec = KERNELS[kernel]
         unknown_dtypes = set(dtypes) - set(FLOAT_DTYPES)
         if unknown_dtypes:
@@ -56,7 +58,8 @@ class KernelCaps:
             full[axis] = frozenset(chosen)
         if variants:
             raise ValueError(f"{kernel}: unknown axes {sorted(variants)}; known: {sorted(spec.axes)}")
-        return cls(kernel, frozenset(dtypes), frozenset(reductions), MappingProxyType(full), max_elements, notes)
+        return cls(kernel, frozenset(dtypes), frozenset(reductions), MappingProxyType(full), max_elements, notes,
+                   MappingProxyType(dict(fixed or {})))
 
     def refusal(self, req: Request) -> str | None:
         """Why this declaration does not cover ``req`` (None if it does)."""
@@ -69,6 +72,9 @@ class KernelCaps:
                 return f"{axis}={value!r} (supported: {_fmt(self.variants[axis])})"
         if self.max_elements is not None and req.numel > self.max_elements:
             return f"{req.numel} elements (at most {self.max_elements})"
+        for param, value in self.fixed.items():
+            if param in req.params and req.params[param] != value:
+                return f"{param}={req.params[param]!r} (this backend fixes {param}={value!r})"
         return None
 
     def describe(self) -> str:
@@ -80,6 +86,7 @@ class KernelCaps:
                 parts.append(f"{axis}: {_fmt(values)}")
         if self.max_elements is not None:
             parts.append(f"max elements: {self.max_elements}")
+        parts.extend(f"{k} fixed at {v!r}" for k, v in self.fixed.items())
         if self.notes:
             parts.append(self.notes)
         return "; ".join(parts)

@@ -11,7 +11,7 @@ writing, it computes into scratch memory and copies at the end.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -28,6 +28,7 @@ class Request:
     reduction: str | None
     variant: Mapping[str, object]
     numel: int
+    params: Mapping[str, object] = field(default_factory=dict)  # scalar parameters a backend may fix (e.g. eps)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class BCEArgs:
 
     def request(self) -> Request:
         return Request("bce_grad", float_name(self.x.dtype), self.reduction,
-                       {"eps_mode": self.eps_mode, "weight": self.weight is not None}, self.x.size)
+                       {"eps_mode": self.eps_mode, "weight": self.weight is not None}, self.x.size,
+                       {"eps": self.eps})
 
 
 @dataclass(frozen=True)
