@@ -101,7 +101,7 @@ def focal_loss_grad_a3(x, y, *, alpha=0.25, gamma=2.0):
     a, g = alpha, gamma
     with np.errstate(divide="ignore", invalid="ignore", under="ignore", over="ignore"):
         big_l = x + np.log1p(t)  # L for x >= 0
-        pos = -((1.0 + t) ** (-g - 1.0)) * (y * t + 1.0 - y) ** (g - 1.0) * (
+        pos = -((1.0 + t) ** (-g - 1.0)) * ((1.0 - y) + y * t) ** (g - 1.0) * (
             -a * g * x * y * t + g * (y + a - 1.0) * t * big_l + a * y * t * t + (a - 1.0) * (1.0 - y)
         )
         small_l = np.log1p(t)  # L for x < 0

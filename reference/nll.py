@@ -50,7 +50,7 @@ def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_i
 
     g = as_f64(grad).reshape(-1)
     if reduction == "none" and len(shape) == 2:
-        g_rows = g[rows]
+        g_rows = np.broadcast_to(g, t.shape)[rows]  # a scalar grad is the same for every row
     else:
         g_rows = np.full(rows.shape, g[0])
     if reduction == "mean":

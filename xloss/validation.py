@@ -88,7 +88,8 @@ def float_array(obj, name: str) -> np.ndarray:
 
 
 def contiguous(arr: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(arr)
+    # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def operand(obj, name: str, dtype: np.dtype, shape=None, *, allow_int=False) -> np.ndarray:

@@ -1,0 +1,93 @@
+"""Every registered backend against the float64 oracle, generated from the kernel descriptors.
+
+One parametrised test per (backend, kernel, dtype, mode) that the backend declares: property
+tests (hypothesis), fixed edge cases, and error inputs. A backend joins by being registered.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import xloss
+from xloss.conformance import DESCRIPTORS, available_backends, request_of, supports, targets
+from xloss.dtypes import FLOAT_DTYPES
+
+BACKENDS = {b.name: b for b in available_backends()}
+TARGETS = [(name, *t) for name, b in BACKENDS.items() for t in targets(b)]
+
+
+def _id(t):
+    name, kernel, dtype, mode = t
+    return f"{name}-{kernel}-{dtype}" + (f"-{mode}" if mode is not None else "")
+
+
+def _assert_ok(results, case):
+    bad = [r for r in results if not r.ok]
+    assert not bad, "\n".join(f"{r.name}: {r.detail} (max ulp {r.max_ulp:.3g})" for r in bad) + "\n" + case.describe()
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=_id)
+@given(data=st.data())
+def test_matches_oracle(target, data):
+    name, kernel, dtype, mode = target
+    b = BACKENDS[name]
+    d = DESCRIPTORS[kernel]
+    case = data.draw(d.strategy(dtype, mode, b.capabilities()[kernel]), label="case")
+    _assert_ok(d.check(case, b), case)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=_id)
+def test_edge_cases(target):
+    name, kernel, dtype, mode = target
+    b = BACKENDS[name]
+    d = DESCRIPTORS[kernel]
+    caps = b.capabilities()[kernel]
+    cases = [c for c in d.edge_cases(dtype, mode) if supports(caps, c)]
+    assert cases, "no edge case applies: the descriptor or the declaration is wrong"
+    for case in cases:
+        _assert_ok(d.check(case, b), case)
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_undeclared_requests_are_refused(name):
+    """Asking a named backend for an undeclared dtype raises UnsupportedRequestError naming what it supports."""
+    b = BACKENDS[name]
+    for kernel, d in DESCRIPTORS.items():
+        caps = b.capabilities().get(kernel)
+        missing = [dt for dt in FLOAT_DTYPES if caps is None or dt not in caps.dtypes]
+        for dtype in missing:
+            case = d.edge_cases(dtype, d.modes()[0])[-1]
+            with pytest.raises(xloss.UnsupportedRequestError, match=rf"backend '{name}' does not support"):
+                d.call(case, b)
+
+
+ERROR_TARGETS = [(name, kernel, i) for name in sorted(BACKENDS) for kernel, d in DESCRIPTORS.items()
+                 for i in range(len(d.error_cases()))]
+
+
+@pytest.mark.parametrize("target", ERROR_TARGETS,
+                         ids=lambda t: f"{t[0]}-{t[1]}-{DESCRIPTORS[t[1]].error_cases()[t[2]].label}")
+def test_error_inputs(target):
+    name, kernel, i = target
+    e = DESCRIPTORS[kernel].error_cases()[i]
+    before = np.array(e.kwargs[e.out_arg], copy=True) if e.out_arg else None
+    with pytest.raises(e.exc, match=e.match):
+        getattr(xloss, e.function)(**e.kwargs, backend=BACKENDS[name])
+    assert issubclass(e.exc, xloss.XLossError)
+    if e.out_arg:
+        np.testing.assert_array_equal(e.kwargs[e.out_arg], before, err_msg="out was written before validation")
+
+
+def test_every_in_tree_backend_is_available():
+    names = {info.name: info for info in xloss.list_backends()}
+    for name in ("reference", "cpu", "ascend", "ft78ne", "mt7004"):
+        assert name in names, f"backend {name} is not registered"
+        assert names[name].available, f"backend {name} is unavailable: {names[name].reason}"
+
+
+def test_request_probe_reports_the_variant():
+    d = DESCRIPTORS["focal_loss"]
+    case = d.edge_cases("float32", "grad")[-2]  # the per-class weight case
+    req = request_of(case)
+    assert (req.kernel, req.dtype, req.variant["mode"], req.variant["weight"]) == ("focal_loss", "float32", "grad", True)

@@ -1,0 +1,78 @@
+"""The conformance suite: one descriptor per kernel, and the helpers that run them on a backend.
+
+``DESCRIPTORS`` maps kernel names to :class:`KernelDescriptor`; :func:`targets` enumerates
+what a backend declares (kernel × dtype × mode); :func:`request_of` says what a case asks for,
+through the same validation path as a real call; :func:`supports` decides whether a declared
+capability covers a case. The pytest suite in ``tests/conformance`` and ``xloss check`` are both
+built from these.
+"""
+
+from __future__ import annotations
+
+from .. import registry
+from ..backend import Backend, KernelCaps
+from ..kernels import KERNELS
+from . import bce, flce, focal, nll
+from .descriptor import Case, Comparison, ErrorCase, KernelDescriptor, compare
+
+DESCRIPTORS: dict[str, KernelDescriptor] = {d.DESCRIPTOR.name: d.DESCRIPTOR for d in (focal, bce, nll, flce)}
+
+
+class _Captured(Exception):
+    def __init__(self, request):
+        super().__init__("captured")
+        self.request = request
+
+
+class _RequestProbe(Backend):
+    """Declares everything and runs nothing: it captures the request a call makes."""
+
+    def __init__(self):
+        super().__init__(name="request-probe")
+
+    def capabilities(self):
+        return {k: KernelCaps.declare(k, dtypes=("float16", "bfloat16", "float32", "float64")) for k in KERNELS}
+
+    def run(self, args):
+        raise _Captured(args.request())
+
+
+_PROBE = _RequestProbe()
+
+
+def request_of(case: Case):
+    """The :class:`~xloss.kernel_args.Request` a case makes, computed by the real validation path."""
+    try:
+        DESCRIPTORS[case.kernel].call(case, _PROBE)
+    except _Captured as c:
+        return c.request
+    raise AssertionError("the request probe was not reached")  # pragma: no cover
+
+
+def supports(caps: KernelCaps, case: Case) -> bool:
+    return caps.refusal(request_of(case)) is None
+
+
+def targets(backend: Backend):
+    """Every (kernel, dtype, mode) the backend declares, in a stable order."""
+    out = []
+    for kernel, caps in sorted(backend.capabilities().items()):
+        d = DESCRIPTORS[kernel]
+        for dtype in sorted(caps.dtypes):
+            for mode in d.modes():
+                if d.spec.primary is None or mode in caps.variants[d.spec.primary]:
+                    out.append((kernel, dtype, mode))
+    return out
+
+
+def available_backends() -> list[Backend]:
+    """The default instance of every registered backend that can run here."""
+    out = []
+    for info in registry.list_backends():
+        if info.available:
+            out.append(registry.backend(info.name))
+    return out
+
+
+__all__ = ["Case", "Comparison", "DESCRIPTORS", "ErrorCase", "KernelDescriptor", "available_backends", "compare",
+           "request_of", "supports", "targets"]

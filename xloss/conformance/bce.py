@@ -1,0 +1,123 @@
+"""Descriptor of the binary-cross-entropy gradient (modes: the epsilon form, clamp or add)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import strategies as st
+
+from .. import api, reference
+from ..errors import XLossTypeError, XLossValueError
+from ..kernels import BCE_GRAD
+from ..reference._common import as_f64
+from . import values as V
+from .descriptor import Case, ErrorCase, KernelDescriptor, allowance
+
+EPS_CHOICES = (1e-12, 1e-7, 1e-3)
+
+
+def _kwargs(x, y, dtype, *, reduction, eps_mode, eps=1e-12, weight=None, grad=1.0):
+    kw = dict(x=V.cast(x, dtype), y=V.cast(y, dtype), grad=grad, reduction=reduction, eps=eps, eps_mode=eps_mode)
+    if weight is not None:
+        kw["weight"] = V.cast(weight, dtype)
+    return kw
+
+
+def draw_case(draw, dtype, mode, caps) -> Case:
+    shape = draw(V.shapes(), label="shape")
+    n = math.prod(shape)
+    x = V.draw_values(draw, n, V.PROB_DISTS).reshape(shape)
+    y = V.draw_values(draw, n, V.TARGET_DISTS).reshape(shape)
+    reduction = draw(st.sampled_from(sorted(caps.reductions)), label="reduction")
+    weight = None
+    if draw(st.sampled_from(sorted(caps.variants["weight"])), label="weighted"):
+        wshape = V.broadcast_shape(draw, shape)
+        weight = V.draw_values(draw, math.prod(wshape), V.WEIGHT_DISTS).reshape(wshape)
+    eps = caps.fixed["eps"] if "eps" in caps.fixed else draw(st.sampled_from(EPS_CHOICES), label="eps")
+    grad = V.draw_upstream(draw, reduction, shape, dtype)
+    return Case(BCE_GRAD.name, mode, dtype, _kwargs(x, y, dtype, reduction=reduction, eps_mode=mode, eps=eps,
+                                                     weight=weight, grad=grad))
+
+
+def edge_cases(dtype, mode) -> list[Case]:
+    cases = []
+
+    def add(label, x, y, **kw):
+        cases.append(Case(BCE_GRAD.name, mode, dtype,
+                          _kwargs(np.asarray(x, float), np.asarray(y, float), dtype, eps_mode=mode, **kw), label))
+
+    for red in ("none", "mean", "sum"):
+        add(f"empty, {red}", np.zeros(0), np.zeros(0), reduction=red)
+        add(f"0-d, {red}", np.asarray(0.3), np.asarray(1.0), reduction=red)
+        add(f"one element, {red}", [0.7], [0.0], reduction=red)
+    probs = np.array([0.0, 1.0, 1e-12, 1e-9, 1e-7, 0.5, 1 - 1e-7, 1 - 2.0**-24, 1e-300])
+    for y0 in (0.0, 1.0, 0.5):
+        add(f"probabilities at and near 0 and 1, y={y0}", probs, np.full(probs.shape, y0), reduction="none")
+    rng = np.random.default_rng(1)
+    for n in (4097, 65537):
+        for red in ("none", "mean", "sum"):
+            add(f"odd size {n}, {red}", rng.uniform(0, 1, n), (rng.random(n) > 0.5).astype(float), reduction=red,
+                weight=rng.uniform(0, 2, n))
+    x = rng.uniform(0, 1, (31, 9))
+    add("row weight (N, 1)", x, rng.uniform(0, 1, x.shape), reduction="mean", weight=rng.uniform(0, 2, (31, 1)))
+    add("column weight (C,)", x, rng.uniform(0, 1, x.shape), reduction="none", weight=rng.uniform(0, 2, 9),
+        grad=V.cast(rng.uniform(-1, 1, x.shape), dtype))
+    return cases
+
+
+def error_cases() -> list[ErrorCase]:
+    x = np.linspace(0.1, 0.9, 5, dtype=np.float32)
+    y = np.array([0, 1, 0, 1, 1], np.float32)
+    base = dict(x=x, y=y)
+    errs = [
+        ("x of integer dtype", dict(x=np.arange(5), y=y), XLossTypeError, r"x must have a floating dtype"),
+        ("y shape mismatch", dict(x=x, y=y[:3]), XLossValueError, r"y must have shape \(5,\); got \(3,\)"),
+        ("bad reduction", dict(base, reduction="total"), XLossValueError, r"reduction must be one of"),
+        ("negative eps", dict(base, eps=-1e-12), XLossValueError, r"eps must be >= 0; got -1e-12"),
+        ("nan eps", dict(base, eps=float("nan")), XLossValueError, r"eps must be finite"),
+        ("bad eps_mode", dict(base, eps_mode="max"), XLossValueError, r"eps_mode must be 'clamp' .* or 'add'"),
+        ("weight not broadcastable", dict(base, weight=np.ones(3, np.float32)), XLossValueError,
+         r"weight of shape \(3,\) does not broadcast to \(5,\)"),
+        ("grad wrong shape (none)", dict(base, reduction="none", grad=np.ones(4, np.float32)), XLossValueError,
+         r"grad must have shape \(5,\)"),
+        ("grad array for sum", dict(base, reduction="sum", grad=np.ones(5, np.float32)), XLossValueError,
+         r"grad must be a scalar \(one element\) for reduction='sum'"),
+        ("grad string", dict(base, grad="one"), XLossTypeError, r"grad must be a real number"),
+    ]
+    out = [ErrorCase("bce_grad", kw, exc, match, label) for label, kw, exc, match in errs]
+    out.append(ErrorCase("bce_grad", dict(base, out=np.full(4, 7.0, np.float32)), XLossValueError,
+                         r"out must have shape \(5,\)", "out of wrong shape", "out"))
+    out.append(ErrorCase("bce_grad", dict(base, eps_mode="bad", out=np.full(5, 7.0, np.float32)), XLossValueError,
+                         r"eps_mode must be", "bad eps_mode with out", "out"))
+    out.append(ErrorCase("bce_grad", dict(base, out=np.full(5, 7.0, np.float16)), XLossTypeError,
+                         r"out must have dtype float32", "out of wrong dtype", "out"))
+    return out
+
+
+def call(case: Case, backend):
+    return (np.asarray(api.bce_grad(**case.kwargs, backend=backend)),)
+
+
+def oracle(case: Case):
+    kw = dict(case.kwargs)
+    return (reference.bce_grad(kw.pop("x"), kw.pop("y"), kw.pop("grad"), **kw),)
+
+
+def allowed(case: Case, expected):
+    # (x - y), 1 - x, the product, the clamp or sum, the division, weight and grad: a handful of
+    # roundings, each relative to the result; no cancellation a careful implementation could avoid.
+    kw = case.kwargs
+    n = np.size(kw["x"])
+    g = np.abs(as_f64(kw["grad"])) / (n if kw["reduction"] == "mean" and n else 1)
+    x = as_f64(kw["x"])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        raw = np.abs(x - as_f64(kw["y"])) / reference.bce_denominator(x, kw["eps"], kw["eps_mode"])
+    w = np.abs(as_f64(kw["weight"])) if "weight" in kw else 1.0
+    scale = np.where(np.isfinite(raw), raw, 0.0) * w * g
+    return (allowance(expected[0], np.broadcast_to(scale, np.shape(expected[0])), case.dtype),)
+
+
+DESCRIPTOR = KernelDescriptor(spec=BCE_GRAD, function="bce_grad", draw_case=draw_case, edge_cases=edge_cases,
+                              error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
+                              output_names=lambda mode: ("dx",))

@@ -1,0 +1,180 @@
+"""The kernel descriptor (one per kernel, OpInfo-style) and the comparison against the oracle.
+
+A descriptor is the single source of truth for testing one kernel on any backend: it draws
+inputs (hypothesis), lists fixed edge cases and error inputs, calls the public API, computes
+the float64 oracle, and bounds the error a careful implementation in the input's dtype may
+make. The repository's backend tests and ``xloss check`` are both generated from it.
+
+Tolerance model. For each output element the allowed error is
+
+    out_ulps * ulp_dtype(|oracle|)  +  k * eps_c * scale  +  floor
+
+where ``ulp_dtype`` is the spacing of the output dtype (the final rounding every backend
+must do), ``eps_c`` the epsilon of the compute dtype (float32, or float64 for float64
+inputs; a kernel may substitute the storage dtype's epsilon where the vendor contract rounds
+an intermediate to it, e.g. FLCE's G), ``scale`` the descriptor's magnitude of the terms
+that a careful formulation combines (so cancellation a careful implementation cannot avoid
+is allowed and nothing else), ``k`` a small slack (polynomial transcendental helpers,
+a handful of roundings), and ``floor`` a tiny absolute allowance for intermediate underflow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .. import dtypes as xdt
+from ..kernels import KernelSpec
+
+# Slack constants (see module docstring).
+K_SLACK = 16.0
+OUT_ULPS = 1.0
+
+
+@dataclass
+class Case:
+    """One concrete call: keyword arguments for the public function plus what it exercises."""
+
+    kernel: str
+    mode: Any  # value of the kernel's primary axis (None if it has none)
+    dtype: str
+    kwargs: dict
+    label: str = ""
+
+    def describe(self, limit: int = 12) -> str:
+        """A readable rendering (arrays abbreviated to ``limit`` elements)."""
+        parts = []
+        for k, v in self.kwargs.items():
+            if isinstance(v, np.ndarray):
+                flat = v.reshape(-1)
+                vals = ", ".join(_fmt_value(e) for e in flat[:limit]) + (", ..." if flat.size > limit else "")
+                parts.append(f"{k}=array(shape={v.shape}, dtype={xdt.float_name(v.dtype) or v.dtype}, [{vals}])")
+            else:
+                parts.append(f"{k}={v!r}")
+        head = f"{self.kernel}[mode={self.mode}, dtype={self.dtype}]"
+        return head + (f" ({self.label})" if self.label else "") + "\n  " + "\n  ".join(parts)
+
+
+def _fmt_value(e) -> str:
+    if isinstance(e, (np.bool_, bool)):
+        return str(bool(e))
+    if np.issubdtype(type(e), np.integer):
+        return str(int(e))
+    return repr(float(e))
+
+
+@dataclass
+class ErrorCase:
+    """Arguments that must be refused with ``exc`` whose message matches ``match`` (a regex)."""
+
+    function: str  # public xloss function name
+    kwargs: dict
+    exc: type
+    match: str
+    label: str
+    out_arg: str | None = None  # if set, kwargs[out_arg] is a caller buffer that must stay untouched
+
+
+@dataclass
+class Comparison:
+    """How one output compares with the oracle."""
+
+    name: str
+    ok: bool
+    n: int
+    max_abs: float
+    max_rel: float
+    max_ulp: float
+    worst: tuple | None = None  # index of the worst element relative to its allowance
+    detail: str = ""
+
+
+def compare(name: str, actual, oracle, allowed, dtype: str) -> Comparison:
+    """Check ``|actual - oracle| <= allowed`` elementwise, with IEEE specials matched exactly.
+
+    Where the oracle is NaN the result must be NaN; where the oracle (or its rounding to the
+    output dtype, i.e. overflow) is infinite the result must be the same infinity.
+    """
+    a = np.asarray(actual).astype(np.float64)
+    o = np.asarray(oracle, dtype=np.float64)
+    if a.shape != o.shape:
+        return Comparison(name, False, o.size, math.inf, math.inf, math.inf, None,
+                          f"shape {a.shape} != expected {o.shape}")
+    allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), o.shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.asarray(o).astype(xdt.FLOAT_DTYPES[dtype]).astype(np.float64)
+    special = np.isnan(o) | np.isinf(rounded)
+    finite = ~special
+    bad_special = special & ~((np.isnan(o) & np.isnan(a)) | (np.isinf(rounded) & (a == rounded)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(finite, np.abs(a - o), 0.0)
+        err = np.where(finite & np.isnan(a), np.inf, err)
+        ulps = err / xdt.ulp(o, dtype)
+        rel = np.where(o != 0, err / np.abs(o), np.where(err > 0, np.inf, 0.0))
+        ratio = np.where(finite, err / np.where(allowed > 0, allowed, np.finfo(float).tiny), 0.0)
+    over = (finite & (err > allowed)) | bad_special
+    ok = not over.any()
+    worst = None
+    detail = ""
+    if o.size:
+        idx = np.unravel_index(int(np.argmax(np.where(bad_special, np.inf, ratio))), o.shape) if o.ndim else ()
+        worst = tuple(int(i) for i in idx)
+        if not ok:
+            detail = (f"at index {worst}: got {a[idx]!r}, expected {o[idx]!r} "
+                      f"(|error| {float(err[idx]):.3g}, allowed {float(allowed[idx]):.3g}); "
+                      f"{int(over.sum())} of {o.size} elements outside tolerance")
+    return Comparison(name, ok, int(o.size), float(err.max(initial=0.0)), float(rel.max(initial=0.0)),
+                      float(ulps.max(initial=0.0)), worst, detail)
+
+
+def allowance(oracle, scale, dtype: str, *, eps_c: float | None = None, k: float = K_SLACK) -> np.ndarray:
+    """The allowed error for ``oracle`` given the term magnitude ``scale`` (see module docstring)."""
+    eps_c = xdt.eps(xdt.float_name(xdt.compute_dtype(dtype))) if eps_c is None else eps_c
+    tiny = float(np.finfo(xdt.compute_dtype(dtype)).tiny)
+    o = np.abs(np.asarray(oracle, dtype=np.float64))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return OUT_ULPS * xdt.ulp(np.where(np.isfinite(o), o, 0.0), dtype) + k * eps_c * scale + k * tiny
+
+
+@dataclass
+class KernelDescriptor:
+    """Everything needed to test one kernel. Concrete descriptors fill in the callables."""
+
+    spec: KernelSpec
+    function: str  # the public xloss function(s) the modes map to, see ``call``
+    draw_case: Callable  # (data_or_draw, dtype, mode, caps) -> Case      [hypothesis composite]
+    edge_cases: Callable  # (dtype, mode) -> list[Case]
+    error_cases: Callable  # () -> list[ErrorCase]
+    call: Callable  # (case, backend) -> tuple of outputs
+    oracle: Callable  # (case) -> tuple of float64 outputs
+    allowed: Callable  # (case, oracle outputs) -> tuple of allowed-error arrays
+    output_names: Callable  # (mode) -> tuple of names
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def modes(self) -> Sequence:
+        return self.spec.axes[self.spec.primary] if self.spec.primary else (None,)
+
+    def strategy(self, dtype: str, mode, caps):
+        """A hypothesis strategy of :class:`Case` restricted to what ``caps`` declares."""
+        from hypothesis import strategies as st
+
+        @st.composite
+        def _cases(draw):
+            return self.draw_case(draw, dtype, mode, caps)
+
+        return _cases()
+
+    def check(self, case: Case, backend) -> list[Comparison]:
+        """Run ``case`` on ``backend`` and compare every output with the oracle."""
+        actual = self.call(case, backend)
+        expected = self.oracle(case)
+        allowed = self.allowed(case, expected)
+        names = self.output_names(case.mode)
+        return [compare(n, a, e, t, case.dtype) for n, a, e, t in zip(names, actual, expected, allowed)]

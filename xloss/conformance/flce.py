@@ -1,0 +1,179 @@
+"""Descriptor of the fused linear-cross-entropy gradients (modes: softmax given, recompute)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import strategies as st
+
+from .. import api, reference
+from .. import dtypes as xdt
+from ..errors import XLossTypeError, XLossValueError
+from ..kernels import FLCE_GRAD
+from ..reference._common import as_f64
+from . import values as V
+from .descriptor import Case, ErrorCase, KernelDescriptor, allowance
+
+
+def shard_case(dtype, mode, *, x, w_global, target, start, v, grad, mask_format="bool", target_dtype=np.int64,
+               label_smoothing=0.0, label="") -> Case:
+    """Build one shard's arguments (rows [start, start+v) of a global vocabulary) from full-problem data."""
+    x = V.cast(x, dtype)
+    w_global = V.cast(w_global, dtype)
+    cdt = xdt.compute_dtype(dtype)
+    k = w_global.shape[0]
+    logits = as_f64(x) @ as_f64(w_global).T
+    if k:
+        gmax = logits.max(axis=1) if logits.size else np.zeros(len(x))
+        gsum = np.exp(logits - gmax[:, None]).sum(axis=1)
+    else:
+        gmax = gsum = np.zeros(len(x))
+    target = np.asarray(target, dtype=np.int64)
+    in_shard = (target >= start) & (target < start + v)
+    mask = ~in_shard
+    kw = dict(grad=np.asarray(grad, dtype=cdt), input=x, weight=w_global[start:start + v],
+              target_mask=reference.pack_mask(mask) if mask_format == "bitpacked" else mask,
+              masked_target=np.where(in_shard, target - start, 0).astype(target_dtype))
+    if mode == "softmax":
+        kw["softmax"] = (np.exp(logits[:, start:start + v] - gmax[:, None]) / gsum[:, None]).astype(cdt)
+    else:
+        kw["logits_max"], kw["sum_exp_logits"] = gmax.astype(cdt), gsum.astype(cdt)
+    if label_smoothing:
+        kw["label_smoothing"], kw["vocab_size"] = label_smoothing, k
+    return Case(FLCE_GRAD.name, mode, dtype, kw, label)
+
+
+def draw_case(draw, dtype, mode, caps) -> Case:
+    bt = draw(st.one_of(st.integers(0, 12), st.sampled_from((1, 8, 9, 17, 33))), label="BT")
+    h = draw(st.integers(1, 16), label="H")
+    k = draw(st.integers(1, 40), label="global vocab")
+    start = draw(st.integers(0, k - 1), label="shard start")
+    v = draw(st.integers(1, k - start), label="V")
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    sharpness = draw(st.sampled_from((1.0, 0.25, 4.0, 16.0)), label="logit scale")
+    x = rng.uniform(-1, 1, (bt, h)) * sharpness
+    w = rng.uniform(-1, 1, (k, h))
+    target = rng.integers(0, k, bt)
+    if draw(st.booleans(), label="some tokens ignored"):
+        target[rng.random(bt) < 0.25] = -100
+    grad = np.where(target == -100, 0.0, rng.uniform(-1, 1, bt))
+    ls = 0.0
+    if draw(st.sampled_from(sorted(caps.variants["label_smoothing"])), label="label smoothing"):
+        ls = draw(st.one_of(st.just(0.1), st.floats(0.01, 0.5)), label="label_smoothing")
+    return shard_case(dtype, mode, x=x, w_global=w, target=target, start=start, v=v, grad=grad,
+                      mask_format=draw(st.sampled_from(sorted(caps.variants["mask"])), label="mask format"),
+                      target_dtype=draw(st.sampled_from((np.int64, np.int32)), label="masked_target dtype"),
+                      label_smoothing=ls)
+
+
+def edge_cases(dtype, mode) -> list[Case]:
+    rng = np.random.default_rng(4)
+    cases = []
+
+    def add(label, bt, h, k, start, v, *, target=None, scale=1.0, **kw):
+        x = rng.uniform(-1, 1, (bt, h)) * scale
+        w = rng.uniform(-1, 1, (k, h))
+        t = rng.integers(0, k, bt) if target is None else np.asarray(target)
+        grad = np.where(t == -100, 0.0, rng.uniform(-1, 1, bt))
+        for fmt in ("bool", "bitpacked"):
+            cases.append(shard_case(dtype, mode, x=x, w_global=w, target=t, start=start, v=v, grad=grad,
+                                    mask_format=fmt, label=f"{label}, {fmt} mask", **kw))
+
+    add("no tokens", 0, 4, 6, 0, 6)
+    add("one token", 1, 3, 5, 1, 3)
+    add("every target in another shard", 9, 4, 20, 0, 5, target=np.arange(10, 19))
+    add("every target in this shard", 9, 4, 20, 5, 10, target=np.arange(5, 14))
+    add("ignored tokens", 12, 5, 8, 0, 8, target=np.array([0, -100, 3, -100, 7, 1, -100, 2, 5, 6, 4, -100]))
+    add("one-row shard", 7, 6, 9, 4, 1, target=np.array([4, 4, 0, 8, 4, 2, 4]))
+    add("BT=17 (partial mask byte)", 17, 8, 30, 10, 12)
+    add("BT=64, H=32, V=100", 64, 32, 160, 40, 100)
+    add("peaked logits", 16, 8, 24, 0, 24, scale=30.0)
+    add("label smoothing over a larger vocabulary", 10, 6, 50, 20, 15, label_smoothing=0.1)
+    return cases
+
+
+def error_cases() -> list[ErrorCase]:
+    bt, h, v = 4, 3, 5
+    x = np.ones((bt, h), np.float16)
+    w = np.ones((v, h), np.float16)
+    g = np.ones(bt, np.float32)
+    mask = np.zeros(bt, bool)
+    mt = np.zeros(bt, np.int64)
+    lm, se = np.zeros(bt, np.float32), np.ones(bt, np.float32)
+    base = dict(grad=g, input=x, weight=w, target_mask=mask, masked_target=mt, logits_max=lm, sum_exp_logits=se)
+    errs = [
+        ("input 1-D", dict(base, input=x[0]), XLossValueError, r"input must have shape \(BT, H\); got \(3,\)"),
+        ("weight hidden mismatch", dict(base, weight=np.ones((v, 4), np.float16)), XLossValueError,
+         r"weight must have shape \(V, 3\)"),
+        ("weight dtype mismatch", dict(base, weight=w.astype(np.float32)), XLossTypeError,
+         r"weight dtype float32 must match input dtype float16"),
+        ("grad wrong shape", dict(base, grad=np.ones(3, np.float32)), XLossValueError, r"grad must have shape \(4,\)"),
+        ("mask int32", dict(base, target_mask=np.zeros(bt, np.int32)), XLossTypeError,
+         r"target_mask must be bool \(one per token\) or uint8 \(bit-packed"),
+        ("bool mask wrong length", dict(base, target_mask=np.zeros(3, bool)), XLossValueError,
+         r"target_mask \(bool\) must have shape \(4,\)"),
+        ("packed mask wrong length", dict(base, target_mask=np.zeros(2, np.uint8)), XLossValueError,
+         r"must have shape \(1,\) for BT=4"),
+        ("masked_target out of range", dict(base, masked_target=np.array([0, 1, 5, 0])), XLossValueError,
+         r"masked_target\[2\] = 5 is out of range"),
+        ("masked_target negative", dict(base, masked_target=np.array([0, -1, 0, 0])), XLossValueError,
+         r"masked_target\[1\] = -1 is out of range"),
+        ("masked_target float", dict(base, masked_target=mt.astype(np.float32)), XLossTypeError,
+         r"masked_target must have dtype int32 or int64"),
+        ("softmax and logits both", dict(base, softmax=np.ones((bt, v), np.float32)), XLossValueError,
+         r"pass either softmax .* not both"),
+        ("recompute without sum_exp", dict(base, sum_exp_logits=None), XLossValueError,
+         r"sum_exp_logits is required in recompute mode"),
+        ("recompute without logits_max", dict(base, logits_max=None), XLossValueError,
+         r"logits_max is required in recompute mode"),
+        ("softmax wrong shape", dict(base, logits_max=None, sum_exp_logits=None, softmax=np.ones((bt, 4), np.float32)),
+         XLossValueError, r"softmax must have shape \(4, 5\)"),
+        ("label_smoothing 1", dict(base, label_smoothing=1.0), XLossValueError, r"label_smoothing must be in \[0, 1\)"),
+        ("vocab_size below shard", dict(base, label_smoothing=0.1, vocab_size=3), XLossValueError,
+         r"vocab_size .* must be >= this shard's V=5"),
+    ]
+    return [ErrorCase("fused_linear_cross_entropy_grad", kw, exc, match, label) for label, kw, exc, match in errs]
+
+
+def call(case: Case, backend):
+    gi, gw = api.fused_linear_cross_entropy_grad(**case.kwargs, backend=backend)
+    return np.asarray(gi), np.asarray(gw)
+
+
+def oracle(case: Case):
+    kw = dict(case.kwargs)
+    args = [kw.pop(k) for k in ("grad", "input", "weight", "target_mask", "masked_target")]
+    return reference.flce_grad(*args, **kw)
+
+
+def allowed(case: Case, expected):
+    kw = case.kwargs
+    x, w = as_f64(kw["input"]), as_f64(kw["weight"])
+    bt, h = x.shape
+    v = w.shape[0]
+    ls = kw.get("label_smoothing", 0.0)
+    k = kw.get("vocab_size", v)
+    if "softmax" in kw:
+        p = as_f64(kw["softmax"])
+    else:
+        p = reference.flce_probabilities(x, w, kw["logits_max"], kw["sum_exp_logits"])
+        p = np.where(np.isfinite(p), p, 0.0)
+    in_shard = ~reference.mask_as_bool(kw["target_mask"], bt)
+    corr = np.zeros((bt, v))
+    rows = np.nonzero(in_shard)[0]
+    corr[rows, np.asarray(kw["masked_target"])[rows]] = 1.0 - ls
+    g = np.abs(as_f64(kw["grad"]))[:, None]
+    gs = g * (p + corr + (ls / k if ls else 0.0))  # terms of the corrected, scaled G
+    if "softmax" not in kw:  # a logit's rounding error is a relative error of exp(logit - max)
+        gs = gs + g * p * (np.abs(x) @ np.abs(w).T) * math.log2(h + 1)
+    eps_c = xdt.eps(xdt.float_name(xdt.compute_dtype(case.dtype)))
+    eps_g = max(eps_c, xdt.eps(case.dtype))  # vendors may round G to the input dtype before the GEMMs
+    in_grad = allowance(expected[0], gs @ np.abs(w), case.dtype, eps_c=eps_g + eps_c * math.log2(v + 1))
+    w_grad = allowance(expected[1], gs.T @ np.abs(x), case.dtype, eps_c=eps_g + eps_c * math.log2(bt + 1))
+    return in_grad, w_grad
+
+
+DESCRIPTOR = KernelDescriptor(spec=FLCE_GRAD, function="fused_linear_cross_entropy_grad", draw_case=draw_case,
+                              edge_cases=edge_cases, error_cases=error_cases, call=call, oracle=oracle,
+                              allowed=allowed, output_names=lambda mode: ("input_grad", "weight_grad"))

@@ -1,0 +1,193 @@
+"""Descriptor of the sigmoid focal loss kernel (modes: forward, grad, forward+grad)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import strategies as st
+
+from .. import api, reference
+from ..reference._common import as_f64
+from ..errors import XLossTypeError, XLossValueError
+from ..kernels import FOCAL
+from . import values as V
+from .descriptor import Case, ErrorCase, KernelDescriptor, allowance
+
+_FUNCTIONS = {"forward": "focal_loss", "grad": "focal_loss_grad", "forward+grad": "focal_loss_with_grad"}
+
+
+def _kwargs(x, y, dtype, *, alpha, gamma, reduction, weight=None, grad=None, mode="forward"):
+    kw = dict(x=V.cast(x, dtype), y=V.cast(y, dtype), alpha=alpha, gamma=gamma, reduction=reduction)
+    if weight is not None:
+        kw["weight"] = V.cast(weight, dtype)
+    if mode != "forward":
+        kw["grad"] = 1.0 if grad is None else grad
+    return kw
+
+
+def draw_case(draw, dtype, mode, caps) -> Case:
+    shape = draw(V.shapes(), label="shape")
+    n = math.prod(shape)
+    x = V.draw_values(draw, n, V.LOGIT_DISTS).reshape(shape)
+    y = V.draw_values(draw, n, V.TARGET_DISTS).reshape(shape)
+    reduction = draw(st.sampled_from(sorted(caps.reductions)), label="reduction")
+    weight = None
+    if draw(st.sampled_from(sorted(caps.variants["weight"])), label="weighted"):
+        wshape = V.broadcast_shape(draw, shape)
+        weight = V.draw_values(draw, math.prod(wshape), V.WEIGHT_DISTS).reshape(wshape)
+    grad = V.draw_upstream(draw, reduction, shape, dtype) if mode != "forward" else None
+    kw = _kwargs(x, y, dtype, alpha=draw(V.ALPHAS, label="alpha"), gamma=draw(V.GAMMAS, label="gamma"),
+                 reduction=reduction, weight=weight, grad=grad, mode=mode)
+    return Case(FOCAL.name, mode, dtype, kw)
+
+
+def edge_cases(dtype, mode) -> list[Case]:
+    cases = []
+
+    def add(label, x, y, **kw):
+        cases.append(Case(FOCAL.name, mode, dtype, _kwargs(np.asarray(x, float), np.asarray(y, float), dtype,
+                                                           mode=mode, **kw), label))
+
+    for red in ("none", "mean", "sum"):
+        add(f"empty, {red}", np.zeros(0), np.zeros(0), alpha=0.25, gamma=2.0, reduction=red)
+        add(f"empty 2-D, {red}", np.zeros((0, 3)), np.zeros((0, 3)), alpha=0.25, gamma=2.0, reduction=red)
+        add(f"0-d, {red}", np.asarray(1.5), np.asarray(1.0), alpha=0.25, gamma=2.0, reduction=red)
+        add(f"one element, {red}", [-3.0], [0.0], alpha=0.25, gamma=2.0, reduction=red)
+    xs = np.array(V.EXTREME_LOGITS)
+    for y0 in (0.0, 1.0, 0.5, 1e-7):
+        for gamma in (0.0, 0.25, 0.5, 1.0, 2.0, 3.5):
+            for alpha in (0.25, -1.0):
+                add(f"extreme logits, y={y0}, gamma={gamma}, alpha={alpha}", xs, np.full(xs.shape, y0),
+                    alpha=alpha, gamma=gamma, reduction="none")
+    rng = np.random.default_rng(0)
+    for n in (4097, 65537):
+        x = rng.uniform(-10, 10, n)
+        for red in ("none", "mean", "sum"):
+            add(f"odd size {n}, soft targets, {red}", x, rng.uniform(0, 1, n), alpha=0.25, gamma=2.0, reduction=red)
+    x = rng.uniform(-6, 6, (33, 17))
+    add("all-zero targets", x, np.zeros(x.shape), alpha=0.25, gamma=2.0, reduction="mean")
+    add("all-one targets", x, np.ones(x.shape), alpha=0.25, gamma=2.0, reduction="sum")
+    add("per-anchor weight (N, 1)", x, (x > 0).astype(float), alpha=0.25, gamma=2.0, reduction="mean",
+        weight=rng.uniform(0, 2, (33, 1)))
+    add("per-class weight (C,)", x, (x > 1).astype(float), alpha=0.5, gamma=1.5, reduction="none",
+        weight=rng.uniform(0, 2, 17))
+    add("gamma 0 alpha -1 is BCE", x, rng.uniform(0, 1, x.shape), alpha=-1.0, gamma=0.0, reduction="sum")
+    return cases
+
+
+def error_cases() -> list[ErrorCase]:
+    x = np.linspace(-3, 3, 6, dtype=np.float32)
+    y = (x > 0).astype(np.float32)
+    base = dict(x=x, y=y)
+    errs = [
+        ("x of integer dtype", dict(x=np.arange(6), y=y), XLossTypeError, r"x must have a floating dtype"),
+        ("x complex", dict(x=x.astype(np.complex64), y=y), XLossTypeError, r"x must have a floating dtype"),
+        ("y shape mismatch", dict(x=x, y=y[:5]), XLossValueError, r"y must have shape \(6,\); got \(5,\)"),
+        ("y of string dtype", dict(x=x, y=np.array(["a"] * 6)), XLossTypeError, r"y must have a floating"),
+        ("bad reduction", dict(base, reduction="avg"), XLossValueError, r"reduction must be one of .*'avg'"),
+        ("alpha above 1", dict(base, alpha=1.5), XLossValueError, r"alpha must be in \[0, 1\].*1.5"),
+        ("alpha nan", dict(base, alpha=float("nan")), XLossValueError, r"alpha must be finite"),
+        ("alpha bool", dict(base, alpha=True), XLossTypeError, r"alpha must be a real number"),
+        ("negative gamma", dict(base, gamma=-1.0), XLossValueError, r"gamma must be >= 0; got -1.0"),
+        ("gamma inf", dict(base, gamma=float("inf")), XLossValueError, r"gamma must be finite"),
+        ("weight not broadcastable", dict(base, weight=np.ones(4, np.float32)), XLossValueError,
+         r"weight of shape \(4,\) does not broadcast to \(6,\)"),
+        ("weight with more dims", dict(base, weight=np.ones((2, 6), np.float32)), XLossValueError,
+         r"weight of shape \(2, 6\) does not broadcast to \(6,\)"),
+    ]
+    out = []
+    for fn in ("focal_loss", "focal_loss_grad", "focal_loss_with_grad"):
+        for label, kw, exc, match in errs:
+            out.append(ErrorCase(fn, kw, exc, match, label))
+    for fn in ("focal_loss_grad", "focal_loss_with_grad"):
+        out.append(ErrorCase(fn, dict(base, grad=np.ones(5, np.float32)), XLossValueError,
+                             r"grad must have shape \(6,\)", "grad of wrong shape (none)"))
+        out.append(ErrorCase(fn, dict(base, grad=np.ones(6, np.float32), reduction="mean"), XLossValueError,
+                             r"grad must be a scalar \(one element\) for reduction='mean'", "grad array for mean"))
+    for fn, shape in (("focal_loss", (6,)), ("focal_loss_grad", (6,))):
+        out.append(ErrorCase(fn, dict(base, out=np.full(5, 7.0, np.float32)), XLossValueError,
+                             r"out must have shape \(6,\)", "out of wrong shape", "out"))
+        out.append(ErrorCase(fn, dict(base, out=np.full(shape, 7.0, np.float64)), XLossTypeError,
+                             r"out must have dtype float32", "out of wrong dtype", "out"))
+        ro = np.full(shape, 7.0, np.float32)
+        ro.flags.writeable = False
+        out.append(ErrorCase(fn, dict(base, out=ro), XLossValueError, r"out is read-only", "read-only out", "out"))
+        out.append(ErrorCase(fn, dict(base, out=np.full((6, 2), 7.0, np.float32)[:, 0]), XLossValueError,
+                             r"out must be C-contiguous", "strided out", "out"))
+        out.append(ErrorCase(fn, dict(base, reduction="bad", out=np.full(shape, 7.0, np.float32)), XLossValueError,
+                             r"reduction must be one of", "bad reduction with out", "out"))
+    shared = np.linspace(-3, 3, 6).astype(np.float32)
+    out.append(ErrorCase("focal_loss", dict(x=shared, y=y, out=shared), XLossValueError,
+                         r"out overlaps input x", "out aliasing x", None))
+    out.append(ErrorCase("focal_loss", dict(base, reduction="mean", out=np.zeros(6, np.float32)), XLossValueError,
+                         r"out must have shape \(\)", "out not 0-d for mean", "out"))
+    return out
+
+
+def call(case: Case, backend):
+    fn = getattr(api, _FUNCTIONS[case.mode])
+    res = fn(**case.kwargs, backend=backend)
+    return tuple(np.asarray(r) for r in (res if isinstance(res, tuple) else (res,)))
+
+
+def oracle(case: Case):
+    kw = dict(case.kwargs)
+    grad = kw.pop("grad", 1.0)
+    x, y = kw.pop("x"), kw.pop("y")
+    loss = reference.sigmoid_focal_loss(x, y, **kw)
+    dx = reference.sigmoid_focal_loss_grad(x, y, grad, **kw)
+    return {"forward": (loss,), "grad": (dx,), "forward+grad": (loss, dx)}[case.mode]
+
+
+def term_scales(x, y, *, alpha, gamma, weight=None):
+    """Per element: (loss, scale of the loss terms, scale of the gradient terms) — see descriptor.py."""
+    x, y = as_f64(x), as_f64(y)
+    p, s = reference.sigmoid_pair(x)
+    q = p * (1 - y) + s * y
+    ce = reference.bce_with_logits(x, y)
+    w = np.abs(alpha * y + (1 - alpha) * (1 - y)) if alpha >= 0 else np.ones_like(x)
+    if weight is not None:
+        w = w * np.abs(as_f64(weight))
+    with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
+        qg = q**gamma
+        pow_cond = 1.0 + gamma * np.where(q > 0, np.abs(np.log(np.where(q > 0, q, 1.0))), 0.0)
+        r = np.where(q > 0, p * s / np.where(q > 0, q, 1.0), 1.0)
+    ce_terms = np.maximum(x, 0) + np.abs(x * y) + np.log1p(np.exp(-np.abs(x)))
+    loss = w * ce * qg
+    loss_scale = w * qg * (ce_terms + ce * pow_cond)
+    t1 = qg * (q + np.abs(p * (1 - y) - s * y) * pow_cond)
+    t2 = gamma * qg * r * ((1 + 2 * y) * ce_terms + np.abs(1 - 2 * y) * ce * (pow_cond + 2))
+    return loss, loss_scale, w * (t1 + t2)
+
+
+def allowed(case: Case, expected):
+    kw = case.kwargs
+    loss, loss_scale, grad_scale = term_scales(kw["x"], kw["y"], alpha=kw["alpha"], gamma=kw["gamma"],
+                                               weight=kw.get("weight"))
+    n = loss.size
+    red = kw["reduction"]
+    out = []
+    if case.mode in ("forward", "forward+grad"):
+        if red == "none":
+            scale = loss_scale
+        else:  # summation error of a careful (pairwise/blocked) float accumulation
+            scale = np.asarray(loss_scale.sum() + math.log2(n + 1) * np.abs(loss).sum())
+            if red == "mean" and n:
+                scale = scale / n
+        out.append(allowance(expected[0], scale, case.dtype))
+    if case.mode in ("grad", "forward+grad"):
+        g = np.abs(as_f64(kw["grad"]))
+        if red == "mean" and n:
+            g = g / n
+        out.append(allowance(expected[-1], grad_scale * g, case.dtype))
+    return tuple(out)
+
+
+def output_names(mode):
+    return {"forward": ("loss",), "grad": ("dx",), "forward+grad": ("loss", "dx")}[mode]
+
+
+DESCRIPTOR = KernelDescriptor(spec=FOCAL, function="focal_loss", draw_case=draw_case, edge_cases=edge_cases,
+                              error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
+                              output_names=output_names)
