@@ -38,12 +38,128 @@ def cmd_backends(args) -> int:
     return 0
 
 
+KERNEL_ALIASES = {"focal": "focal_loss", "bce": "bce_grad", "nll": "nll_loss_grad",
+                  "flce": "fused_linear_cross_entropy_grad"}
+
+
+def _option_value(text: str):
+    for convert in (lambda t: int(t, 0), float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _backend_options(args) -> dict:
+    options = {}
+    for item in args.option or ():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"xloss check: --option takes KEY=VALUE, got {item!r}")
+        options[key] = _option_value(value)
+    if args.lib:
+        options["lib"] = args.lib
+    return options
+
+
+def cmd_check(args) -> int:
+    from .conformance import DESCRIPTORS, report
+    from .conformance.casefile import load_cases
+    from .conformance.isolated import run_isolated
+    from .conformance.runner import run_suite
+
+    if args.replay:
+        return _replay(args, DESCRIPTORS, load_cases)
+    if not args.backend:
+        raise SystemExit("xloss check: --backend NAME is required (or --replay FILE)")
+    kernels = [KERNEL_ALIASES.get(k, k) for k in args.kernels] if args.kernels else None
+    for k in kernels or ():
+        if k not in DESCRIPTORS:
+            raise SystemExit(f"xloss check: unknown kernel {k!r}; choose from {', '.join(DESCRIPTORS)}")
+    options = _backend_options(args)
+    backend = registry.backend(args.backend, **options) if options else registry.backend(args.backend)
+    ok, why = backend.availability()
+    if not ok:
+        print(f"backend {args.backend!r} is not available: {why}", file=sys.stderr)
+        return 2
+    info = dict(backend.info())
+    print(f"xloss check: backend {args.backend} {info.get('library', '')}".rstrip(), file=sys.stderr)
+
+    def progress(r):
+        print(f"  {r.kernel:<33} {r.dtype:<9} {str(r.mode):<13} {r.status} ({r.examples} examples, "
+              f"{r.seconds:.1f}s)", file=sys.stderr)
+
+    settings = {"max_examples": args.max_examples, "seed": args.seed, "kernels": kernels, "options": options,
+                "isolated": not args.in_process}
+    if args.in_process:
+        results = run_suite(backend, kernels=kernels, max_examples=args.max_examples, seed=args.seed,
+                            on_result=progress)
+    else:
+        results = run_isolated(args.backend, options, kernels=kernels, max_examples=args.max_examples,
+                               seed=args.seed, on_result=progress)
+    saved = report.write_failures(results, args.failures_dir, args.backend, info.get("library"))
+    print(report.table(results))
+    text = report.failures_text(results, saved)
+    if text:
+        print()
+        print(text)
+    print(report.summary(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report.to_json(results, backend=args.backend, info=info, settings=settings, saved=saved), f,
+                      indent=1)
+    return 1 if any(r.status in ("fail", "crash") for r in results) else 0
+
+
+def _replay(args, descriptors, load_cases) -> int:
+    cases, meta = load_cases(args.replay)
+    name = args.backend or meta.get("backend")
+    options = _backend_options(args)
+    if "lib" not in options and meta.get("library") and not args.backend:
+        options["lib"] = meta["library"]
+    backend = registry.backend(name, **options) if options else registry.backend(name)
+    failed = False
+    for case in cases:
+        print(case.describe())
+        try:
+            comparisons = descriptors[case.kernel].check(case, backend)
+        except Exception as exc:
+            print(f"  ERROR {type(exc).__name__}: {exc}")
+            failed = True
+            continue
+        for c in comparisons:
+            print(f"  {c.name}: {'ok' if c.ok else 'FAIL'}  max abs {c.max_abs:.3g}, max ulp {c.max_ulp:.3g}"
+                  + (f"  {c.detail}" if c.detail else ""))
+            failed |= not c.ok
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xloss", description="xloss: loss kernels over CPU and vendor-ABI backends")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("backends", help="list registered backends, their library and declared capabilities")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_backends)
+
+    p = sub.add_parser("check", help="run the conformance suite against a backend or a port library",
+                       description="Property-test a backend (or your own library through a backend's ABI) against "
+                                   "the float64 oracle; report per kernel, dtype and mode.")
+    p.add_argument("--backend", help="backend name (see `xloss backends`)")
+    p.add_argument("--lib", help="load this shared library (or os.pathsep-separated list) through the backend's ABI")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="backend option, e.g. memory=private or core_mask=0x0f (repeatable)")
+    p.add_argument("--kernels", nargs="+", metavar="KERNEL",
+                   help="kernels to test (focal, bce, nll, flce or full names); default all")
+    p.add_argument("--max-examples", type=int, default=100, help="hypothesis examples per target (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--failures-dir", default="xloss-check-failures", metavar="DIR",
+                   help="where failing inputs are saved for --replay (default ./xloss-check-failures)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run in this process (faster start; a crashing port takes the report down)")
+    p.add_argument("--replay", metavar="FILE", help="re-run the cases saved in FILE")
+    p.set_defaults(func=cmd_check)
     return parser
 
 

@@ -49,6 +49,11 @@ def eps(name: str) -> float:
     return 2.0 ** -_MANTISSA_BITS[name]
 
 
+def tiny(name: str) -> float:
+    """Smallest positive normal number of the named dtype."""
+    return 2.0 ** _MIN_EXPONENT[name]
+
+
 def ulp(values, name: str) -> np.ndarray:
     """Unit in the last place of ``|values|`` in the named dtype (float64 array).
 

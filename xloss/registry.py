@@ -67,9 +67,22 @@ def backend_names() -> list[str]:
     return sorted(_factories)
 
 
+def _import_factory(path: str) -> Callable[..., Backend]:
+    """``"package.module:factory"`` -> the factory (a backend that is not registered, e.g. a port under test)."""
+    import importlib
+
+    module, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise BackendNotFoundError(f"cannot import backend factory {path!r}: {exc}") from exc
+
+
 def _factory(name: str) -> Callable[..., Backend]:
     _discover()
     with _lock:
+        if name not in _factories and ":" in name:
+            _factories[name] = _import_factory(name)
         if name not in _factories:
             raise BackendNotFoundError(
                 f"no backend named {name!r}; registered backends: {', '.join(backend_names()) or 'none'}"
@@ -85,7 +98,10 @@ def _factory(name: str) -> Callable[..., Backend]:
 
 
 def backend(name: str, **options) -> Backend:
-    """The backend ``name``: its shared default instance, or a new one configured by ``options``."""
+    """The backend ``name``: its shared default instance, or a new one configured by ``options``.
+
+    ``name`` may also be ``"package.module:factory"`` for a backend that is not registered.
+    """
     if not isinstance(name, str):
         raise XLossTypeError(f"backend name must be a str, got {type(name).__name__}")
     if options:
