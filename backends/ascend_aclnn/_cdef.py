@@ -1,0 +1,133 @@
+"""The C declarations the adapter gives cffi (they mirror ``include/``; a test compiles each
+prototype against the headers), the enum values, and the status-code names."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...dtypes import BFLOAT16
+
+CDEF = """
+typedef int aclError;
+typedef int32_t aclnnStatus;
+typedef void *aclrtStream;
+typedef uint16_t aclFloat16;
+typedef int aclDataType;
+typedef int aclFormat;
+typedef int aclrtMemMallocPolicy;
+typedef int aclrtMemcpyKind;
+typedef struct aclTensor aclTensor;
+typedef struct aclOpExecutor aclOpExecutor;
+
+aclError aclInit(const char *configPath);
+aclError aclFinalize(void);
+const char *aclGetRecentErrMsg(void);
+float aclFloat16ToFloat(aclFloat16 value);
+aclFloat16 aclFloatToFloat16(float value);
+size_t aclDataTypeSize(aclDataType dataType);
+aclError aclrtSetDevice(int32_t deviceId);
+aclError aclrtResetDevice(int32_t deviceId);
+aclError aclrtCreateStream(aclrtStream *stream);
+aclError aclrtDestroyStream(aclrtStream stream);
+aclError aclrtSynchronizeStream(aclrtStream stream);
+aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+aclError aclrtFree(void *devPtr);
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
+
+aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDataType dataType, const int64_t *stride, int64_t offset, aclFormat format, const int64_t *storageDims, uint64_t storageDimsNum, void *tensorData);
+aclnnStatus aclDestroyTensor(const aclTensor *tensor);
+aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor);
+aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor);
+
+aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnBinaryCrossEntropyBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weight, int64_t reduction, int64_t ignoreIndex, const aclTensor *totalWeight, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnNLLLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(const aclTensor *grad, const aclTensor *input, const aclTensor *weight, const aclTensor *targetMask, const aclTensor *maskedTarget, float labelSmoothing, const aclTensor *logitsMaxOptional, const aclTensor *sumExpLogitsOptional, const aclTensor *softmaxOptional, aclTensor *inputGradOut, aclTensor *weightGradOut, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnFusedLinearCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+
+int64_t xlossEmuLiveAllocations(int32_t kind);
+aclError xlossEmuCast(const void *src, aclDataType srcType, void *dst, aclDataType dstType, uint64_t n);
+const char *xlossEmuVersion(void);
+"""
+
+# aclDataType
+ACL_FLOAT, ACL_FLOAT16, ACL_INT8, ACL_INT32, ACL_UINT8 = 0, 1, 2, 3, 4
+ACL_INT16, ACL_INT64, ACL_DOUBLE, ACL_BOOL, ACL_BF16 = 6, 9, 11, 12, 27
+# aclFormat
+ACL_FORMAT_NCHW, ACL_FORMAT_NHWC, ACL_FORMAT_ND, ACL_FORMAT_FRACTAL_NZ = 0, 1, 2, 29
+# aclrtMemMallocPolicy, aclrtMemcpyKind
+ACL_MEM_MALLOC_HUGE_FIRST = 0
+ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_DEVICE_TO_DEVICE = 0, 1, 2, 3
+# xlossEmuLiveKind (emulator only)
+LIVE_DEVICE_MEMORY, LIVE_TENSORS, LIVE_EXECUTORS, LIVE_STREAMS, LIVE_ALL = 0, 1, 2, 3, 4
+
+#: NumPy dtype -> aclDataType
+ACL_DTYPES = {
+    np.dtype(np.float32): ACL_FLOAT,
+    np.dtype(np.float16): ACL_FLOAT16,
+    BFLOAT16: ACL_BF16,
+    np.dtype(np.float64): ACL_DOUBLE,
+    np.dtype(np.int8): ACL_INT8,
+    np.dtype(np.int16): ACL_INT16,
+    np.dtype(np.int32): ACL_INT32,
+    np.dtype(np.int64): ACL_INT64,
+    np.dtype(np.uint8): ACL_UINT8,
+    np.dtype(np.bool_): ACL_BOOL,
+}
+
+ACL_SUCCESS = 0
+ACL_ERROR_REPEAT_INITIALIZE = 100002
+ACLNN_ERR_PARAM_NULLPTR = 161001
+ACLNN_ERR_PARAM_INVALID = 161002
+ACLNN_ERR_RUNTIME_ERROR = 361001
+
+#: Status code -> symbolic name: aclnn statuses and the runtime (aclError) codes.
+STATUS_NAMES = {
+    0: "ACLNN_SUCCESS",
+    161001: "ACLNN_ERR_PARAM_NULLPTR",
+    161002: "ACLNN_ERR_PARAM_INVALID",
+    361001: "ACLNN_ERR_RUNTIME_ERROR",
+    561000: "ACLNN_ERR_INNER",
+    561001: "ACLNN_ERR_INNER_INFERSHAPE_ERROR",
+    561002: "ACLNN_ERR_INNER_TILING_ERROR",
+    561003: "ACLNN_ERR_INNER_FIND_KERNEL_ERROR",
+    561101: "ACLNN_ERR_INNER_CREATE_EXECUTOR",
+    561102: "ACLNN_ERR_INNER_NOT_TRANS_EXECUTOR",
+    561103: "ACLNN_ERR_INNER_NULLPTR",
+    561104: "ACLNN_ERR_INNER_WRONG_ATTR_INFO_SIZE",
+    100000: "ACL_ERROR_INVALID_PARAM",
+    100001: "ACL_ERROR_UNINITIALIZE",
+    100002: "ACL_ERROR_REPEAT_INITIALIZE",
+    100003: "ACL_ERROR_INVALID_FILE",
+    100037: "ACL_ERROR_REPEAT_FINALIZE",
+    200000: "ACL_ERROR_BAD_ALLOC",
+    200001: "ACL_ERROR_API_NOT_SUPPORT",
+    200002: "ACL_ERROR_INVALID_DEVICE",
+    200003: "ACL_ERROR_MEMORY_ADDRESS_UNALIGNED",
+    500000: "ACL_ERROR_INTERNAL_ERROR",
+    500001: "ACL_ERROR_FAILURE",
+    107000: "ACL_ERROR_RT_PARAM_INVALID",
+    107001: "ACL_ERROR_RT_INVALID_DEVICEID",
+    107002: "ACL_ERROR_RT_CONTEXT_NULL",
+    107003: "ACL_ERROR_RT_STREAM_CONTEXT",
+    107008: "ACL_ERROR_RT_ADDR_UNALIGNED",
+    107017: "ACL_ERROR_RT_INVALID_HANDLE",
+    207000: "ACL_ERROR_RT_FEATURE_NOT_SUPPORT",
+    207001: "ACL_ERROR_RT_MEMORY_ALLOCATION",
+    207002: "ACL_ERROR_RT_MEMORY_FREE",
+    207004: "ACL_ERROR_RT_NO_DEVICE",
+    507000: "ACL_ERROR_RT_INTERNAL_ERROR",
+}
+
+
+def status_name(code: int) -> str:
+    if code in STATUS_NAMES:
+        return STATUS_NAMES[code]
+    if 561000 <= code < 562000:
+        return "ACLNN_ERR_INNER_XXX"
+    return f"UNKNOWN_STATUS_{code}"

@@ -1,0 +1,295 @@
+/* aclnnSigmoidFocalLoss[Backward] (xloss's own operators) and aclnnBinaryCrossEntropyBackward.
+ *
+ * Operands broadcast to self; mixed float dtypes are accepted (the aclnn promotion rule: all
+ * are widened to float32) and the result is rounded once to out's dtype. */
+#include <float.h>
+#include <stdlib.h>
+
+#include "ops_common.h"
+
+enum { FOCAL_SELF, FOCAL_TARGET, FOCAL_WEIGHT, FOCAL_OUT, FOCAL_GRAD };
+
+/* ---- the focal-loss math (float32) ------------------------------------------------------------- */
+
+typedef struct {
+    float ce, qg, r, pmy;
+} focal_terms;
+
+/* p = sigmoid(x), s = 1 - p, q = 1 - p_t, ce = bce_with_logits, qg = q^gamma, r = p*s/q (the
+ * finite limit of q^(gamma-1)*p*s / q^gamma), pmy = p - y. Where the smaller sigmoid is
+ * subnormal in float32 (|x| > 87.3) it has lost its precision, so q^gamma and r come from logs. */
+static inline focal_terms focal_eval(float x, float y, float gamma)
+{
+    focal_terms t;
+    float ax = fabsf(x);
+    float e = expf(-ax);
+    float big = 1.0f / (1.0f + e), small = e / (1.0f + e);
+    int pos = x >= 0.0f;
+    float p = pos ? big : small, s = pos ? small : big;
+    float q = p * (1.0f - y) + s * y;
+    float lin = x > 0.0f ? x * (1.0f - y) : -x * y;
+    t.ce = lin + log1pf(e);
+    t.pmy = p * (1.0f - y) - s * y;
+    if (e >= FLT_MIN) {
+        t.qg = powf(q, gamma); /* powf(0, 0) == 1, as torch */
+        t.r = q > 0.0f ? (p * s) / q : 1.0f;
+        return t;
+    }
+    float l1p = log1pf(e);
+    float log_big = -l1p, log_small = -ax - l1p;
+    float log_p = pos ? log_big : log_small, log_s = pos ? log_small : log_big;
+    float a = y < 1.0f ? log_p + log1pf(-y) : -INFINITY; /* log(p (1-y)) */
+    float b = y > 0.0f ? log_s + logf(y) : -INFINITY;    /* log(s y) */
+    float hi = fmaxf(a, b), lo = fminf(a, b);
+    float log_q = hi == -INFINITY ? -INFINITY : hi + log1pf(expf(lo - hi));
+    t.qg = gamma == 0.0f ? 1.0f : expf(gamma * log_q);
+    t.r = log_q == -INFINITY ? 1.0f : fminf(1.0f, expf(log_p + log_s - log_q));
+    return t;
+}
+
+static inline float alpha_t(float y, float alpha) { return alpha >= 0.0f ? alpha * y + (1.0f - alpha) * (1.0f - y) : 1.0f; }
+
+typedef struct {
+    float alpha, gamma;
+    int64_t reduction;
+    double *partial;   /* forward with a reduction: one float64 partial sum per EMU_REDUCE_BLOCK elements */
+    double mean_div;   /* backward: 1 or the element count */
+} focal_ctx;
+
+static void focal_forward_chunk(void *vctx, int64_t flat, int64_t n, float *const *in, float *const *out)
+{
+    const focal_ctx *c = vctx;
+    const float *x = in[0], *y = in[1], *w = in[2];
+    for (int64_t i = 0; i < n; i++) {
+        focal_terms t = focal_eval(x[i], y[i], c->gamma);
+        float wt = alpha_t(y[i], c->alpha);
+        if (w)
+            wt *= w[i];
+        float loss = wt * t.ce * t.qg;
+        if (c->partial)
+            c->partial[(flat + i) / EMU_REDUCE_BLOCK] += (double)loss;
+        else
+            out[0][i] = loss;
+    }
+}
+
+static void focal_backward_chunk(void *vctx, int64_t flat, int64_t n, float *const *in, float *const *out)
+{
+    const focal_ctx *c = vctx;
+    const float *x = in[0], *y = in[1], *w = in[2], *g = in[3];
+    (void)flat;
+    for (int64_t i = 0; i < n; i++) {
+        focal_terms t = focal_eval(x[i], y[i], c->gamma);
+        float wt = alpha_t(y[i], c->alpha);
+        if (w)
+            wt *= w[i];
+        float dx = wt * (t.pmy * t.qg + c->gamma * t.qg * t.r * (1.0f - 2.0f * y[i]) * t.ce);
+        float gs = c->mean_div == 1.0 ? g[i] : (float)((double)g[i] / c->mean_div);
+        out[0][i] = dx * gs;
+    }
+}
+
+static aclnnStatus focal_forward_run(aclOpExecutor *ex, char *ws)
+{
+    const emu_view *self = &ex->t[FOCAL_SELF], *out = &ex->t[FOCAL_OUT];
+    focal_ctx c = {(float)ex->alpha, (float)ex->gamma, ex->reduction, NULL, 1.0};
+    const emu_view *in[3] = {self, &ex->t[FOCAL_TARGET], &ex->t[FOCAL_WEIGHT]};
+    if (ex->reduction == 0) {
+        const emu_view *outs[1] = {out};
+        emu_elementwise(self, in, 3, outs, 1, focal_forward_chunk, &c);
+        return ACLNN_SUCCESS;
+    }
+    int64_t blocks = (self->numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK;
+    c.partial = (double *)ws;
+    for (int64_t b = 0; b < blocks; b++)
+        c.partial[b] = 0.0;
+    emu_elementwise(self, in, 3, NULL, 0, focal_forward_chunk, &c);
+    double total = 0.0;
+    for (int64_t b = 0; b < blocks; b++)
+        total += c.partial[b];
+    if (ex->reduction == 1)
+        total = self->numel ? total / (double)self->numel : NAN; /* mean of nothing is NaN, as torch */
+    emu_store_f64(out, out->offset, total);
+    return ACLNN_SUCCESS;
+}
+
+static aclnnStatus focal_backward_run(aclOpExecutor *ex, char *ws)
+{
+    (void)ws;
+    const emu_view *self = &ex->t[FOCAL_SELF];
+    focal_ctx c = {(float)ex->alpha, (float)ex->gamma, ex->reduction, NULL,
+                   ex->reduction == 1 && self->numel ? (double)self->numel : 1.0};
+    const emu_view *in[4] = {self, &ex->t[FOCAL_TARGET], &ex->t[FOCAL_WEIGHT], &ex->t[FOCAL_GRAD]};
+    const emu_view *outs[1] = {&ex->t[FOCAL_OUT]};
+    emu_elementwise(self, in, 4, outs, 1, focal_backward_chunk, &c);
+    return ACLNN_SUCCESS;
+}
+
+/* Checks shared by the three operators: dtypes, broadcasting and the reduction. */
+static aclnnStatus check_elementwise(aclOpExecutor *ex, int has_grad)
+{
+    static const int floats[] = {FOCAL_SELF, FOCAL_TARGET, FOCAL_WEIGHT, FOCAL_OUT, FOCAL_GRAD};
+    for (int i = 0; i < 5; i++)
+        EMU_CHECK(emu_need_float(ex, floats[i]));
+    EMU_CHECK(emu_need_broadcast(ex, FOCAL_TARGET, FOCAL_SELF));
+    EMU_CHECK(emu_need_broadcast(ex, FOCAL_WEIGHT, FOCAL_SELF));
+    if (has_grad)
+        EMU_CHECK(emu_need_broadcast(ex, FOCAL_GRAD, FOCAL_SELF));
+    return emu_need_reduction(ex, ex->reduction);
+}
+
+static aclnnStatus check_focal_attrs(const aclOpExecutor *ex)
+{
+    if (!isfinite(ex->gamma) || ex->gamma < 0.0) {
+        emu_set_error("%s: gamma must be finite and >= 0; got %g", ex->api, ex->gamma);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    if (!isfinite(ex->alpha) || ex->alpha > 1.0) {
+        emu_set_error("%s: alpha must be in [0, 1], or negative to disable the class weighting; got %g", ex->api,
+                      ex->alpha);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    return ACLNN_SUCCESS;
+}
+
+EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
+                                                             const aclTensor *weightOptional, double gamma,
+                                                             double alpha, int64_t reduction, aclTensor *out,
+                                                             uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnSigmoidFocalLossGetWorkspaceSize";
+    aclOpExecutor ex;
+    emu_phase_one_start(&ex, api, workspaceSize, executor);
+    EMU_REQUIRE(api, self, "self");
+    EMU_REQUIRE(api, target, "target");
+    EMU_REQUIRE(api, out, "out");
+    EMU_REQUIRE(api, workspaceSize, "workspaceSize");
+    EMU_REQUIRE(api, executor, "executor");
+    EMU_CHECK(emu_operand(&ex, FOCAL_SELF, "self", self));
+    EMU_CHECK(emu_operand(&ex, FOCAL_TARGET, "target", target));
+    EMU_CHECK(emu_operand(&ex, FOCAL_WEIGHT, "weightOptional", weightOptional));
+    EMU_CHECK(emu_operand(&ex, FOCAL_OUT, "out", out));
+    ex.op = EMU_OP_FOCAL_FORWARD;
+    ex.gamma = gamma;
+    ex.alpha = alpha;
+    ex.reduction = reduction;
+    EMU_CHECK(check_elementwise(&ex, 0));
+    EMU_CHECK(check_focal_attrs(&ex));
+    if (reduction == 0) {
+        EMU_CHECK(emu_need_same_shape(&ex, FOCAL_OUT, FOCAL_SELF));
+    } else if (!emu_one_element(&ex.t[FOCAL_OUT])) {
+        char b[160];
+        emu_set_error("%s: out must have shape () or (1,) for reduction %lld; got %s", api, (long long)reduction,
+                      emu_shape_str(&ex.t[FOCAL_OUT], b, sizeof b));
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    if (reduction != 0) /* one float64 partial sum per block of EMU_REDUCE_BLOCK elements */
+        ex.workspace_size = emu_round_up((uint64_t)((ex.t[FOCAL_SELF].numel + EMU_REDUCE_BLOCK - 1) /
+                                                    EMU_REDUCE_BLOCK) * sizeof(double));
+    ex.run = focal_forward_run;
+    return emu_make_executor(api, &ex, workspaceSize, executor);
+}
+
+EMU_EXPORT aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                             aclrtStream stream)
+{
+    return emu_launch("aclnnSigmoidFocalLoss", EMU_OP_FOCAL_FORWARD, workspace, workspaceSize, executor, stream);
+}
+
+EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
+    const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional,
+    double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnSigmoidFocalLossBackwardGetWorkspaceSize";
+    aclOpExecutor ex;
+    emu_phase_one_start(&ex, api, workspaceSize, executor);
+    EMU_REQUIRE(api, gradOutput, "gradOutput");
+    EMU_REQUIRE(api, self, "self");
+    EMU_REQUIRE(api, target, "target");
+    EMU_REQUIRE(api, out, "out");
+    EMU_REQUIRE(api, workspaceSize, "workspaceSize");
+    EMU_REQUIRE(api, executor, "executor");
+    EMU_CHECK(emu_operand(&ex, FOCAL_SELF, "self", self));
+    EMU_CHECK(emu_operand(&ex, FOCAL_TARGET, "target", target));
+    EMU_CHECK(emu_operand(&ex, FOCAL_WEIGHT, "weightOptional", weightOptional));
+    EMU_CHECK(emu_operand(&ex, FOCAL_OUT, "out", out));
+    EMU_CHECK(emu_operand(&ex, FOCAL_GRAD, "gradOutput", gradOutput));
+    ex.op = EMU_OP_FOCAL_BACKWARD;
+    ex.gamma = gamma;
+    ex.alpha = alpha;
+    ex.reduction = reduction;
+    EMU_CHECK(check_elementwise(&ex, 1));
+    EMU_CHECK(check_focal_attrs(&ex));
+    EMU_CHECK(emu_need_same_shape(&ex, FOCAL_OUT, FOCAL_SELF));
+    ex.run = focal_backward_run;
+    return emu_make_executor(api, &ex, workspaceSize, executor);
+}
+
+EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
+                                                     aclOpExecutor *executor, aclrtStream stream)
+{
+    return emu_launch("aclnnSigmoidFocalLossBackward", EMU_OP_FOCAL_BACKWARD, workspace, workspaceSize, executor,
+                      stream);
+}
+
+/* ---- binary cross entropy backward ----------------------------------------------------------- */
+
+static void bce_backward_chunk(void *vctx, int64_t flat, int64_t n, float *const *in, float *const *out)
+{
+    const double mean_div = *(const double *)vctx;
+    const float *x = in[0], *y = in[1], *w = in[2], *g = in[3];
+    const float eps = 1e-12f; /* fixed by the vendor: max(x(1-x), 1e-12), as PyTorch */
+    (void)flat;
+    for (int64_t i = 0; i < n; i++) {
+        float d = fmaxf(x[i] * (1.0f - x[i]), eps);
+        float v = (x[i] - y[i]) / d;
+        if (w)
+            v *= w[i];
+        float gs = mean_div == 1.0 ? g[i] : (float)((double)g[i] / mean_div);
+        out[0][i] = gs * v;
+    }
+}
+
+static aclnnStatus bce_backward_run(aclOpExecutor *ex, char *ws)
+{
+    (void)ws;
+    const emu_view *self = &ex->t[FOCAL_SELF];
+    double mean_div = ex->reduction == 1 && self->numel ? (double)self->numel : 1.0;
+    const emu_view *in[4] = {self, &ex->t[FOCAL_TARGET], &ex->t[FOCAL_WEIGHT], &ex->t[FOCAL_GRAD]};
+    const emu_view *outs[1] = {&ex->t[FOCAL_OUT]};
+    emu_elementwise(self, in, 4, outs, 1, bce_backward_chunk, &mean_div);
+    return ACLNN_SUCCESS;
+}
+
+EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(
+    const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional,
+    int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnBinaryCrossEntropyBackwardGetWorkspaceSize";
+    aclOpExecutor ex;
+    emu_phase_one_start(&ex, api, workspaceSize, executor);
+    EMU_REQUIRE(api, gradOutput, "gradOutput");
+    EMU_REQUIRE(api, self, "self");
+    EMU_REQUIRE(api, target, "target");
+    EMU_REQUIRE(api, out, "out");
+    EMU_REQUIRE(api, workspaceSize, "workspaceSize");
+    EMU_REQUIRE(api, executor, "executor");
+    EMU_CHECK(emu_operand(&ex, FOCAL_SELF, "self", self));
+    EMU_CHECK(emu_operand(&ex, FOCAL_TARGET, "target", target));
+    EMU_CHECK(emu_operand(&ex, FOCAL_WEIGHT, "weightOptional", weightOptional));
+    EMU_CHECK(emu_operand(&ex, FOCAL_OUT, "out", out));
+    EMU_CHECK(emu_operand(&ex, FOCAL_GRAD, "gradOutput", gradOutput));
+    ex.op = EMU_OP_BCE_BACKWARD;
+    ex.reduction = reduction;
+    EMU_CHECK(check_elementwise(&ex, 1));
+    EMU_CHECK(emu_need_same_shape(&ex, FOCAL_OUT, FOCAL_SELF));
+    ex.run = bce_backward_run;
+    return emu_make_executor(api, &ex, workspaceSize, executor);
+}
+
+EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyBackward(void *workspace, uint64_t workspaceSize,
+                                                       aclOpExecutor *executor, aclrtStream stream)
+{
+    return emu_launch("aclnnBinaryCrossEntropyBackward", EMU_OP_BCE_BACKWARD, workspace, workspaceSize, executor,
+                      stream);
+}

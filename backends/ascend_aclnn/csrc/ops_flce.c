@@ -1,0 +1,242 @@
+/* aclnnFusedLinearCrossEntropyLossGrad: the backward of CE(input @ weight.T) for one vocabulary
+ * shard (seed 003).
+ *
+ *   G = softmax, or exp(input @ weight.T - logitsMax) / sumExpLogits   (float32)
+ *   G[i, maskedTarget[i]] -= 1 - targetMask[i];  G *= grad[:, None]
+ *   G is rounded to input's dtype, then (float32 accumulation)
+ *   inputGrad = G @ weight,  weightGrad = G.T @ input  (rounded to input's dtype).
+ *
+ * One pass over the tokens. The workspace holds the weight widened to float32, the float32
+ * weight-gradient accumulator, one row of G and two rows of H floats. */
+#include <stdlib.h>
+
+#include "ops_common.h"
+
+enum { FL_GRAD, FL_INPUT, FL_WEIGHT, FL_MASK, FL_MT, FL_LMAX, FL_SUMEXP, FL_SOFTMAX, FL_IGRAD, FL_WGRAD };
+
+typedef struct {
+    uint64_t wf, wg, grow, xrow, acc, total; /* byte offsets into the workspace, and its size */
+} flce_layout;
+
+static int flce_workspace(int64_t v, int64_t h, flce_layout *l)
+{
+    uint64_t vh, vh4, v4, h4;
+    if (emu_mul_u64((uint64_t)v, (uint64_t)h, &vh) || emu_mul_u64(vh, 4, &vh4) || emu_mul_u64((uint64_t)v, 4, &v4) ||
+        emu_mul_u64((uint64_t)h, 4, &h4) || vh4 > (UINT64_MAX >> 4))
+        return -1;
+    l->wf = 0;
+    l->wg = l->wf + emu_round_up(vh4);
+    l->grow = l->wg + emu_round_up(vh4);
+    l->xrow = l->grow + emu_round_up(v4);
+    l->acc = l->xrow + emu_round_up(h4);
+    l->total = l->acc + emu_round_up(h4);
+    return l->total > (uint64_t)INT64_MAX ? -1 : 0;
+}
+
+static inline int mask_bit(const emu_view *m, int64_t i)
+{
+    if (m->dtype == ACL_BOOL)
+        return emu_load_i64(m, emu_at1(m, i)) != 0;
+    return (int)((emu_load_i64(m, emu_at1(m, i / 8)) >> (i % 8)) & 1); /* UINT8, LSB first */
+}
+
+static float dot_f32(const float *a, const float *b, int64_t n)
+{
+    float s[8] = {0};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += a[k + j] * b[k + j];
+    float t = 0.0f;
+    for (; k < n; k++)
+        t += a[k] * b[k];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + t;
+}
+
+static aclnnStatus flce_run(aclOpExecutor *ex, char *ws)
+{
+    const emu_view *grad = &ex->t[FL_GRAD], *input = &ex->t[FL_INPUT], *weight = &ex->t[FL_WEIGHT],
+                   *mask = &ex->t[FL_MASK], *mt = &ex->t[FL_MT], *sm = &ex->t[FL_SOFTMAX],
+                   *lmax = &ex->t[FL_LMAX], *sexp = &ex->t[FL_SUMEXP], *igrad = &ex->t[FL_IGRAD],
+                   *wgrad = &ex->t[FL_WGRAD];
+    int64_t bt = input->dims[0], h = input->dims[1], v = weight->dims[0];
+    aclDataType dt = input->dtype;
+
+    /* local targets are device data: check the in-shard ones before anything is written */
+    for (int64_t i = 0; i < bt; i++) {
+        if (mask_bit(mask, i))
+            continue;
+        int64_t t = emu_load_i64(mt, emu_at1(mt, i));
+        if (t < 0 || t >= v) {
+            emu_set_error("aclnnFusedLinearCrossEntropyLossGrad: maskedTarget[%lld] = %lld is outside [0, %lld) "
+                          "for a token whose target is in this shard", (long long)i, (long long)t, (long long)v);
+            return ACLNN_ERR_RUNTIME_ERROR;
+        }
+    }
+
+    flce_layout l;
+    if (flce_workspace(v, h, &l) != 0)
+        return ACLNN_ERR_INNER; /* phase one checked this */
+    static float dummy[8];
+    char *base = ws ? ws : (char *)dummy; /* a zero-byte workspace may be NULL */
+    float *wf = (float *)(base + l.wf), *wg = (float *)(base + l.wg), *grow = (float *)(base + l.grow),
+          *xrow = (float *)(base + l.xrow), *acc = (float *)(base + l.acc);
+
+    for (int64_t r = 0; r < v; r++)
+        emu_gather_f32(weight, emu_at2(weight, r, 0), weight->strides[1], h, wf + r * h);
+    for (int64_t k = 0; k < v * h; k++)
+        wg[k] = 0.0f;
+
+    for (int64_t i = 0; i < bt; i++) {
+        emu_gather_f32(input, emu_at2(input, i, 0), input->strides[1], h, xrow);
+        float gi = emu_load_f32(grad, emu_at1(grad, i));
+        if (sm->present) {
+            emu_gather_f32(sm, emu_at2(sm, i, 0), sm->strides[1], v, grow);
+        } else {
+            float m = emu_load_f32(lmax, emu_at1(lmax, i)), se = emu_load_f32(sexp, emu_at1(sexp, i));
+            for (int64_t r = 0; r < v; r++)
+                grow[r] = expf(dot_f32(xrow, wf + r * h, h) - m) / se;
+        }
+        if (!mask_bit(mask, i))
+            grow[emu_load_i64(mt, emu_at1(mt, i))] -= 1.0f;
+        for (int64_t r = 0; r < v; r++)
+            grow[r] = emu_round_to(dt, grow[r] * gi); /* G in the input dtype before the matmuls */
+
+        for (int64_t k = 0; k < h; k++)
+            acc[k] = 0.0f;
+        for (int64_t r = 0; r < v; r++) {
+            const float g = grow[r], *wr = wf + r * h;
+            for (int64_t k = 0; k < h; k++)
+                acc[k] += g * wr[k];
+        }
+        emu_scatter_f32(igrad, emu_at2(igrad, i, 0), igrad->strides[1], h, acc);
+        for (int64_t r = 0; r < v; r++) {
+            const float g = grow[r];
+            float *gr = wg + r * h;
+            for (int64_t k = 0; k < h; k++)
+                gr[k] += g * xrow[k];
+        }
+    }
+    for (int64_t r = 0; r < v; r++)
+        emu_scatter_f32(wgrad, emu_at2(wgrad, r, 0), wgrad->strides[1], h, wg + r * h);
+    return ACLNN_SUCCESS;
+}
+
+static aclnnStatus need_shape(const aclOpExecutor *ex, int k, int ndim, int64_t d0, int64_t d1)
+{
+    const emu_view *t = &ex->t[k];
+    if (!t->present)
+        return ACLNN_SUCCESS;
+    if (t->ndim == ndim && t->dims[0] == d0 && (ndim == 1 || t->dims[1] == d1))
+        return ACLNN_SUCCESS;
+    char a[160];
+    if (ndim == 1)
+        emu_set_error("%s: %s must have shape (%lld,); got %s", ex->api, ex->names[k], (long long)d0,
+                      emu_shape_str(t, a, sizeof a));
+    else
+        emu_set_error("%s: %s must have shape (%lld, %lld); got %s", ex->api, ex->names[k], (long long)d0,
+                      (long long)d1, emu_shape_str(t, a, sizeof a));
+    return ACLNN_ERR_PARAM_INVALID;
+}
+
+EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
+    const aclTensor *grad, const aclTensor *input, const aclTensor *weight, const aclTensor *targetMask,
+    const aclTensor *maskedTarget, float labelSmoothing, const aclTensor *logitsMaxOptional,
+    const aclTensor *sumExpLogitsOptional, const aclTensor *softmaxOptional, aclTensor *inputGradOut,
+    aclTensor *weightGradOut, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const char api[] = "aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize";
+    aclOpExecutor ex;
+    emu_phase_one_start(&ex, api, workspaceSize, executor);
+    EMU_REQUIRE(api, grad, "grad");
+    EMU_REQUIRE(api, input, "input");
+    EMU_REQUIRE(api, weight, "weight");
+    EMU_REQUIRE(api, targetMask, "targetMask");
+    EMU_REQUIRE(api, maskedTarget, "maskedTarget");
+    if (!softmaxOptional) { /* recompute mode needs both row statistics */
+        EMU_REQUIRE(api, logitsMaxOptional, "logitsMaxOptional (softmaxOptional is NULL)");
+        EMU_REQUIRE(api, sumExpLogitsOptional, "sumExpLogitsOptional (softmaxOptional is NULL)");
+    }
+    EMU_REQUIRE(api, inputGradOut, "inputGradOut");
+    EMU_REQUIRE(api, weightGradOut, "weightGradOut");
+    EMU_REQUIRE(api, workspaceSize, "workspaceSize");
+    EMU_REQUIRE(api, executor, "executor");
+    ex.op = EMU_OP_FLCE_GRAD;
+    EMU_CHECK(emu_operand(&ex, FL_GRAD, "grad", grad));
+    EMU_CHECK(emu_operand(&ex, FL_INPUT, "input", input));
+    EMU_CHECK(emu_operand(&ex, FL_WEIGHT, "weight", weight));
+    EMU_CHECK(emu_operand(&ex, FL_MASK, "targetMask", targetMask));
+    EMU_CHECK(emu_operand(&ex, FL_MT, "maskedTarget", maskedTarget));
+    if (softmaxOptional) { /* the row statistics are ignored when softmax is given */
+        EMU_CHECK(emu_operand(&ex, FL_SOFTMAX, "softmaxOptional", softmaxOptional));
+    } else {
+        EMU_CHECK(emu_operand(&ex, FL_LMAX, "logitsMaxOptional", logitsMaxOptional));
+        EMU_CHECK(emu_operand(&ex, FL_SUMEXP, "sumExpLogitsOptional", sumExpLogitsOptional));
+    }
+    EMU_CHECK(emu_operand(&ex, FL_IGRAD, "inputGradOut", inputGradOut));
+    EMU_CHECK(emu_operand(&ex, FL_WGRAD, "weightGradOut", weightGradOut));
+
+    if (labelSmoothing != 0.0f) { /* also refuses NaN */
+        emu_set_error("%s: labelSmoothing must be 0 (the only value supported); got %g", api, (double)labelSmoothing);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    aclDataType dt = ex.t[FL_INPUT].dtype;
+    if (dt != ACL_FLOAT16 && dt != ACL_BF16) {
+        emu_set_error("%s: input has dtype %s; expected FLOAT16 or BF16", api, emu_dtype_name(dt));
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    EMU_CHECK(emu_need_dtype(&ex, FL_WEIGHT, dt));
+    EMU_CHECK(emu_need_dtype(&ex, FL_IGRAD, dt));
+    EMU_CHECK(emu_need_dtype(&ex, FL_WGRAD, dt));
+    static const int f32s[] = {FL_GRAD, FL_LMAX, FL_SUMEXP, FL_SOFTMAX};
+    for (int i = 0; i < 4; i++)
+        EMU_CHECK(emu_need_dtype(&ex, f32s[i], ACL_FLOAT));
+    aclDataType mdt = ex.t[FL_MASK].dtype, tdt = ex.t[FL_MT].dtype;
+    if (mdt != ACL_BOOL && mdt != ACL_UINT8) {
+        emu_set_error("%s: targetMask has dtype %s; expected BOOL (one per token) or UINT8 (bit-packed)", api,
+                      emu_dtype_name(mdt));
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    if (tdt != ACL_INT32 && tdt != ACL_INT64) {
+        emu_set_error("%s: maskedTarget has dtype %s; expected INT32 or INT64", api, emu_dtype_name(tdt));
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+
+    EMU_CHECK(emu_need_ndim(&ex, FL_GRAD, 1));
+    EMU_CHECK(emu_need_ndim(&ex, FL_INPUT, 2));
+    EMU_CHECK(emu_need_ndim(&ex, FL_WEIGHT, 2));
+    int64_t bt = ex.t[FL_GRAD].dims[0], h = ex.t[FL_INPUT].dims[1], v = ex.t[FL_WEIGHT].dims[0];
+    EMU_CHECK(need_shape(&ex, FL_INPUT, 2, bt, h));
+    EMU_CHECK(need_shape(&ex, FL_WEIGHT, 2, v, h));
+    EMU_CHECK(need_shape(&ex, FL_MT, 1, bt, 0));
+    EMU_CHECK(need_shape(&ex, FL_LMAX, 1, bt, 0));
+    EMU_CHECK(need_shape(&ex, FL_SUMEXP, 1, bt, 0));
+    EMU_CHECK(need_shape(&ex, FL_SOFTMAX, 2, bt, v));
+    EMU_CHECK(need_shape(&ex, FL_IGRAD, 2, bt, h));
+    EMU_CHECK(need_shape(&ex, FL_WGRAD, 2, v, h));
+    const emu_view *m = &ex.t[FL_MASK];
+    if (mdt == ACL_BOOL) {
+        EMU_CHECK(need_shape(&ex, FL_MASK, 1, bt, 0));
+    } else if (m->ndim != 1 || m->dims[0] > INT64_MAX / 8 || m->dims[0] * 8 < bt) {
+        char a[160];
+        emu_set_error("%s: targetMask (UINT8, bit-packed) must be 1-D with at least %lld bytes for BT=%lld; got %s",
+                      api, (long long)((bt + 7) / 8), (long long)bt, emu_shape_str(m, a, sizeof a));
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+
+    flce_layout l;
+    if (flce_workspace(v, h, &l) != 0) {
+        emu_set_error("%s: V=%lld, H=%lld is too large", api, (long long)v, (long long)h);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    ex.workspace_size = l.total;
+    ex.run = flce_run;
+    return emu_make_executor(api, &ex, workspaceSize, executor);
+}
+
+EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize,
+                                                            aclOpExecutor *executor, aclrtStream stream)
+{
+    return emu_launch("aclnnFusedLinearCrossEntropyLossGrad", EMU_OP_FLCE_GRAD, workspace, workspaceSize, executor,
+                      stream);
+}

@@ -1,0 +1,26 @@
+/* aclnnFusedLinearCrossEntropyLossGrad (CANN aclnnop/aclnn_fused_linear_cross_entropy_loss_grad.h). */
+#ifndef XLOSS_ACLNNOP_ACLNN_FUSED_LINEAR_CROSS_ENTROPY_LOSS_GRAD_H_
+#define XLOSS_ACLNNOP_ACLNN_FUSED_LINEAR_CROSS_ENTROPY_LOSS_GRAD_H_
+
+#include "../aclnn/acl_meta.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* grad (BT) FLOAT; input (BT, H) and weight (V, H) FLOAT16 or BF16; targetMask BOOL (BT) or UINT8
+ * bit-packed LSB first; maskedTarget (BT) INT32/INT64; labelSmoothing must be 0; softmaxOptional
+ * (BT, V) FLOAT, or logitsMaxOptional and sumExpLogitsOptional (BT) FLOAT; outputs in input's dtype. */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
+    const aclTensor *grad, const aclTensor *input, const aclTensor *weight, const aclTensor *targetMask,
+    const aclTensor *maskedTarget, float labelSmoothing, const aclTensor *logitsMaxOptional,
+    const aclTensor *sumExpLogitsOptional, const aclTensor *softmaxOptional, aclTensor *inputGradOut,
+    aclTensor *weightGradOut, uint64_t *workspaceSize, aclOpExecutor **executor);
+ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize,
+                                                                     aclOpExecutor *executor, aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

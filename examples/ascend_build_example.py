@@ -1,0 +1,66 @@
+"""Build (and optionally run) the C example that drives aclnnNLLLossBackward through the CANN ABI.
+
+It compiles ``ascend_nll_loss_backward.c`` against xloss's CANN-compatible headers and links
+the emulator library whose path xloss exposes, the way any C tool links it::
+
+    python examples/ascend_build_example.py --run
+    python examples/ascend_build_example.py --sanitize --run   # emulator sources compiled in, ASan/UBSan
+
+To build against a CANN installation instead, compile the same file with CANN's include
+folder and link ``-lascendcl -lnnopbase -lopapi``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from xloss.backends import ascend_aclnn
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "ascend_nll_loss_backward.c"
+SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+
+
+def build_command(out: Path, *, sanitize: bool = False, include=None, emulator_sources=None,
+                  cc: str | None = None) -> list[str]:
+    """The compiler command. ``include``: header folder (default: xloss's); ``emulator_sources``:
+    the folder holding ``csrc/`` for a sanitized build (default: the installed package)."""
+    cc = cc or os.environ.get("CC", "gcc")
+    include = Path(include or ascend_aclnn.include_dir())
+    if not (include / "acl" / "acl.h").exists():
+        raise SystemExit(f"{include} lacks acl/acl.h: pass the backends/ascend_aclnn/include folder of a checkout")
+    base = [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", f"-I{include}", str(SOURCE)]
+    if sanitize:  # the emulator's own sources, instrumented too, in place of the shared library
+        csrc = Path(emulator_sources or Path(ascend_aclnn.__file__).parent) / "csrc"
+        return base + SANITIZE + ["-D_POSIX_C_SOURCE=200809L", f"-I{csrc}", *map(str, sorted(csrc.glob("*.c"))),
+                                  "-o", str(out), "-lm", "-pthread"]
+    lib = Path(ascend_aclnn.emulator_library_path())
+    return base + ["-o", str(out), f"-L{lib.parent}", "-lxloss_aclnn", f"-Wl,-rpath,{lib.parent}", "-lm"]
+
+
+def build(out: Path | None = None, *, sanitize: bool = False, include=None) -> Path:
+    out = out or HERE / ("ascend_nll_loss_backward" + ("_asan" if sanitize else ""))
+    subprocess.run(build_command(out, sanitize=sanitize, include=include), check=True)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=None, help="executable path (default: next to the source)")
+    ap.add_argument("--include", type=Path, default=None, help="header folder (default: xloss's)")
+    ap.add_argument("--sanitize", action="store_true", help="compile the emulator in, with ASan and UBSan")
+    ap.add_argument("--run", action="store_true", help="run it after building")
+    args = ap.parse_args(argv)
+    exe = build(args.out, sanitize=args.sanitize, include=args.include)
+    print(exe)
+    if args.run:
+        return subprocess.run([str(exe)]).returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,473 @@
+"""The emulator's CANN ABI contract, called directly through cffi: tensor creation, the status
+codes of phase one, the executor and workspace rules of phase two, the runtime subset, and
+element conversions."""
+
+from __future__ import annotations
+
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from xloss.backends.ascend_aclnn import _cdef as C
+
+NULLPTR, INVALID, RUNTIME = C.ACLNN_ERR_PARAM_NULLPTR, C.ACLNN_ERR_PARAM_INVALID, C.ACLNN_ERR_RUNTIME_ERROR
+INVALID_PARAM = 100000  # ACL_ERROR_INVALID_PARAM
+
+
+def _phase_one(abi, op, d):
+    return abi.phase_one(op, *d.values())
+
+
+# ---- aclCreateTensor / aclDestroyTensor -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("label, kw", [
+    ("negative dim", dict(shape=[-1, 2], strides=[2, 1], storage=[8])),
+    ("negative stride", dict(shape=[2, 2], strides=[-2, 1], offset=2, storage=[8])),
+    ("negative offset", dict(shape=[2], strides=[1], offset=-1, storage=[8])),
+    ("view past storage", dict(shape=[3, 3], strides=[3, 1], offset=0, storage=[8])),
+    ("offset past storage", dict(shape=[1], strides=[1], offset=8, storage=[8])),
+    ("stride overflow", dict(shape=[3], strides=[2**62], storage=[8])),
+    ("unknown dtype", dict(shape=[2], dtype=C.ACL_DOUBLE + 2)),  # ACL_STRING: no element size
+    ("unknown format", dict(shape=[2], fmt=99)),
+    ("too many dims", dict(shape=[1] * 65)),
+])
+def test_create_tensor_refuses(session, abi, label, kw):
+    buf = session.malloc(64)
+    before = abi.live(C.LIVE_TENSORS)
+    kw = dict(kw)
+    dt = kw.pop("dtype", C.ACL_FLOAT)
+    t = abi.create(buf, kw.pop("shape"), dt, **kw)
+    assert t == abi.NULL
+    assert abi.message().startswith("aclCreateTensor:")
+    assert abi.live(C.LIVE_TENSORS) == before
+
+
+def test_create_tensor_null_data_and_null_arrays(session, abi):
+    buf = session.malloc(64)
+    assert abi.create(buf, [2], C.ACL_FLOAT, data=abi.NULL) == abi.NULL  # non-empty storage needs data
+    ffi, lib = abi.ffi, abi.lib
+    dims = ffi.new("int64_t[]", [2])
+    assert lib.aclCreateTensor(dims, 1, C.ACL_FLOAT, ffi.NULL, 0, C.ACL_FORMAT_ND, dims, 1, buf.ptr) == ffi.NULL
+    assert lib.aclCreateTensor(ffi.NULL, 1, C.ACL_FLOAT, dims, 0, C.ACL_FORMAT_ND, dims, 1, buf.ptr) == ffi.NULL
+    # an empty tensor may have no data; a 0-d tensor over 1-element storage is fine
+    t = lib.aclCreateTensor(ffi.new("int64_t[]", [0]), 1, C.ACL_FLOAT, ffi.new("int64_t[]", [1]), 0,
+                            C.ACL_FORMAT_ND, ffi.new("int64_t[]", [0]), 1, ffi.NULL)
+    assert t != ffi.NULL and lib.aclDestroyTensor(t) == 0
+    t = lib.aclCreateTensor(ffi.NULL, 0, C.ACL_FLOAT, ffi.NULL, 0, C.ACL_FORMAT_ND, ffi.NULL, 0, buf.ptr)
+    assert t != ffi.NULL and lib.aclDestroyTensor(t) == 0
+
+
+def test_destroy_tensor(session, abi):
+    buf = session.malloc(16)
+    t = abi.create(buf, [4], C.ACL_FLOAT)
+    assert abi.lib.aclDestroyTensor(t) == 0
+    assert abi.lib.aclDestroyTensor(t) == INVALID  # twice: reported, not a double free
+    assert "not a live aclTensor" in abi.message()
+    assert abi.lib.aclDestroyTensor(abi.NULL) == NULLPTR
+
+
+# ---- phase one ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["aclnnSigmoidFocalLoss", "aclnnSigmoidFocalLossBackward",
+                                "aclnnBinaryCrossEntropyBackward", "aclnnNLLLossBackward",
+                                "aclnnFusedLinearCrossEntropyLossGrad"])
+def test_null_required_pointer_is_161001(session, abi, ops, op):
+    for name in ops.required[op]:
+        d = ops.args(session, op)
+        d[name] = abi.NULL
+        st, ws, ex = _phase_one(abi, op, d)
+        assert st == NULLPTR, (op, name)
+        assert ex == abi.NULL and ws == 0
+        assert name in abi.message()
+    # the outputs workspaceSize and executor are required too
+    d = ops.args(session, op)
+    fn = abi.lib.symbol(op + "GetWorkspaceSize")
+    assert fn(*d.values(), abi.NULL, abi.ffi.new("aclOpExecutor **")) == NULLPTR
+    assert fn(*d.values(), abi.ffi.new("uint64_t *"), abi.NULL) == NULLPTR
+
+
+def test_valid_calls_and_optional_nulls(session, abi, ops):
+    for op in ops.names:
+        for override in ({}, {"weightOptional": abi.NULL}):
+            d = ops.args(session, op)
+            if any(k not in d for k in override):
+                continue
+            d.update(override)
+            st, ws, ex = _phase_one(abi, op, d)
+            assert st == 0, (op, abi.message())
+            assert abi.lib.aclDestroyAclOpExecutor(ex) == 0  # never run: released explicitly
+
+
+def test_flce_recompute_needs_both_row_tensors(session, abi, ops):
+    op = "aclnnFusedLinearCrossEntropyLossGrad"
+    for name in ("logitsMaxOptional", "sumExpLogitsOptional"):
+        d = ops.args(session, op, mode="recompute")
+        d[name] = abi.NULL
+        assert _phase_one(abi, op, d)[0] == NULLPTR
+    # with softmax given they are ignored, whatever they are
+    d = ops.args(session, op, mode="softmax")
+    d["logitsMaxOptional"] = d["input"]
+    st, ws, ex = _phase_one(abi, op, d)
+    assert st == 0 and ws > 0
+    abi.lib.aclDestroyAclOpExecutor(ex)
+
+
+def _bad_dtype_cases(s, abi, ops):
+    i32 = s.put(np.zeros((3, 5), np.int32))[0]
+    f64 = s.put(np.zeros((3, 5), np.float64))[0]
+    yield "aclnnSigmoidFocalLoss", {"self": i32}
+    yield "aclnnSigmoidFocalLoss", {"target": f64}
+    yield "aclnnSigmoidFocalLossBackward", {"gradOutput": s.put(np.asarray(1, np.int64))[0]}
+    yield "aclnnBinaryCrossEntropyBackward", {"weightOptional": s.put(np.ones(5, np.int8))[0]}
+    yield "aclnnBinaryCrossEntropyBackward", {"out": s.empty((3, 5), np.float64)[0]}
+    yield "aclnnNLLLossBackward", {"target": s.put(np.zeros(4, np.float32))[0]}
+    yield "aclnnNLLLossBackward", {"target": s.put(np.zeros(4, np.int16))[0]}
+    yield "aclnnNLLLossBackward", {"weight": s.put(np.ones(3, np.float16))[0]}  # must match self
+    yield "aclnnNLLLossBackward", {"totalWeight": s.put(np.ones(1, np.float16))[0]}
+    yield "aclnnNLLLossBackward", {"out": s.empty((4, 3), ml_dtypes.bfloat16)[0]}
+    flce = "aclnnFusedLinearCrossEntropyLossGrad"
+    yield flce, {"input": s.put(np.zeros((5, 4), np.float32))[0]}  # float32 input: no such path
+    yield flce, {"weight": s.put(np.zeros((6, 4), ml_dtypes.bfloat16))[0]}
+    yield flce, {"grad": s.put(np.zeros(5, np.float16))[0]}
+    yield flce, {"targetMask": s.put(np.zeros(5, np.int32))[0]}
+    yield flce, {"maskedTarget": s.put(np.zeros(5, np.uint8))[0]}
+    yield flce, {"weightGradOut": s.empty((6, 4), np.float32)[0]}
+
+
+def _bad_shape_cases(s, abi, ops):
+    yield "aclnnSigmoidFocalLoss", {"target": s.put(np.zeros((3, 4), np.float32))[0]}
+    yield "aclnnSigmoidFocalLoss", {"weightOptional": s.put(np.zeros((2, 3, 5), np.float32))[0]}
+    yield "aclnnSigmoidFocalLoss", {"out": s.empty((5, 3), np.float32)[0]}
+    yield "aclnnSigmoidFocalLossBackward", {"gradOutput": s.put(np.zeros((3, 2), np.float32))[0]}
+    yield "aclnnBinaryCrossEntropyBackward", {"out": s.empty((15,), np.float32)[0]}
+    yield "aclnnNLLLossBackward", {"weight": s.put(np.ones(4, np.float32))[0]}
+    yield "aclnnNLLLossBackward", {"target": s.put(np.zeros(3, np.int64))[0]}
+    yield "aclnnNLLLossBackward", {"gradOutput": s.put(np.ones(3, np.float32))[0]}
+    yield "aclnnNLLLossBackward", {"self": s.put(np.zeros((4, 3, 1), np.float32))[0]}
+    yield "aclnnNLLLossBackward", {"totalWeight": s.put(np.ones(2, np.float32))[0]}
+    flce = "aclnnFusedLinearCrossEntropyLossGrad"
+    yield flce, {"weight": s.put(np.zeros((6, 3), np.float16))[0]}
+    yield flce, {"maskedTarget": s.put(np.zeros(4, np.int64))[0]}
+    yield flce, {"targetMask": s.put(np.zeros(4, bool))[0]}  # bool: one per token
+    yield flce, {"targetMask": s.put(np.zeros((0,), np.uint8))[0]}  # bit-packed: too few bytes
+    yield flce, {"logitsMaxOptional": s.put(np.zeros(6, np.float32))[0]}
+    yield flce, {"inputGradOut": s.empty((5, 5), np.float16)[0]}
+    yield flce, {"grad": s.put(np.zeros((5, 1), np.float32))[0]}
+
+
+@pytest.mark.parametrize("kind", ["dtype", "shape"])
+def test_bad_dtype_or_shape_is_161002(session, abi, ops, kind):
+    cases = list((_bad_dtype_cases if kind == "dtype" else _bad_shape_cases)(session, abi, ops))
+    for op, override in cases:
+        d = ops.args(session, op)
+        d.update(override)
+        st, ws, ex = _phase_one(abi, op, d)
+        assert st == INVALID, (op, override.keys(), st)
+        assert ex == abi.NULL
+        assert abi.message()
+
+
+def test_bad_attributes_are_161002(session, abi, ops):
+    cases = [(op, {"reduction": r}) for op in ops.names[:4] for r in (-1, 3)]
+    cases += [(op, {"gamma": g}) for op in ops.names[:2] for g in (-0.5, float("nan"), float("inf"))]
+    cases += [(op, {"alpha": a}) for op in ops.names[:2] for a in (1.5, float("nan"))]
+    cases += [("aclnnFusedLinearCrossEntropyLossGrad", {"labelSmoothing": ls}) for ls in (0.1, -0.1, float("nan"))]
+    for op, override in cases:
+        d = ops.args(session, op)
+        d.update(override)
+        assert _phase_one(abi, op, d)[0] == INVALID, (op, override)
+    assert "labelSmoothing" in abi.message()
+    # alpha < 0 (no class weighting) and gamma 0 are valid
+    d = ops.args(session, "aclnnSigmoidFocalLoss")
+    d.update(alpha=-1.0, gamma=0.0)
+    st, _, ex = _phase_one(abi, "aclnnSigmoidFocalLoss", d)
+    assert st == 0
+    abi.lib.aclDestroyAclOpExecutor(ex)
+
+
+def test_memory_checks_are_161002(session, abi, ops):
+    op = "aclnnBinaryCrossEntropyBackward"
+    buf = session.upload(np.zeros(32, np.float32))
+    host = np.zeros(15, np.float32)
+    misaligned = abi.create(buf, [3, 5], C.ACL_FLOAT, data=abi.ffi.cast("char *", buf.ptr) + 4)
+    in_host = abi.create(buf, [3, 5], C.ACL_FLOAT, data=abi.ffi.cast("void *", host.ctypes.data))
+    nz = abi.create(buf, [3, 5], C.ACL_FLOAT, fmt=C.ACL_FORMAT_FRACTAL_NZ)
+    nine_d = abi.create(buf, [1] * 9, C.ACL_FLOAT)
+    # a pointer that is no aclTensor (a destroyed one's address may be reused by a new tensor)
+    dead = abi.ffi.cast("aclTensor *", host.ctypes.data)
+    # storage larger than the device block it claims to live in
+    big = abi.create(buf, [3, 5], C.ACL_FLOAT, storage=[64])
+    try:
+        for t, words in ((misaligned, "aligned"), (in_host, "device memory"), (nz, "format"),
+                         (nine_d, "dimensions"), (dead, "not a live aclTensor"), (big, "device memory")):
+            d = ops.args(session, op)
+            d["self"] = t
+            assert _phase_one(abi, op, d)[0] == INVALID, words
+            assert words in abi.message()
+    finally:
+        for t in (misaligned, in_host, nz, nine_d, big):
+            abi.lib.aclDestroyTensor(t)
+
+
+def test_plain_formats_are_accepted(session, abi, ops):
+    buf = session.upload(np.full(15, 0.5, np.float32))
+    for fmt in (C.ACL_FORMAT_NCHW, C.ACL_FORMAT_NHWC, C.ACL_FORMAT_ND):
+        t = session.tensor(buf, (3, 5), np.float32, fmt=fmt)
+        d = ops.args(session, "aclnnBinaryCrossEntropyBackward")
+        d["self"] = t
+        st, _, ex = _phase_one(abi, "aclnnBinaryCrossEntropyBackward", d)
+        assert st == 0
+        abi.lib.aclDestroyAclOpExecutor(ex)
+
+
+# ---- phase two --------------------------------------------------------------------------------------
+
+
+def _workspace(s, size):
+    return s.malloc(size).ptr if size else s.ffi.NULL
+
+
+def test_single_use_executor_runs_once(session, abi, ops):
+    for op in ops.names:
+        st, ws, ex = _phase_one(abi, op, ops.args(session, op, reduction=1 if "Focal" in op else 0))
+        assert st == 0
+        wsp = _workspace(session, ws)
+        assert abi.phase_two(op, wsp, ws, ex, session.stream) == 0, abi.message()
+        assert abi.phase_two(op, wsp, ws, ex, session.stream) == INVALID, op
+        assert "runs once" in abi.message()
+        assert abi.lib.aclDestroyAclOpExecutor(ex) == INVALID  # already released by its run
+
+
+def test_repeatable_executor_runs_many_times_then_is_destroyed(session, abi, ops):
+    op = "aclnnNLLLossBackward"
+    d = ops.args(session, op)
+    st, ws, ex = _phase_one(abi, op, d)
+    assert st == 0 and abi.lib.aclSetAclOpExecutorRepeatable(ex) == 0
+    live = abi.live(C.LIVE_EXECUTORS)
+    for _ in range(50):
+        assert abi.phase_two(op, abi.NULL, 0, ex, session.stream) == 0
+    assert abi.live(C.LIVE_EXECUTORS) == live
+    assert abi.lib.aclDestroyAclOpExecutor(ex) == 0
+    assert abi.live(C.LIVE_EXECUTORS) == live - 1
+    assert abi.phase_two(op, abi.NULL, 0, ex, session.stream) == INVALID  # gone
+    assert abi.lib.aclDestroyAclOpExecutor(ex) == INVALID
+    assert abi.lib.aclDestroyAclOpExecutor(abi.NULL) == 561103  # ACLNN_ERR_INNER_NULLPTR
+    assert abi.lib.aclSetAclOpExecutorRepeatable(abi.NULL) == 561103
+
+
+@pytest.mark.parametrize("op, kw", [("aclnnFusedLinearCrossEntropyLossGrad", {}),
+                                    ("aclnnSigmoidFocalLoss", {"reduction": 1})])
+def test_workspace_rules(session, abi, ops, op, kw):
+    st, ws, ex = _phase_one(abi, op, ops.args(session, op, **kw))
+    assert st == 0 and ws > 0 and ws % 32 == 0
+    abi.lib.aclSetAclOpExecutorRepeatable(ex)
+    wsp = session.malloc(ws).ptr
+    host = np.zeros(ws, np.uint8)
+    try:
+        assert abi.phase_two(op, wsp, ws - 1, ex, session.stream) == INVALID
+        assert "smaller than" in abi.message()
+        assert abi.phase_two(op, abi.NULL, ws, ex, session.stream) == NULLPTR
+        assert abi.phase_two(op, abi.ffi.cast("void *", host.ctypes.data), ws, ex, session.stream) == INVALID
+        assert abi.phase_two(op, wsp, ws, ex, session.stream) == 0
+        assert abi.phase_two(op, wsp, ws + 100, ex, session.stream) == 0  # larger is fine
+    finally:
+        abi.lib.aclDestroyAclOpExecutor(ex)
+    # a failed run spends a single-use executor too
+    st, ws, ex = _phase_one(abi, op, ops.args(session, op, **kw))
+    assert abi.phase_two(op, wsp, ws - 1, ex, session.stream) == INVALID
+    assert abi.phase_two(op, wsp, ws, ex, session.stream) == INVALID
+
+
+def test_executor_of_another_operator(session, abi, ops):
+    st, ws, ex = _phase_one(abi, "aclnnNLLLossBackward", ops.args(session, "aclnnNLLLossBackward"))
+    assert abi.phase_two("aclnnBinaryCrossEntropyBackward", abi.NULL, 0, ex, session.stream) == INVALID
+    assert "created by aclnnNLLLossBackwardGetWorkspaceSize" in abi.message()
+    assert abi.phase_two("aclnnNLLLossBackward", abi.NULL, 0, ex, session.stream) == 0  # not spent by that
+    assert abi.phase_two("aclnnNLLLossBackward", abi.NULL, 0, abi.NULL, session.stream) == NULLPTR
+
+
+def test_runtime_errors_in_phase_two(session, abi, ops):
+    op = "aclnnBinaryCrossEntropyBackward"
+    # an unknown stream
+    st, ws, ex = _phase_one(abi, op, ops.args(session, op))
+    bogus = abi.ffi.cast("void *", 0x1234560)
+    assert abi.phase_two(op, abi.NULL, 0, ex, bogus) == RUNTIME
+    # a thread without a device context
+    st, ws, ex = _phase_one(abi, op, ops.args(session, op))
+    got = []
+    t = threading.Thread(target=lambda: got.append(abi.phase_two(op, abi.NULL, 0, ex, abi.NULL)))
+    t.start()
+    t.join()
+    assert got == [RUNTIME]
+    # device memory freed between the phases
+    d = ops.args(session, op)
+    buf = session.upload(np.full(15, 0.5, np.float32))
+    d["self"] = session.tensor(buf, (3, 5), np.float32)
+    st, ws, ex = _phase_one(abi, op, d)
+    assert st == 0
+    assert abi.lib.aclrtFree(buf.ptr) == 0
+    session._buffers.remove(buf)
+    assert abi.phase_two(op, abi.NULL, 0, ex, session.stream) == RUNTIME
+    assert "freed" in abi.message()
+
+
+def test_destroyed_tensors_do_not_matter_after_phase_one(session, abi):
+    """The executor keeps its own copy of each operand's description."""
+    s = session
+    x = np.array([0.25, 0.5], np.float32)
+    bufs = [s.upload(x), s.upload(np.array([0.0, 1.0], np.float32)), s.upload(np.asarray(1.0, np.float32)),
+            s.malloc(8)]
+    ts = [abi.create(bufs[0], [2], C.ACL_FLOAT), abi.create(bufs[1], [2], C.ACL_FLOAT),
+          abi.create(bufs[2], [], C.ACL_FLOAT), abi.create(bufs[3], [2], C.ACL_FLOAT)]
+    st, ws, ex = abi.phase_one("aclnnBinaryCrossEntropyBackward", ts[2], ts[0], ts[1], abi.NULL, 0, ts[3])
+    for t in ts:
+        abi.lib.aclDestroyTensor(t)
+    assert st == 0 and abi.phase_two("aclnnBinaryCrossEntropyBackward", abi.NULL, 0, ex, s.stream) == 0
+    out = s.download(bufs[3], (2,), np.float32)
+    np.testing.assert_allclose(out, (x - [0, 1]) / (x * (1 - x)), rtol=1e-6)
+
+
+def test_nll_target_out_of_range_at_run_time(session, abi, ops):
+    """Device data cannot be checked in phase one; phase two refuses before writing anything."""
+    op = "aclnnNLLLossBackward"
+    d = ops.args(session, op)
+    out_buf = session.upload(np.full((4, 3), 7.0, np.float32))
+    d["out"] = session.tensor(out_buf, (4, 3), np.float32)
+    for bad in (3, -1):
+        d["target"] = session.put(np.array([0, bad, 1, 1], np.int64))[0]
+        st, ws, ex = _phase_one(abi, op, d)
+        assert st == 0
+        assert abi.phase_two(op, abi.NULL, 0, ex, session.stream) == RUNTIME
+        assert f"target[1] = {bad}" in abi.message()
+        np.testing.assert_array_equal(session.download(out_buf, (4, 3), np.float32), 7.0)
+
+
+def test_flce_masked_target_out_of_range_at_run_time(session, abi, ops):
+    op = "aclnnFusedLinearCrossEntropyLossGrad"
+    d = ops.args(session, op)
+    # token 1 is masked (bit 1 set), so its local target does not matter; token 0's does
+    d["maskedTarget"] = session.put(np.array([1, 99, 5, 2, 0], np.int64))[0]
+    st, ws, ex = _phase_one(abi, op, d)
+    assert abi.phase_two(op, session.malloc(ws).ptr, ws, ex, session.stream) == 0
+    d["maskedTarget"] = session.put(np.array([6, 0, 5, 2, 0], np.int64))[0]
+    st, ws, ex = _phase_one(abi, op, d)
+    assert abi.phase_two(op, session.malloc(ws).ptr, ws, ex, session.stream) == RUNTIME
+    assert "maskedTarget[0] = 6" in abi.message()
+
+
+# ---- the runtime subset ------------------------------------------------------------------------------
+
+
+def test_malloc(session, abi):
+    p = abi.ffi.new("void **")
+    assert abi.lib.aclrtMalloc(p, 0, 0) == INVALID_PARAM
+    assert abi.lib.aclrtMalloc(abi.NULL, 8, 0) == INVALID_PARAM
+    assert abi.lib.aclrtMalloc(p, 8, 77) == INVALID_PARAM
+    for size in (1, 3, 33, 1000):
+        buf = session.malloc(size)
+        assert int(abi.ffi.cast("uintptr_t", buf.ptr)) % 32 == 0
+    # fresh device memory is garbage, visibly: NaN in every float type
+    buf = session.malloc(16)
+    assert np.isnan(session.download(buf, (4,), np.float32)).all()
+
+
+def test_memcpy_checks_sizes_and_kinds(session, abi):
+    lib, ffi = abi.lib, abi.ffi
+    dev = session.malloc(16)
+    host = np.arange(8, dtype=np.float32)
+    hp = ffi.cast("void *", host.ctypes.data)
+    assert lib.aclrtMemcpy(dev.ptr, 16, hp, 32, C.ACL_MEMCPY_HOST_TO_DEVICE) == INVALID_PARAM  # count > destMax
+    assert lib.aclrtMemcpy(dev.ptr, 32, hp, 32, C.ACL_MEMCPY_HOST_TO_DEVICE) == INVALID_PARAM  # past the block
+    assert lib.aclrtMemcpy(hp, 32, dev.ptr, 16, C.ACL_MEMCPY_HOST_TO_DEVICE) == INVALID_PARAM  # wrong direction
+    assert lib.aclrtMemcpy(dev.ptr, 16, hp, 16, C.ACL_MEMCPY_DEVICE_TO_DEVICE) == INVALID_PARAM  # src is host
+    assert lib.aclrtMemcpy(dev.ptr, 16, hp, 16, 7) == INVALID_PARAM
+    assert lib.aclrtMemcpy(abi.NULL, 16, hp, 16, C.ACL_MEMCPY_HOST_TO_DEVICE) == INVALID_PARAM
+    assert lib.aclrtMemcpy(dev.ptr, 16, hp, 16, C.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    dev2 = session.malloc(16)
+    assert lib.aclrtMemcpy(dev2.ptr, 16, dev.ptr, 16, C.ACL_MEMCPY_DEVICE_TO_DEVICE) == 0
+    np.testing.assert_array_equal(session.download(dev2, (4,), np.float32), host[:4])
+    other = np.zeros(4, np.float32)
+    assert lib.aclrtMemcpy(ffi.cast("void *", other.ctypes.data), 16, hp, 16, C.ACL_MEMCPY_HOST_TO_HOST) == 0
+    np.testing.assert_array_equal(other, host[:4])
+
+
+def test_free(session, abi):
+    p = abi.ffi.new("void **")
+    assert abi.lib.aclrtMalloc(p, 64, 0) == 0
+    assert abi.lib.aclrtFree(abi.ffi.cast("char *", p[0]) + 32) == INVALID_PARAM  # not the start
+    assert abi.lib.aclrtFree(p[0]) == 0
+    assert abi.lib.aclrtFree(p[0]) == INVALID_PARAM  # twice
+    assert abi.lib.aclrtFree(abi.NULL) == INVALID_PARAM
+
+
+def test_runtime_state(session, abi):
+    lib = abi.lib
+    assert lib.aclInit(abi.NULL) == C.ACL_ERROR_REPEAT_INITIALIZE  # the adapter initialised it
+    assert lib.aclrtSetDevice(1) == 107001  # ACL_ERROR_RT_INVALID_DEVICEID: the emulator has one device
+    got = []
+
+    def no_context():
+        s = abi.ffi.new("aclrtStream *")
+        got.append(lib.aclrtCreateStream(s))
+        p = abi.ffi.new("void **")
+        got.append(lib.aclrtMalloc(p, 8, 0))
+
+    t = threading.Thread(target=no_context)
+    t.start()
+    t.join()
+    assert got == [107002, 107002]  # ACL_ERROR_RT_CONTEXT_NULL
+    assert lib.aclrtSynchronizeStream(abi.ffi.cast("void *", 0x10)) == INVALID_PARAM
+    assert lib.aclrtDestroyStream(abi.ffi.cast("void *", 0x10)) == INVALID_PARAM
+
+
+def test_recent_error_message_is_consumed(session, abi):
+    assert abi.lib.aclrtFree(abi.NULL) == INVALID_PARAM
+    assert "aclrtFree" in abi.message()
+    assert abi.message() == ""
+
+
+# ---- conversions ------------------------------------------------------------------------------------
+
+
+def _cast(abi, src: np.ndarray, src_code, dst_dtype, dst_code):
+    dst = np.empty(src.shape, dst_dtype)
+    st = abi.lib.xlossEmuCast(abi.ffi.cast("void *", src.ctypes.data), src_code,
+                              abi.ffi.cast("void *", dst.ctypes.data), dst_code, src.size)
+    assert st == 0
+    return dst
+
+
+@pytest.mark.parametrize("name, dtype, code", [("float16", np.float16, C.ACL_FLOAT16),
+                                               ("bfloat16", ml_dtypes.bfloat16, C.ACL_BF16)])
+def test_conversions_are_exact_round_to_nearest_even(abi, name, dtype, code):
+    every = np.arange(2**16, dtype=np.uint16).view(dtype)
+    widened = _cast(abi, every, code, np.float32, C.ACL_FLOAT)
+    expected = every.astype(np.float32)
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(np.isnan(widened), nan)
+    np.testing.assert_array_equal(widened[~nan].view(np.uint32), expected[~nan].view(np.uint32))
+    # narrowing: every value, every midpoint between neighbours (the ties), their float32
+    # neighbours, overflow and underflow boundaries, and random bit patterns
+    finite = expected[~nan & np.isfinite(expected)].astype(np.float64)
+    finite = np.unique(finite)
+    mids = (finite[:-1] + finite[1:]) / 2
+    probes = np.concatenate([finite, mids]).astype(np.float32)
+    rng = np.random.default_rng(0)
+    probes = np.concatenate([probes, np.nextafter(probes, np.float32(np.inf)), np.nextafter(probes, np.float32(-np.inf)),
+                             rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                             np.array([np.inf, -np.inf, 65504, 65519.99, 65520, 3.4e38, 1e-45, -0.0], np.float32)])
+    narrowed = _cast(abi, probes, C.ACL_FLOAT, dtype, code)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = probes.astype(dtype)
+    nan = np.isnan(probes)
+    np.testing.assert_array_equal(np.isnan(narrowed.astype(np.float32)), nan)
+    np.testing.assert_array_equal(narrowed[~nan].view(np.uint16), want[~nan].view(np.uint16))
+    # the public aclFloat16 helpers agree
+    if name == "float16":
+        assert abi.lib.aclFloatToFloat16(65520.0) == 0x7C00
+        assert abi.lib.aclFloat16ToFloat(0x3C00) == 1.0
+    assert abi.lib.aclDataTypeSize(code) == 2 and abi.lib.aclDataTypeSize(C.ACL_INT64) == 8
