@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 
 import xloss
-from xloss import reference as ref
-from xloss.backend import Backend, KernelCaps
 from xloss.conformance import runner
 from xloss.conformance.casefile import case_from_json, load_cases, save_cases
 from xloss.conformance.report import table, write_failures
