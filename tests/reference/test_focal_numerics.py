@@ -46,7 +46,7 @@ def test_finite_and_accurate_at_extreme_logits(alpha, y, gamma):
     dx = ref.sigmoid_focal_loss_grad(x, yy, 1.0, alpha=alpha, gamma=gamma)
     assert np.isfinite(loss).all() and np.isfinite(dx).all()
     # the same term-magnitude model the backends are held to (xloss.conformance), with float64 epsilon
-    _, loss_scale, grad_scale = term_scales(x, yy, alpha=alpha, gamma=gamma)
+    _, loss_scale, grad_scale, _, _ = term_scales(x, yy, alpha=alpha, gamma=gamma)
     eps = np.finfo(np.float64).eps
     for xi, li, di, ls, gs in zip(x, loss, dx, loss_scale, grad_scale):
         el, ed = mp_focal(xi, y, alpha, gamma)

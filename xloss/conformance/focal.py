@@ -141,7 +141,8 @@ def oracle(case: Case):
 
 
 def term_scales(x, y, *, alpha, gamma, weight=None):
-    """Per element: (loss, scale of the loss terms, scale of the gradient terms) — see descriptor.py."""
+    """Per element: the loss, the scales of the loss and gradient terms (see descriptor.py), and
+    the magnitudes of d(loss)/d(alpha) and d(dx)/d(alpha) (for alpha's rounding to the compute dtype)."""
     x, y = as_f64(x), as_f64(y)
     p, s = reference.sigmoid_pair(x)
     q = p * (1 - y) + s * y
@@ -158,29 +159,35 @@ def term_scales(x, y, *, alpha, gamma, weight=None):
     loss_scale = w * qg * (ce_terms + ce * pow_cond)
     t1 = qg * (q + np.abs(p * (1 - y) - s * y) * pow_cond)
     t2 = gamma * qg * r * ((1 + 2 * y) * ce_terms + np.abs(1 - 2 * y) * ce * (pow_cond + 2))
-    return loss, loss_scale, w * (t1 + t2)
+    # a_t = alpha*y + (1-alpha)*(1-y): d a_t / d alpha = 2y - 1
+    da = np.abs(2 * y - 1) * (np.abs(as_f64(weight)) if weight is not None else 1.0) if alpha >= 0 else 0 * x
+    dx_terms = qg * np.abs(p * (1 - y) - s * y) + gamma * qg * r * np.abs(1 - 2 * y) * ce
+    return loss, loss_scale, w * (t1 + t2), da * ce * qg, da * dx_terms
 
 
 def allowed(case: Case, expected):
     kw = case.kwargs
-    loss, loss_scale, grad_scale = term_scales(kw["x"], kw["y"], alpha=kw["alpha"], gamma=kw["gamma"],
-                                               weight=kw.get("weight"))
+    loss, loss_scale, grad_scale, loss_da, grad_da = term_scales(kw["x"], kw["y"], alpha=kw["alpha"],
+                                                                 gamma=kw["gamma"], weight=kw.get("weight"))
+    # alpha is a scalar of the compute dtype (C ABIs pass it as float): its rounding is allowed
+    d_alpha = 0.0 if case.dtype == "float64" else abs(kw["alpha"] - float(np.float32(kw["alpha"])))
     n = loss.size
     red = kw["reduction"]
     out = []
     if case.mode in ("forward", "forward+grad"):
         if red == "none":
-            scale = loss_scale
+            scale, extra = loss_scale, d_alpha * loss_da
         else:  # summation error of a careful (pairwise/blocked) float accumulation
             scale = np.asarray(loss_scale.sum() + math.log2(n + 1) * np.abs(loss).sum())
+            extra = d_alpha * loss_da.sum()
             if red == "mean" and n:
-                scale = scale / n
-        out.append(allowance(expected[0], scale, case.dtype))
+                scale, extra = scale / n, extra / n
+        out.append(allowance(expected[0], scale, case.dtype) + extra)
     if case.mode in ("grad", "forward+grad"):
         g = np.abs(as_f64(kw["grad"]))
         if red == "mean" and n:
             g = g / n
-        out.append(allowance(expected[-1], grad_scale * g, case.dtype))
+        out.append(allowance(expected[-1], grad_scale * g, case.dtype) + d_alpha * grad_da * g)
     return tuple(out)
 
 

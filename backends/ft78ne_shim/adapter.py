@@ -1,0 +1,699 @@
+"""The ``ft78ne`` and ``mt7004`` backends: xloss's validated arguments -> the DSP calling convention.
+
+One adapter drives the in-tree emulator or a vendor's / port author's library (``lib=`` or
+``$XLOSS_FT78NE_LIB``). What it declares follows the symbols the library exports; what it
+needs beyond the vendor entry points is optional and named in ``abi`` (error reporting, chip
+selection, private-memory allocation).
+
+``memory="shared"`` calls ``<fp|hp>_<op>_s`` once with the caller's arrays (DDR) and the core
+mask. ``memory="private"`` stages the data through the private memory of the cores in the mask,
+in tiles that fit, like DMA into AM/SM: each tile's operands are copied into buffers allocated in
+the core's arena, ``<fp|hp>_<op>_p`` runs on that core, and the results are copied out into host
+scratch; the caller's output is written only once every tile has succeeded.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...backend import Backend, KernelCaps
+from ...errors import BackendUnavailableError, KernelError, XLossTypeError, XLossValueError
+from ...kernels import REDUCTION_CODES
+from . import abi
+
+NONE, MEAN, SUM = (REDUCTION_CODES[r] for r in ("none", "mean", "sum"))
+BCE_EPS = 1e-12  # FT78NE_BCE_EPS: the eps of x(1-x) + eps, fixed inside the library
+ALIGN = 64  # the emulator's allocation granularity; the tile planner counts in it
+
+_PREFIX = {"float32": "fp", "float16": "hp"}
+_CTYPE = {"float32": "float", "float16": "half"}
+_CHIP_DTYPES = {"ft78ne": ("float32",), "mt7004": ("float32", "float16")}
+_DESCRIPTION = {
+    "ft78ne": "FT78NE DSP calling convention (fp32), host emulator or vendor library via cffi",
+    "mt7004": "MT7004 DSP calling convention (fp16, fp32), host emulator or vendor library via cffi",
+}
+_FOCAL_MODES = {
+    "forward": ("sigmoidfocalloss",),
+    "grad": ("sigmoidfocallossgrad",),
+    "forward+grad": ("sigmoidfocalloss", "sigmoidfocallossgrad"),
+}
+
+_core_locks: dict[tuple, threading.Lock] = {}
+_core_locks_guard = threading.Lock()
+
+
+def _core_lock(lib, core: int) -> threading.Lock:
+    """One lock per (library, core): a core's private memory serves one staged call at a time."""
+    with _core_locks_guard:
+        return _core_locks.setdefault((id(lib), core), threading.Lock())
+
+
+def _blk(nbytes: int) -> int:
+    """Bytes an allocation of ``nbytes`` takes (at least one granule, as the allocator does)."""
+    return max(1, -(-nbytes // ALIGN)) * ALIGN
+
+
+def _fit(budget: int, need, hi: int) -> int:
+    """The largest t in [1, hi] with need(t) <= budget (need is non-decreasing); 0 if none."""
+    if hi < 1 or need(1) > budget:
+        return 0
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _ranges(n: int, t: int):
+    """Bounds [lo, hi) of the fewest tiles of at most t items covering n, balanced (sizes differ by at
+    most one: no small last tile, whose mean scale g*m/n would be the smallest); [(0, 0)] for n == 0."""
+    if n == 0:
+        return [(0, 0)]
+    k = -(-n // t)
+    bounds = [i * (n // k) + min(i, n % k) for i in range(k + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _check_int(what: str, value: int) -> int:
+    if value > abi.INT_MAX:
+        raise XLossValueError(f"{what}={value} does not fit the C int of the FT78NE/MT7004 signature "
+                              f"(at most {abi.INT_MAX})")
+    return int(value)
+
+
+@dataclass
+class _PBuf:
+    """A buffer in a core's private memory: the vendor-call pointer and a NumPy view for staging."""
+
+    ptr: object
+    arr: np.ndarray
+
+
+class DspBackend(Backend):
+    """``ft78ne`` (fp32) or ``mt7004`` (fp16, fp32) over the DSP calling convention."""
+
+    OPTIONS = ("memory", "core_mask", "lib", "private_bytes")
+
+    def __init__(self, chip: str, **options):
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            raise XLossTypeError(f"backend {chip!r}: unknown option(s) {', '.join(unknown)}; "
+                                 f"options: {', '.join(self.OPTIONS)}")
+        memory = options.get("memory", "shared")
+        if memory not in ("shared", "private"):
+            raise XLossValueError(f"backend {chip!r}: memory must be 'shared' or 'private'; got {memory!r}")
+        core_mask = options.get("core_mask", abi.CORE_MASK_ALL)
+        if isinstance(core_mask, (bool, np.bool_)) or not isinstance(core_mask, (int, np.integer)):
+            raise XLossTypeError(f"backend {chip!r}: core_mask must be an int (bit i = core i); "
+                                 f"got {type(core_mask).__name__}")
+        core_mask = int(core_mask)
+        if not 0 < core_mask <= abi.CORE_MASK_ALL:
+            what = "selects no core" if core_mask == 0 else "names cores outside 0..7"
+            raise XLossValueError(f"backend {chip!r}: core_mask {core_mask:#x} {what}; valid masks are "
+                                  f"0x01..0xff (bit i = core i of {abi.NUM_CORES}, 0xff = all)")
+        private_bytes = options.get("private_bytes")
+        if private_bytes is not None:
+            if isinstance(private_bytes, bool) or not isinstance(private_bytes, (int, np.integer)):
+                raise XLossTypeError(f"backend {chip!r}: private_bytes must be an int; got {private_bytes!r}")
+            if private_bytes < ALIGN:
+                raise XLossValueError(f"backend {chip!r}: private_bytes must be >= {ALIGN}; got {private_bytes}")
+            private_bytes = int(private_bytes)
+        self.chip = chip
+        self.memory = memory
+        self.core_mask = core_mask
+        self.cores = [c for c in range(abi.NUM_CORES) if core_mask >> c & 1]
+        self.private_bytes = private_bytes
+        self.paths = abi.resolve(options.get("lib"))
+        shown = {"memory": memory, "core_mask": f"{core_mask:#04x}"}
+        if options.get("lib") is not None:
+            shown["lib"] = ":".join(self.paths)
+        if private_bytes is not None:
+            shown["private_bytes"] = private_bytes
+        super().__init__(name=chip, description=_DESCRIPTION[chip], options=shown)
+        self._lib = None
+        self._caps = None
+        self._state_lock = threading.Lock()
+
+    # -- the library ---------------------------------------------------------------------
+    @property
+    def lib(self):
+        if self._lib is None:
+            with self._state_lock:
+                if self._lib is None:
+                    lib = abi.load(self.paths)  # BackendUnavailableError if missing
+                    self._has_errors = all(lib.has(s) for s in abi.ERROR_HELPERS)
+                    self._has_clear = lib.has("ft78ne_emu_clear_error")
+                    self._has_chip = lib.has(abi.CHIP_HELPER)
+                    self._has_private = all(lib.has(s) for s in abi.PRIVATE_HELPERS)
+                    self._has_capacity = lib.has(abi.CAPACITY_HELPER)
+                    self._direct = abi.is_emulator(self.paths)
+                    self._lib = lib
+        return self._lib
+
+    @property
+    def ffi(self):
+        return self.lib.ffi
+
+    def availability(self):
+        try:
+            lib = self.lib
+        except BackendUnavailableError as exc:
+            hint = ""
+            if abi.is_emulator(self.paths) or self.paths == [str(abi.EMULATOR)]:
+                hint = " (build the emulator: python backends/ft78ne_shim/build.py, or reinstall xloss)"
+            return False, f"{exc}{hint}"
+        suffix = "_s" if self.memory == "shared" else "_p"
+        if not self.capabilities():
+            return False, (f"{':'.join(self.paths)} exports no {'/'.join(_PREFIX[d] for d in _CHIP_DTYPES[self.chip])}"
+                           f"_<op>{suffix} entry point")
+        if self.memory == "private":
+            missing = [s for s in abi.PRIVATE_HELPERS if not lib.has(s)]
+            if missing:
+                return False, (f"memory='private' needs the private-memory helpers {', '.join(missing)} "
+                               f"(see include/ft78ne_emu.h), which {':'.join(self.paths)} does not export")
+            if not self._has_capacity and self.private_bytes is None:
+                return False, (f"memory='private' needs {abi.CAPACITY_HELPER} or the private_bytes= option "
+                               "(the private memory per core)")
+        return True, ""
+
+    def info(self):
+        out = {"library": ":".join(self.paths), "chip": self.chip.upper(), "memory": self.memory,
+               "core_mask": f"{self.core_mask:#04x}"}
+        try:
+            lib = self.lib
+        except BackendUnavailableError as exc:
+            out["error"] = str(exc)
+            return out
+        out["library kind"] = "in-tree emulator" if self._direct else "external (vendor or port) library"
+        if self._has_capacity:
+            out["private memory per core"] = f"{int(lib.ft78ne_emu_private_capacity())} bytes"
+        if self.private_bytes is not None:
+            out["staging budget per core"] = f"{self.private_bytes} bytes"
+        out["error reporting"] = "yes" if self._has_errors else "no (library lacks ft78ne_emu_last_error)"
+        return out
+
+    # -- capabilities: what the loaded library's symbols can express -----------------------
+    def capabilities(self):
+        if self._caps is None:
+            try:
+                lib = self.lib
+            except BackendUnavailableError:
+                return {}
+            self._caps = self._declare(lib)
+        return self._caps
+
+    def _declare(self, lib):
+        suffix = "_s" if self.memory == "shared" else "_p"
+        dtypes = _CHIP_DTYPES[self.chip]
+
+        def has(dtype, *ops):
+            return all(lib.has(f"{_PREFIX[dtype]}_{op}{suffix}") for op in ops)
+
+        limit = abi.INT_MAX  # sizes are C ints
+        memory_note = f"{self.memory} memory, core_mask {self.core_mask:#04x}"
+        caps = {}
+        # focal: a dtype's modes are those whose entry points it exports; declare the largest
+        # (dtypes x modes) block every declared dtype fully supports.
+        per_dtype = {d: {m for m, ops in _FOCAL_MODES.items() if has(d, *ops)} for d in dtypes}
+        candidates = [tuple(dtypes)] + ([(d,) for d in dtypes] if len(dtypes) > 1 else [])
+        best = (0, (), ())
+        for subset in candidates:
+            modes = set.intersection(*(per_dtype[d] for d in subset))
+            if len(modes) * len(subset) > best[0]:
+                best = (len(modes) * len(subset), subset, tuple(sorted(modes)))
+        if best[0]:
+            caps["focal_loss"] = KernelCaps.declare(
+                "focal_loss", dtypes=best[1], mode=best[2], weight=False, max_elements=limit,
+                notes=f"no per-element weight in the DSP signature; {memory_note}")
+        d = [x for x in dtypes if has(x, "binarycrossentropygrad")]
+        if d:
+            caps["bce_grad"] = KernelCaps.declare(
+                "bce_grad", dtypes=d, eps_mode="add", fixed={"eps": BCE_EPS}, max_elements=limit,
+                notes=f"the manual's x(1-x) + eps; {memory_note}")
+        d = [x for x in dtypes if has(x, "nlllossgrad")]
+        if d:
+            caps["nll_loss_grad"] = KernelCaps.declare("nll_loss_grad", dtypes=d, max_elements=limit,
+                                                       notes=memory_note)
+        d = [x for x in dtypes if has(x, "fusedlinearcrossentropylossgrad")]
+        if d:
+            caps["fused_linear_cross_entropy_grad"] = KernelCaps.declare(
+                "fused_linear_cross_entropy_grad", dtypes=d, label_smoothing=False, max_elements=limit,
+                notes=f"no label smoothing in the DSP signature; {memory_note}")
+        return caps
+
+    # -- calling the library -----------------------------------------------------------------
+    def _ptr(self, arr, ctype):
+        return self.ffi.NULL if arr is None else self.ffi.from_buffer(ctype + "[]", arr)
+
+    def _raise_for_status(self, what: str) -> None:
+        if not self._has_errors:
+            return
+        lib = self.lib
+        code = int(lib.ft78ne_emu_last_error())
+        if code:
+            msg = self.ffi.string(lib.ft78ne_emu_last_error_message()).decode("utf-8", "replace") or what
+            name = abi.STATUS.get(code, f"status {code}")
+            raise KernelError(f"backend {self.name!r}: {msg} [{name}]", status=code, status_name=abi.STATUS.get(code))
+
+    def _invoke(self, fname: str, *args) -> None:
+        """Call a vendor function on this thread (emulating this backend's chip) and raise its error."""
+        lib = self.lib
+        fn = lib.symbol(fname)
+        if self._has_chip:
+            lib.ft78ne_emu_set_chip(abi.CHIPS[self.chip])
+        if self._has_clear:
+            lib.ft78ne_emu_clear_error()
+        fn(*args)
+        self._raise_for_status(fname)
+
+    def _names(self, dtype, op):
+        name = dtype.name  # float32 or float16: the request was checked against the declaration
+        suffix = "_s" if self.memory == "shared" else "_p"
+        return f"{_PREFIX[name]}_{op}{suffix}", _CTYPE[name]
+
+    def _out(self, arr: np.ndarray) -> np.ndarray:
+        """Where a shared call writes: the output itself for the emulator (it validates before it
+        writes), host scratch for an external library (a port that fails half-way cannot corrupt it)."""
+        return arr if self._direct else np.empty_like(arr)
+
+    # -- upstream gradients --------------------------------------------------------------------
+    @staticmethod
+    def _upstream(grad, reduction: str, dtype):
+        """(reduction code, dloss) for one call over the whole input.
+
+        A uniform gradient for ``none`` goes as one element with reduction=sum, which the
+        convention defines identically (dx_n = dloss * ...), instead of an n-element array."""
+        if isinstance(grad, np.ndarray):
+            return NONE, grad.reshape(-1)
+        return (MEAN if reduction == "mean" else SUM), np.array([grad], dtype=dtype)
+
+    @staticmethod
+    def _tile_upstream(grad, reduction: str, dtype, lo: int, hi: int, n: int, ntiles: int):
+        """(reduction code, dloss) for the tile [lo, hi) of n elements: ``mean`` stays global.
+
+        The library divides a mean's upstream gradient by the size it is given, the tile's m, so the
+        tile gets g * m / n (rounded once to the dtype; balanced tiles keep it near g / ntiles, far
+        from underflow)."""
+        if isinstance(grad, np.ndarray):
+            return NONE, grad.reshape(-1)[lo:hi]
+        if reduction != "mean" or ntiles == 1:
+            return DspBackend._upstream(grad, reduction, dtype)
+        with np.errstate(over="ignore", under="ignore"):
+            return MEAN, np.array([grad * (hi - lo) / n], dtype=dtype)
+
+    # -- private memory -------------------------------------------------------------------------
+    def _budget(self) -> int:
+        if self.private_bytes is not None:
+            return self.private_bytes
+        return int(self.lib.ft78ne_emu_private_capacity())
+
+    def _too_big(self, what: str, need: int):
+        return KernelError(
+            f"backend {self.name!r} (memory='private'): {what} needs {need} bytes of private memory, more than "
+            f"the {self._budget()} bytes per core available for staging; use memory='shared', or a larger "
+            f"capacity (FT78NE_EMU_PRIVATE_BYTES / ft78ne_emu_set_private_capacity / private_bytes=)",
+            status=abi.ERR_CAPACITY, status_name=abi.STATUS[abi.ERR_CAPACITY])
+
+    def _select_core(self, core: int) -> None:
+        lib = self.lib
+        if int(lib.ft78ne_emu_set_core(core)) != 0:
+            self._raise_for_status("ft78ne_emu_set_core")
+            raise KernelError(f"backend {self.name!r}: ft78ne_emu_set_core({core}) failed")
+
+    def _run_private(self, specs: dict, ntiles: int, stage_call, *, cores=None) -> None:
+        """Run tiles 0..ntiles-1 on the cores (tile i on core i mod k), each core with its own buffers.
+
+        ``specs``: name -> (ctype, dtype, max count) of the private buffers a tile needs;
+        ``stage_call(i, bufs)`` stages tile i into them, calls the vendor function and copies its
+        results to host scratch. The first failure stops the other cores and is raised."""
+        cores = list(cores or self.cores)
+        k = max(1, min(len(cores), ntiles))
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def work(core, tiles):
+            try:
+                with _core_lock(self.lib, core):
+                    self._on_core(core, specs, tiles, stage_call, stop)
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+                errors.append(exc)
+                stop.set()
+
+        assignments = [(cores[j], range(j, ntiles, k)) for j in range(k)]
+        if k == 1:
+            work(*assignments[0])
+        else:
+            threads = [threading.Thread(target=work, args=a, name=f"xloss-{self.name}-core{a[0]}") for a in assignments]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        if errors:
+            raise errors[0]
+
+    def _on_core(self, core, specs, tiles, stage_call, stop) -> None:
+        lib, ffi = self.lib, self.ffi
+        self._select_core(core)
+        held = []
+        try:
+            bufs = {}
+            for name, (ctype, dtype, count) in specs.items():
+                nbytes = max(1, count) * np.dtype(dtype).itemsize
+                p = lib.ft78ne_emu_private_alloc(core, nbytes)
+                if p == ffi.NULL:
+                    self._raise_for_status("ft78ne_emu_private_alloc")
+                    raise KernelError(f"backend {self.name!r}: could not allocate {nbytes} bytes for {name} in core "
+                                      f"{core}'s private memory", status=abi.ERR_CAPACITY,
+                                      status_name=abi.STATUS[abi.ERR_CAPACITY])
+                held.append(p)
+                arr = np.frombuffer(ffi.buffer(p, nbytes), dtype=dtype)
+                bufs[name] = _PBuf(ffi.cast(ctype + " *", p), arr)
+            for i in tiles:
+                if stop.is_set():
+                    return
+                stage_call(i, bufs)
+        finally:
+            for p in held:
+                lib.ft78ne_emu_private_free(core, p)
+
+    # -- kernels -----------------------------------------------------------------------------------
+    def focal_loss(self, a):
+        self.check(a.request())
+        # alpha crosses the ABI as a C float; the conformance tolerance models that rounding
+        self._focal(a)
+
+    def _focal(self, a):
+        n = _check_int("input_size", a.x.size)
+        x, y = a.x.reshape(-1), a.y.reshape(-1)
+        if a.loss_out is not None:
+            fname, ct = self._names(a.x.dtype, "sigmoidfocalloss")
+            if self.memory == "shared":
+                out = self._out(a.loss_out.reshape(-1))
+                self._invoke(fname, n, REDUCTION_CODES[a.reduction], a.alpha, a.gamma, self._ptr(x, ct),
+                             self._ptr(y, ct), self._ptr(out, ct), self.core_mask)
+                self._finish(a.loss_out, out)
+            else:
+                self._focal_forward_private(a, fname, ct, x, y, n)
+        if a.grad_out is not None:
+            fname, ct = self._names(a.x.dtype, "sigmoidfocallossgrad")
+            if self.memory == "shared":
+                red, dl = self._upstream(a.grad, a.reduction, a.x.dtype)
+                out = self._out(a.grad_out.reshape(-1))
+                self._invoke(fname, n, red, a.alpha, a.gamma, self._ptr(x, ct), self._ptr(y, ct),
+                             self._ptr(dl, ct), self._ptr(out, ct), self.core_mask)
+                self._finish(a.grad_out, out)
+            else:
+                self._elementwise_grad_private(
+                    a, fname, ct, n, [x, y], lambda b, m, red, has_w: (
+                        m, red, a.alpha, a.gamma, b["x0"].ptr, b["x1"].ptr, b["dl"].ptr, b["dx"].ptr),
+                    a.grad_out)
+
+    def bce_grad(self, a):
+        self.check(a.request())
+        n = _check_int("input_size", a.x.size)
+        x, y = a.x.reshape(-1), a.y.reshape(-1)
+        # the vendor takes one weight per element: expand the broadcastable weight
+        w = None if a.weight is None else np.ascontiguousarray(np.broadcast_to(a.weight, a.x.shape)).reshape(-1)
+        fname, ct = self._names(a.x.dtype, "binarycrossentropygrad")
+        if self.memory == "shared":
+            red, dl = self._upstream(a.grad, a.reduction, a.x.dtype)
+            out = self._out(a.out.reshape(-1))
+            self._invoke(fname, n, red, self._ptr(x, ct), self._ptr(y, ct), self._ptr(w, ct), self._ptr(dl, ct),
+                         self._ptr(out, ct), int(w is not None), self.core_mask)
+            self._finish(a.out, out)
+        else:
+            ins = [x, y] + ([w] if w is not None else [])
+            self._elementwise_grad_private(
+                a, fname, ct, n, ins, lambda b, m, red, has_w: (
+                    m, red, b["x0"].ptr, b["x1"].ptr, b["x2"].ptr if has_w else self.ffi.NULL, b["dl"].ptr,
+                    b["dx"].ptr, int(has_w)),
+                a.out, has_weight=w is not None)
+
+    @staticmethod
+    def _finish(dst: np.ndarray, src: np.ndarray) -> None:
+        flat = dst.reshape(-1)
+        if src.size and not np.shares_memory(src, flat):  # scratch of an external library: copy it over
+            flat[...] = src.reshape(-1)
+
+    def _elementwise_grad_private(self, a, fname, ct, n, ins, args_of, out, *, has_weight=False):
+        """BCE / focal gradient through private memory: tiles of m elements, mean kept global."""
+        dt = a.x.dtype
+        es = dt.itemsize
+        per_element = isinstance(a.grad, np.ndarray)
+
+        def need(t):
+            return len(ins) * _blk(t * es) + _blk((t if per_element else 1) * es) + _blk(t * es)
+
+        t = _fit(self._budget(), need, max(n, 1))
+        if t == 0:
+            raise self._too_big(f"{fname} on one element", need(1))
+        tiles = _ranges(n, t)
+        host = np.empty(n, dt)
+        specs = {f"x{i}": (ct, dt, t) for i in range(len(ins))}
+        specs["dl"] = (ct, dt, t if per_element else 1)
+        specs["dx"] = (ct, dt, t)
+
+        def stage(i, b):
+            lo, hi = tiles[i]
+            m = hi - lo
+            for j, arr in enumerate(ins):
+                b[f"x{j}"].arr[:m] = arr[lo:hi]
+            red, dl = self._tile_upstream(a.grad, a.reduction, dt, lo, hi, n, len(tiles))
+            b["dl"].arr[:dl.size] = dl
+            self._invoke(fname, *args_of(b, m, red, has_weight))
+            host[lo:hi] = b["dx"].arr[:m]
+
+        self._run_private(specs, len(tiles), stage)
+        out.reshape(-1)[...] = host
+
+    def _focal_forward_private(self, a, fname, ct, x, y, n):
+        dt = a.x.dtype
+        es = dt.itemsize
+        none = a.reduction == "none"
+
+        def need(t):
+            return 2 * _blk(t * es) + _blk((t if none else 1) * es)
+
+        t = _fit(self._budget(), need, max(n, 1))
+        if t == 0:
+            raise self._too_big(f"{fname} on one element", need(1))
+        tiles = _ranges(n, t)
+        single = len(tiles) == 1
+        # Several tiles: fp32 tiles return sums (combined here in float64); fp16 tiles return
+        # means (a half sum could overflow where the mean does not), weighted by their size here.
+        if none or single:
+            tile_red = REDUCTION_CODES[a.reduction]
+        else:
+            tile_red = SUM if dt == np.float32 else MEAN
+        host = np.empty(n if none else 1, dt)
+        partial = np.zeros(len(tiles), np.float64)
+        specs = {"x": (ct, dt, t), "y": (ct, dt, t), "loss": (ct, dt, t if none else 1)}
+
+        def stage(i, b):
+            lo, hi = tiles[i]
+            m = hi - lo
+            b["x"].arr[:m] = x[lo:hi]
+            b["y"].arr[:m] = y[lo:hi]
+            self._invoke(fname, m, tile_red, a.alpha, a.gamma, b["x"].ptr, b["y"].ptr, b["loss"].ptr)
+            if none:
+                host[lo:hi] = b["loss"].arr[:m]
+            elif single:
+                host[0] = b["loss"].arr[0]
+            else:
+                partial[i] = float(b["loss"].arr[0]) * (1 if tile_red == SUM else m)
+
+        self._run_private(specs, len(tiles), stage)
+        if not (none or single):
+            total = math.fsum(partial)  # in tile order, whatever core ran which tile
+            with np.errstate(over="ignore", invalid="ignore"):
+                host[0] = np.asarray(total / n if a.reduction == "mean" else total).astype(dt)
+        a.loss_out.reshape(-1)[...] = host
+
+    def nll_loss_grad(self, a):
+        self.check(a.request())
+        dt = a.self.dtype
+        batch = _check_int("batch", a.self.shape[0] if a.self.ndim == 2 else 1)
+        classes = _check_int("classes", a.self.shape[-1])
+        t64 = a.target.reshape(-1).astype(np.int64)
+        ign = a.ignore_index
+        valid = t64 != ign
+        if -(2**31) <= ign <= abi.INT_MAX:
+            c_ign, t32 = int(ign), t64.astype(np.int32)  # every target is in [0, C) or equal to ign
+        else:  # an ignore_index beyond C int: ignored rows get -1, which no class index equals
+            c_ign, t32 = -1, np.where(valid, t64, -1).astype(np.int32)
+        w = a.weight
+        tw = None
+        if a.reduction == "mean":
+            if a.total_weight is not None:
+                tw = a.total_weight
+            else:
+                ws = np.ones(classes) if w is None else w.astype(np.float64)
+                tw = math.fsum(ws[t64[valid]])
+            tw = np.array([tw], np.float32)
+        fname, ct = self._names(dt, "nlllossgrad")
+        if self.memory == "shared":
+            red, dl = self._upstream(a.grad, a.reduction, dt)
+            out = self._out(a.out.reshape(-1))
+            self._invoke(fname, batch, classes, red, c_ign, self._ptr(dl, ct), self._ptr(t32, "int"),
+                         self._ptr(w, ct), self._ptr(tw, "float"), self._ptr(out, ct), int(w is not None),
+                         self.core_mask)
+            self._finish(a.out, out)
+        else:
+            self._nll_private(a, fname, ct, batch, classes, t64, valid, t32, c_ign, w, tw)
+
+    def _nll_private(self, a, fname, ct, batch, classes, t64, valid, t32, c_ign, w, tw):
+        """Row tiles (and class chunks when a row does not fit); total_weight stays global."""
+        dt = a.self.dtype
+        es = dt.itemsize
+        per_row = isinstance(a.grad, np.ndarray)
+
+        def need(rows, cc):
+            return (_blk((rows if per_row else 1) * es) + _blk(rows * 4) + (_blk(cc * es) if w is not None else 0)
+                    + (_blk(4) if tw is not None else 0) + _blk(rows * cc * es))
+
+        budget = self._budget()
+        cc = classes if need(1, classes) <= budget else _fit(budget, lambda c: need(1, c), classes)
+        if classes and cc == 0:
+            raise self._too_big(f"{fname} on one row and one class", need(1, 1))
+        rows = _fit(budget, lambda r: need(r, cc), max(batch, 1))
+        row_tiles = _ranges(batch, rows)
+        class_tiles = _ranges(classes, cc) if cc else [(0, 0)]
+        tiles = [(r, c) for c in class_tiles for r in row_tiles]
+        host = np.empty((batch, classes), dt)
+        specs = {"dl": (ct, dt, rows if per_row else 1), "t": ("int", np.int32, rows),
+                 "dx": (ct, dt, rows * cc)}
+        if w is not None:
+            specs["w"] = (ct, dt, cc)
+        if tw is not None:
+            specs["tw"] = ("float", np.float32, 1)
+        chunked = len(class_tiles) > 1
+
+        def stage(i, b):
+            (r0, r1), (c0, c1) = tiles[i]
+            m, k = r1 - r0, c1 - c0
+            if chunked:  # targets relative to the chunk; rows whose target lies elsewhere are "ignored" here
+                inside = valid[r0:r1] & (t64[r0:r1] >= c0) & (t64[r0:r1] < c1)
+                b["t"].arr[:m] = np.where(inside, t64[r0:r1] - c0, -1)
+                ign = -1
+            else:
+                b["t"].arr[:m] = t32[r0:r1]
+                ign = c_ign
+            red, dl = self._upstream(a.grad.reshape(-1)[r0:r1] if per_row else a.grad, a.reduction, dt)
+            b["dl"].arr[:dl.size] = dl
+            if w is not None:
+                b["w"].arr[:k] = w[c0:c1]
+            if tw is not None:
+                b["tw"].arr[0] = tw[0]
+            self._invoke(fname, m, k, red, ign, b["dl"].ptr, b["t"].ptr, b["w"].ptr if w is not None else self.ffi.NULL,
+                         b["tw"].ptr if tw is not None else self.ffi.NULL, b["dx"].ptr, int(w is not None))
+            host[r0:r1, c0:c1] = b["dx"].arr[:m * k].reshape(m, k)
+
+        self._run_private(specs, len(tiles), stage)
+        a.out.reshape(-1)[...] = host.reshape(-1)
+
+    def fused_linear_cross_entropy_grad(self, a):
+        self.check(a.request())
+        dt = a.input.dtype
+        bt, hidden = a.input.shape
+        vocab = a.weight.shape[0]
+        for what, v in (("bt", bt), ("hidden", hidden), ("vocab", vocab)):
+            _check_int(what, v)
+        # the DSP layout: one byte per token, nonzero = target not in this shard
+        if a.mask_format == "bitpacked":
+            mask = np.unpackbits(a.target_mask, count=bt, bitorder="little")
+        else:
+            mask = np.ascontiguousarray(a.target_mask).view(np.uint8)
+        mt = a.masked_target.astype(np.int32)  # in [0, V), checked by validation
+        softmax = a.mode == "softmax"
+        fname, ct = self._names(dt, "fusedlinearcrossentropylossgrad")
+        if self.memory == "shared":
+            ig, wg = self._out(a.input_grad_out), self._out(a.weight_grad_out)
+            self._invoke(fname, bt, hidden, vocab, self._ptr(a.grad, "float"), self._ptr(a.input, ct),
+                         self._ptr(a.weight, ct), self._ptr(mask, "unsigned char"), self._ptr(mt, "int"),
+                         self._ptr(a.logits_max, "float"), self._ptr(a.sum_exp_logits, "float"),
+                         self._ptr(a.softmax, "float"), self._ptr(ig, ct), self._ptr(wg, ct), int(softmax),
+                         self.core_mask)
+            self._finish(a.input_grad_out, ig)
+            self._finish(a.weight_grad_out, wg)
+        else:
+            self._flce_private(a, fname, ct, bt, hidden, vocab, mask, mt, softmax)
+
+    def _flce_private(self, a, fname, ct, bt, hidden, vocab, mask, mt, softmax):
+        """Tiles of tokens x vocabulary rows, accumulated in place with the ``accumulate`` flag.
+
+        input_grad[b-tile] sums over the vocabulary tiles, weight_grad[v-tile] over the token
+        tiles: tile (b, v) stages both partial outputs in and adds (accumulate=1), except the very
+        first, which overwrites (accumulate=0). The tiles form one accumulation chain, so they run
+        in order on the first core of the mask."""
+        dt = a.input.dtype
+        es = dt.itemsize
+
+        def need(b, v):
+            n = (_blk(b * 4) + 2 * _blk(b * hidden * es) + 2 * _blk(v * hidden * es) + _blk(b) + _blk(b * 4)
+                 + (_blk(b * v * 4) if softmax else 2 * _blk(b * 4)))
+            return n + (_blk(hidden * 4) if hidden else 0)  # the library's row accumulator (private scratch)
+
+        budget = self._budget()
+        if need(1, 1) > budget:
+            raise self._too_big(f"{fname} on one token and one vocabulary row (hidden={hidden})", need(1, 1))
+        if need(1, vocab) <= budget:
+            vt = vocab
+        else:  # vocabulary rows take at most half the budget, tokens the rest
+            vt = max(1, _fit(budget // 2, lambda v: need(1, v), vocab))
+        btile = _fit(budget, lambda b: need(b, vt), max(bt, 1))
+        v_tiles = _ranges(vocab, vt) if vt else [(0, 0)]
+        b_tiles = _ranges(bt, btile)
+        tiles = [(bi, vi) for vi in range(len(v_tiles)) for bi in range(len(b_tiles))]
+        ig = np.zeros((bt, hidden), dt)
+        wg = np.zeros((vocab, hidden), dt)
+        in_shard = mask == 0
+        specs = {"grad": ("float", np.float32, btile), "x": (ct, dt, btile * hidden), "w": (ct, dt, vt * hidden),
+                 "mask": ("unsigned char", np.uint8, btile), "mt": ("int", np.int32, btile),
+                 "ig": (ct, dt, btile * hidden), "wg": (ct, dt, vt * hidden)}
+        if softmax:
+            specs["sm"] = ("float", np.float32, btile * vt)
+        else:
+            specs["lm"] = ("float", np.float32, btile)
+            specs["se"] = ("float", np.float32, btile)
+        whole_v = len(v_tiles) == 1
+
+        def stage(i, b):
+            bi, vi = tiles[i]
+            (b0, b1), (v0, v1) = b_tiles[bi], v_tiles[vi]
+            m, k = b1 - b0, v1 - v0
+            b["grad"].arr[:m] = a.grad[b0:b1]
+            b["x"].arr[:m * hidden] = a.input[b0:b1].reshape(-1)
+            b["w"].arr[:k * hidden] = a.weight[v0:v1].reshape(-1)
+            if whole_v:
+                b["mask"].arr[:m] = mask[b0:b1]
+                b["mt"].arr[:m] = mt[b0:b1]
+            else:  # targets relative to the vocabulary tile; elsewhere counts as "not in this shard"
+                inside = in_shard[b0:b1] & (mt[b0:b1] >= v0) & (mt[b0:b1] < v1)
+                b["mask"].arr[:m] = ~inside
+                b["mt"].arr[:m] = np.where(inside, mt[b0:b1] - v0, 0)
+            if softmax:
+                b["sm"].arr[:m * k] = a.softmax[b0:b1, v0:v1].reshape(-1)
+            else:
+                b["lm"].arr[:m] = a.logits_max[b0:b1]
+                b["se"].arr[:m] = a.sum_exp_logits[b0:b1]
+            accumulate = int(i != 0)
+            if accumulate:  # partial sums so far (zeros where this tile is the first to touch them)
+                b["ig"].arr[:m * hidden] = ig[b0:b1].reshape(-1)
+                b["wg"].arr[:k * hidden] = wg[v0:v1].reshape(-1)
+            nul = self.ffi.NULL
+            self._invoke(fname, m, hidden, k, b["grad"].ptr, b["x"].ptr, b["w"].ptr, b["mask"].ptr, b["mt"].ptr,
+                         nul if softmax else b["lm"].ptr, nul if softmax else b["se"].ptr,
+                         b["sm"].ptr if softmax else nul, b["ig"].ptr, b["wg"].ptr, int(softmax), accumulate)
+            ig[b0:b1] = b["ig"].arr[:m * hidden].reshape(m, hidden)
+            wg[v0:v1] = b["wg"].arr[:k * hidden].reshape(k, hidden)
+
+        self._run_private(specs, len(tiles), stage, cores=self.cores[:1])
+        a.input_grad_out[...] = ig
+        a.weight_grad_out[...] = wg

@@ -1,0 +1,133 @@
+/* Internal interface of the FT78NE/MT7004 emulator (not installed for users). */
+#ifndef FT78NE_EMU_INTERNAL_H
+#define FT78NE_EMU_INTERNAL_H
+
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The library is built with -fvisibility=hidden: only the ABI and the helpers are exported. */
+#define FT78NE_API __attribute__((visibility("default")))
+#include "ft78ne.h"
+#include "ft78ne_emu.h"
+
+#define EMU_INLINE static inline __attribute__((always_inline))
+
+typedef enum { EMU_FLOAT = 0, EMU_HALF = 1 } emu_dtype;
+
+/* One call in flight: what the checks and the dispatcher need to know. */
+typedef struct {
+    const char *fn;    /* vendor function name, for messages */
+    emu_dtype dt;      /* element type of the half-or-float buffers */
+    int is_private;    /* _p form */
+    int core_mask;     /* _s form */
+    int core;          /* _p form: the core it runs on */
+} emu_call;
+
+/* A buffer the call reads or writes: name, address and extent in bytes (0: not accessed). */
+typedef struct {
+    const char *name;
+    const void *ptr;
+    size_t bytes;
+} emu_buf;
+
+/* ---- errors (per thread) ---- */
+int emu_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void emu_clear(void);
+
+/* ---- call checks, in the order every entry point runs them ----
+ * emu_begin: clears the error; checks the chip supports the dtype; _s: the core mask;
+ *            _p: records the calling thread's core. Returns 0 or the error code. */
+int emu_begin(emu_call *c, const char *fn, emu_dtype dt, int is_private, int core_mask);
+/* NULL checks for every buffer with a nonzero extent; _p: each must fit in and lie inside the core's
+ * private memory. */
+int emu_check_buffers(const emu_call *c, const emu_buf *bufs, int n);
+/* a*b*c in size_t, or FT78NE_ERR_INVALID_ARGUMENT naming `what` on overflow. */
+int emu_extent(const emu_call *c, const char *what, size_t a, size_t b, size_t c_, size_t *out);
+
+/* ---- private memory ---- */
+void *emu_private_scratch(const emu_call *c, size_t bytes); /* NULL + FT78NE_ERR_CAPACITY if it does not fit */
+void emu_private_release(int core, void *p);
+
+/* ---- running the work ----
+ * A task processes units [lo, hi) of its rank. _s: one thread per selected core (cores with an
+ * empty share are not started); _p: the calling thread is the core. Results never depend on
+ * the split: every output element is produced by exactly one rank, in a fixed order. */
+typedef void (*emu_task)(void *ctx, size_t lo, size_t hi, int rank);
+void emu_dispatch(const emu_call *c, size_t units, emu_task task, void *ctx);
+int emu_max_ranks(const emu_call *c); /* how many ranks emu_dispatch may use (for scratch) */
+
+/* ---- float <-> IEEE binary16, round to nearest even ---- */
+EMU_INLINE float emu_h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0) {
+        float f = (float)man * 0x1p-24f; /* zero or subnormal: exact */
+        return sign ? -f : f;
+    }
+    if (exp == 31)
+        bits = sign | 0x7f800000u | (man << 13); /* inf / nan (payload kept) */
+    else
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+EMU_INLINE uint16_t emu_f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf, or nan made quiet with the top payload bits */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
+    if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half (or zero) */
+        if (ax <= 0x33000000u) /* <= 2^-25: half of the smallest subnormal ties to even zero */
+            return sign;
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)(ax >> 23); /* value = m * 2^(e-150); in units of 2^-24: m >> (126-e) */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (q & 1u)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13);
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++; /* a carry into the exponent is the correct rounding */
+    return (uint16_t)(sign | h);
+}
+
+/* Element access for the half-or-float buffers; `dt` is a constant after inlining. */
+EMU_INLINE float emu_ld(const void *p, size_t i, emu_dtype dt) {
+    return dt == EMU_HALF ? emu_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+EMU_INLINE void emu_st(void *p, size_t i, float v, emu_dtype dt) {
+    if (dt == EMU_HALF)
+        ((uint16_t *)p)[i] = emu_f2h(v);
+    else
+        ((float *)p)[i] = v;
+}
+EMU_INLINE size_t emu_size(emu_dtype dt) { return dt == EMU_HALF ? 2u : 4u; }
+
+/* Reductions are summed in blocks of this many elements (Kahan, float32), then the block sums
+ * in order: the same value whatever the core mask or the tiling by a caller. */
+#define EMU_BLOCK 1024u
+
+typedef struct {
+    float sum, comp;
+} emu_kahan;
+EMU_INLINE void emu_kahan_add(emu_kahan *k, float v) {
+    float y = v - k->comp;
+    float t = k->sum + y;
+    /* once the sum is inf or nan the compensation is meaningless (and would turn inf into nan) */
+    k->comp = isfinite(t) ? (t - k->sum) - y : 0.0f;
+    k->sum = t;
+}
+
+#endif
