@@ -98,7 +98,7 @@ def cmd_check(args) -> int:
     else:
         results = run_isolated(args.backend, options, kernels=kernels, max_examples=args.max_examples,
                                seed=args.seed, on_result=progress)
-    saved = report.write_failures(results, args.failures_dir, args.backend, info.get("library"))
+    saved = report.write_failures(results, args.failures_dir, args.backend, info.get("library"), options)
     print(report.table(results))
     text = report.failures_text(results, saved)
     if text:
@@ -115,7 +115,9 @@ def cmd_check(args) -> int:
 def _replay(args, descriptors, load_cases) -> int:
     cases, meta = load_cases(args.replay)
     name = args.backend or meta.get("backend")
-    options = _backend_options(args)
+    # the saved configuration, unless the command line names another backend or overrides options
+    options = dict(meta.get("options") or {}) if not args.backend or args.backend == meta.get("backend") else {}
+    options.update(_backend_options(args))
     if "lib" not in options and meta.get("library") and not args.backend:
         options["lib"] = meta["library"]
     backend = registry.backend(name, **options) if options else registry.backend(name)

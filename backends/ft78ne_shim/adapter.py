@@ -273,6 +273,21 @@ class DspBackend(Backend):
         fn(*args)
         self._raise_for_status(fname)
 
+    _OPS = {"bce_grad": ("binarycrossentropygrad",), "nll_loss_grad": ("nlllossgrad",),
+            "fused_linear_cross_entropy_grad": ("fusedlinearcrossentropylossgrad",)}
+
+    def _require(self, req):
+        """Check ``req``; a request this chip could express but the library does not export is
+        "not implemented" (BackendUnavailableError naming the symbol), not merely undeclared."""
+        if self.refusal(req) is not None and req.dtype in _CHIP_DTYPES[self.chip]:
+            ops = _FOCAL_MODES[req.variant["mode"]] if req.kernel == "focal_loss" else self._OPS[req.kernel]
+            suffix = "_s" if self.memory == "shared" else "_p"
+            for op in ops:
+                symbol = f"{_PREFIX[req.dtype]}_{op}{suffix}"
+                if not self.lib.has(symbol):
+                    raise BackendUnavailableError(f"{':'.join(self.paths)} does not export {symbol}")
+        self.check(req)
+
     def _names(self, dtype, op):
         name = dtype.name  # float32 or float16: the request was checked against the declaration
         suffix = "_s" if self.memory == "shared" else "_p"
@@ -281,7 +296,7 @@ class DspBackend(Backend):
     def _out(self, arr: np.ndarray) -> np.ndarray:
         """Where a shared call writes: the output itself for the emulator (it validates before it
         writes), host scratch for an external library (a port that fails half-way cannot corrupt it)."""
-        return arr if self._direct else np.empty_like(arr)
+        return arr if self._direct else np.full_like(arr, np.nan)  # unwritten elements show as NaN
 
     # -- upstream gradients --------------------------------------------------------------------
     @staticmethod
@@ -385,7 +400,7 @@ class DspBackend(Backend):
 
     # -- kernels -----------------------------------------------------------------------------------
     def focal_loss(self, a):
-        self.check(a.request())
+        self._require(a.request())
         # alpha crosses the ABI as a C float; the conformance tolerance models that rounding
         self._focal(a)
 
@@ -416,7 +431,7 @@ class DspBackend(Backend):
                     a.grad_out)
 
     def bce_grad(self, a):
-        self.check(a.request())
+        self._require(a.request())
         n = _check_int("input_size", a.x.size)
         x, y = a.x.reshape(-1), a.y.reshape(-1)
         # the vendor takes one weight per element: expand the broadcastable weight
@@ -517,7 +532,7 @@ class DspBackend(Backend):
         a.loss_out.reshape(-1)[...] = host
 
     def nll_loss_grad(self, a):
-        self.check(a.request())
+        self._require(a.request())
         dt = a.self.dtype
         batch = _check_int("batch", a.self.shape[0] if a.self.ndim == 2 else 1)
         classes = _check_int("classes", a.self.shape[-1])
@@ -599,7 +614,7 @@ class DspBackend(Backend):
         a.out.reshape(-1)[...] = host.reshape(-1)
 
     def fused_linear_cross_entropy_grad(self, a):
-        self.check(a.request())
+        self._require(a.request())
         dt = a.input.dtype
         bt, hidden = a.input.shape
         vocab = a.weight.shape[0]

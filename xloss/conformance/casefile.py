@@ -1,7 +1,12 @@
-"""Cases to and from JSON, exactly (floats as hex), so a failing input can be replayed anywhere."""
+"""Cases to and from JSON, exactly, so a failing input can be replayed anywhere.
+
+Arrays are stored as base64 of their raw little-endian bytes (exact and compact even for the
+large edge cases) with a readable preview of the first values; Python floats as hex.
+"""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -13,15 +18,20 @@ from .descriptor import Case
 FORMAT = "xloss-cases/1"
 
 
+PREVIEW = 8
+
+
+def _dtype(name: str) -> np.dtype:
+    return xdt.FLOAT_DTYPES.get(name) or np.dtype(name)
+
+
 def _encode(value):
     if isinstance(value, np.ndarray):
-        name = xdt.float_name(value.dtype)
-        if name is not None:
-            data = [float(v).hex() for v in value.astype(np.float64).reshape(-1)]
-        else:
-            name = value.dtype.name
-            data = value.reshape(-1).tolist()
-        return {"array": data, "dtype": name, "shape": list(value.shape)}
+        name = xdt.float_name(value.dtype) or value.dtype.name
+        raw = np.ascontiguousarray(value).tobytes()  # native order: little-endian on every supported host
+        preview = [float(v) if name in xdt.FLOAT_DTYPES else v.item() for v in value.reshape(-1)[:PREVIEW]]
+        return {"array": base64.b64encode(raw).decode("ascii"), "dtype": name, "shape": list(value.shape),
+                "preview": preview}
     if isinstance(value, float):
         return {"float": value.hex()}
     return value
@@ -29,11 +39,8 @@ def _encode(value):
 
 def _decode(value):
     if isinstance(value, dict) and "array" in value:
-        shape, name = tuple(value["shape"]), value["dtype"]
-        if name in xdt.FLOAT_DTYPES:
-            data = np.array([float.fromhex(v) for v in value["array"]], dtype=np.float64)
-            return data.astype(xdt.FLOAT_DTYPES[name]).reshape(shape)
-        return np.array(value["array"], dtype=name).reshape(shape)
+        dt = _dtype(value["dtype"])
+        return np.frombuffer(base64.b64decode(value["array"]), dtype=dt).reshape(tuple(value["shape"])).copy()
     if isinstance(value, dict) and "float" in value:
         return float.fromhex(value["float"])
     return value

@@ -40,16 +40,19 @@ def _slug(*parts) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", "-".join(str(p) for p in parts))
 
 
-def write_failures(results: list[TargetResult], directory, backend: str, library: str | None) -> dict:
-    """Save each failing input as a replayable case file; return {target key: path}."""
+def write_failures(results: list[TargetResult], directory, backend: str, library: str | None,
+                   options: dict | None = None) -> dict:
+    """Save each failing input as a replayable case file (with the backend options, so a replay
+    runs the same configuration); return {target key: path}."""
+    options = {k: v for k, v in (options or {}).items() if k != "lib"}
     directory = Path(directory)
     saved = {}
     for r in results:
         if r.status in FAILING and r.case is not None:
             directory.mkdir(parents=True, exist_ok=True)
             path = directory / f"{_slug('xloss-failure', backend, r.kernel, r.dtype, r.mode)}.json"
-            save_cases(path, [case_from_json(r.case)], backend=backend, library=library, status=r.status,
-                       message=r.message)
+            save_cases(path, [case_from_json(r.case)], backend=backend, library=library, options=options,
+                       status=r.status, message=r.message)
             saved[(r.kernel, r.dtype, r.mode)] = str(path)
     return saved
 

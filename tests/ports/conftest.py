@@ -1,0 +1,132 @@
+"""Fixtures shared by the port tests (``tests/ports/<vendor>/`` + ``test_<vendor>_ports.py``).
+
+A port test builds small C libraries in a vendor's calling convention (one correct, others with
+one seeded bug each), runs the conformance harness against them and checks what it reports. The
+helpers here know nothing about a particular vendor:
+
+* ``port_harness.check(backend, targets, ...)`` runs targets in-process and also measures how
+  many examples it took to hit the first failure (the harness's own ``examples`` count includes
+  hypothesis's shrinking replays);
+* ``port_harness.load_module(path)`` loads a helper script (a vendor folder's ``build.py``)
+  under ``--import-mode=importlib``, where tests cannot import each other;
+* ``xloss_cli(*args, cwd=...)`` runs ``python -m xloss.cli`` in a subprocess;
+* ``port_findings`` collects one row per seeded bug; the rows are printed at the end of the run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from xloss.backend import KernelCaps
+from xloss.conformance import DESCRIPTORS, runner, supports
+
+_FINDINGS: list[dict] = []
+
+
+@dataclass
+class Measured:
+    """A harness result plus the 1-based index of the first failing example (None if none failed):
+    edge cases count first, in the harness's order, then hypothesis's examples."""
+
+    result: runner.TargetResult
+    first_failure: int | None
+    seconds: float = field(default=0.0)
+
+    @property
+    def target(self) -> tuple:
+        return (self.result.kernel, self.result.dtype, self.result.mode)
+
+
+def _fails(descriptor, case, backend) -> bool:
+    try:
+        return not all(c.ok for c in descriptor.check(case, backend))
+    except Exception:  # a refusal or a kernel error is a failure of a declared target too
+        return True
+
+
+def check(backend, targets, *, max_examples: int, seed: int) -> list[Measured]:
+    """``runner.run_target`` over ``targets`` (kernel, dtype, mode), in this process."""
+    out = []
+    for kernel, dtype, mode in targets:
+        cases = []
+        r = runner.run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed,
+                              on_case=cases.append)
+        out.append(Measured(r, _first_failure(backend, r, cases) if r.status in runner.FAILING else None,
+                            r.seconds))
+    return out
+
+
+def _first_failure(backend, r, cases) -> int | None:
+    """Where the first failure was among ``cases`` (every example the harness ran, in order)."""
+    d = DESCRIPTORS[r.kernel]
+    caps = runner.declared_caps(backend, r.kernel, r.dtype, r.mode) or KernelCaps.declare(r.kernel, dtypes=(r.dtype,))
+    edge = [c for c in d.edge_cases(r.dtype, r.mode) if supports(caps, c)]
+    # The harness runs the edge cases in order and leaves them at the first failure; what follows
+    # is hypothesis (whose cases carry no label). Re-run only what the order does not settle.
+    ran = 0
+    while ran < min(len(edge), len(cases)) and cases[ran].label == edge[ran].label:
+        ran += 1
+    if ran < len(edge) or (ran and _fails(d, cases[ran - 1], backend)):
+        return ran
+    return next((ran + i + 1 for i, c in enumerate(cases[ran:]) if _fails(d, c, backend)), None)
+
+
+def load_module(path, name: str | None = None):
+    path = Path(path)
+    name = name or f"port_helper_{path.parent.name}_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses (and pickling) look a module up by name while it executes
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return mod
+
+
+class _Harness:
+    check = staticmethod(check)
+    load_module = staticmethod(load_module)
+    Measured = Measured
+
+
+@pytest.fixture(scope="session")
+def port_harness():
+    return _Harness
+
+
+@pytest.fixture(scope="session")
+def xloss_cli():
+    def run(*args, cwd, timeout: int = 600):
+        return subprocess.run([sys.executable, "-m", "xloss.cli", *map(str, args)], capture_output=True, text=True,
+                              cwd=cwd, timeout=timeout, check=False)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def port_findings():
+    """Append dicts with keys vendor, port, target, first_failure, examples, seconds, sweep_seconds."""
+    return _FINDINGS
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FINDINGS:
+        return
+    tr = terminalreporter
+    tr.section("seeded port bugs found by xloss check")
+    head = ("vendor", "port", "first failing target", "found at example", "harness examples", "target s", "sweep s")
+    rows = [head] + [(f["vendor"], f["port"], " ".join(str(p) for p in f["target"] if p is not None), str(f["first_failure"]),
+                      str(f["examples"]), f"{f['seconds']:.2f}", f"{f['sweep_seconds']:.1f}") for f in _FINDINGS]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    for r in rows:
+        tr.write_line("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

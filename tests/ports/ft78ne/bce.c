@@ -1,0 +1,59 @@
+/* binarycrossentropygrad: dx = dloss * w * (x - y) / (x(1-x) + eps), the manual's formula. */
+#include "port.h"
+
+static void bce(const char *fn, int is_half, int n, int reduction, const void *x, const void *y, const void *w,
+                const void *dloss, void *dx, int weighted, int core_mask) {
+    port_begin();
+    int k = port_cores(fn, core_mask);
+    if (!k)
+        return;
+    if (n < 0) {
+        port_fail(FT78NE_ERR_INVALID_ARGUMENT, fn, "input_size %d < 0", n);
+        return;
+    }
+    if (port_check_reduction(fn, reduction))
+        return;
+    if (n > 0 && (!x || !y || !dloss || !dx || (weighted && !w))) {
+        port_fail(FT78NE_ERR_NULL_POINTER, fn, "NULL buffer (input_x, input_y, dloss, dx, or weight with "
+                                               "weight_defined)");
+        return;
+    }
+    if (n == 0)
+        return;
+    /* mean and sum share one upstream value; mean spreads it over all n elements */
+    double g0 = reduction == FT78NE_REDUCTION_NONE ? 0.0 : port_ld(dloss, is_half, 0);
+    double scale = reduction == FT78NE_REDUCTION_MEAN ? g0 / n : g0;
+    int base = n / k;
+    for (int c = 0; c < k; c++) { /* core c's slice; the last core also takes the remainder */
+        int lo = c * base, hi = c == k - 1 ? n : lo + base;
+        for (int i = lo; i < hi; i++) {
+            float xi = port_ld(x, is_half, i), yi = port_ld(y, is_half, i);
+#ifdef BUG_BCE_EPS_CLAMP
+            float denom = fmaxf(xi * (1.0f - xi), FT78NE_BCE_EPS); /* BUG: PyTorch's clamp, not the manual's + eps */
+#else
+            float denom = xi * (1.0f - xi) + FT78NE_BCE_EPS;
+#endif
+            float d = (xi - yi) / denom;
+#ifdef BUG_BCE_WEIGHT_ALWAYS
+            d *= port_ld(w, is_half, i); /* BUG: reads weight even when weight_defined = 0 (then it is NULL) */
+#else
+            if (weighted)
+                d *= port_ld(w, is_half, i);
+#endif
+            double g = reduction == FT78NE_REDUCTION_NONE ? port_ld(dloss, is_half, i) : scale;
+            port_st(dx, is_half, i, (float)(d * g));
+        }
+    }
+}
+
+FT78NE_API void fp_binarycrossentropygrad_s(int input_size, int reduction, float *input_x, float *input_y,
+                                            float *weight, float *dloss, float *dx, int weight_defined,
+                                            int core_mask) {
+    bce(__func__, 0, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined, core_mask);
+}
+
+FT78NE_API void hp_binarycrossentropygrad_s(int input_size, int reduction, half *input_x, half *input_y,
+                                            half *weight, half *dloss, half *dx, int weight_defined,
+                                            int core_mask) {
+    bce(__func__, 1, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined, core_mask);
+}

@@ -1,0 +1,138 @@
+"""Build the FT78NE/MT7004 test ports: the correct one, one that omits an operator, one per seeded bug.
+
+Every variant is compiled from the same sources; a seeded bug is one ``-DBUG_<NAME>`` switch::
+
+    python tests/ports/ft78ne/build.py --out /tmp/ports                # every variant
+    python tests/ports/ft78ne/build.py --out /tmp/ports last_slice     # some
+    xloss check --backend mt7004 --lib /tmp/ports/libport_last_slice.so --option core_mask=0x07
+
+Standard library only; the compiler is ``$CC`` or gcc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = HERE.parents[2] / "backends" / "ft78ne_shim" / "include"
+HEADER = HERE / "port.h"
+ALL_KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad")
+#: source -> the xloss kernels whose entry points it holds (port_common.c serves all of them)
+SOURCES = {
+    "port_common.c": ALL_KERNELS,
+    "bce.c": ("bce_grad",),
+    "focal.c": ("focal_loss",),
+    "nll.c": ("nll_loss_grad",),
+    "flce.c": ("fused_linear_cross_entropy_grad",),
+}
+# -O1: these are test subjects; compile time matters more than speed
+CFLAGS = ("-std=c11", "-O1", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror")
+
+#: variant -> (BUG_ switches, sources left out)
+VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "correct": ((), ()),
+    "omit_nll": ((), ("nll.c",)),  # a port whose author has not written nlllossgrad yet
+    "bce_eps_clamp": (("BUG_BCE_EPS_CLAMP",), ()),
+    "mean_per_slice": (("BUG_MEAN_PER_SLICE",), ()),
+    "nll_ignore_index": (("BUG_NLL_IGNORE_INDEX",), ()),
+    "flce_masked_rows": (("BUG_FLCE_MASKED_ROWS",), ()),
+    "last_slice": (("BUG_LAST_SLICE",), ()),
+    "half_truncate": (("BUG_HALF_TRUNCATE",), ()),
+    "focal_gamma_sign": (("BUG_FOCAL_GAMMA_SIGN",), ()),
+    "bce_weight_always": (("BUG_BCE_WEIGHT_ALWAYS",), ()),  # segfaults: only run in a child process
+}
+
+
+def library_name(variant: str) -> str:
+    return f"libport_{variant}.so"
+
+
+def touched_sources(variant: str) -> list[str]:
+    """The sources a variant's switches change (the switch appears in them, or in port.h: all)."""
+    defines, omitted = VARIANTS[variant]
+    header = HEADER.read_text()
+    return [s for s in SOURCES if s not in omitted
+            and any(d in (HERE / s).read_text() or d in header for d in defines)]
+
+
+def touched_kernels(variant: str) -> set[str]:
+    """The xloss kernels whose code differs from the correct port's."""
+    return {k for s in touched_sources(variant) for k in SOURCES[s]}
+
+
+def _cc(cc):
+    return shlex.split(cc or os.environ.get("CC") or "gcc")
+
+
+def _run(cmd):
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}\n{res.stderr}")
+
+
+def build_all(out_dir, variants=None, *, cc: str | None = None, jobs: int = 2, extra=()) -> dict[str, Path]:
+    """Build variants into ``out_dir``; return {variant: library path}.
+
+    Each source is compiled once without switches and once more per variant whose switch it
+    contains; a variant links the objects it needs. So every variant shares the correct port's
+    object code outside the files its bug lives in."""
+    out_dir = Path(out_dir)
+    names = list(variants or VARIANTS)
+    flags = list(CFLAGS) + list(extra)
+
+    def key(variant, source):
+        defines = VARIANTS[variant][0]
+        return source, (defines if source in touched_sources(variant) else ())
+
+    objects = {}
+    for v in names:
+        for s in SOURCES:
+            if s not in VARIANTS[v][1]:
+                k = key(v, s)
+                objects.setdefault(k, out_dir / (Path(s).stem + "".join("." + d for d in k[1]) + ".o"))
+
+    def compile_one(item):
+        (source, defines), obj = item
+        _run(_cc(cc) + flags + [f"-I{INCLUDE}", "-c"] + [f"-D{d}" for d in defines] + [str(HERE / source), "-o",
+                                                                                          str(obj)])
+
+    def link(v):
+        objs = [str(objects[key(v, s)]) for s in SOURCES if s not in VARIANTS[v][1]]
+        out = out_dir / library_name(v)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # never a half-written library at `out`
+        try:
+            _run(_cc(cc) + flags + ["-shared"] + objs + ["-o", str(tmp), "-lm"])
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return out
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(compile_one, objects.items()))
+        return dict(zip(names, pool.map(link, names)))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("variants", nargs="*", help=f"default: all ({', '.join(VARIANTS)})")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--sanitize", action="store_true", help="ASan+UBSan build (load it with LD_PRELOAD=libasan)")
+    args = p.parse_args(argv)
+    unknown = sorted(set(args.variants) - set(VARIANTS))
+    if unknown:
+        p.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    extra = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g") if args.sanitize else ()
+    for variant, path in build_all(args.out, args.variants or None, extra=extra).items():
+        print(f"{variant:<18} {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""`xloss check` against FT78NE/MT7004 port libraries with seeded bugs (sources in tests/ports/ft78ne/).
+
+One source tree, built by ``ft78ne/build.py``, gives a correct port, a port without nlllossgrad
+and one library per seeded bug (``-DBUG_<NAME>``; see ft78ne/README.md). The suite must pass the
+correct port, report the missing operator without running it ("not implemented" is what it should
+say; the adapter says "refused": xfail below), and fail each buggy port on the targets (kernel,
+dtype, mode) its bug lives in and nowhere else, with an input that ``xloss check --replay``
+reproduces against the buggy port and passes against the correct one.
+
+Everything runs in this process (``runner.run_target``), except one ``xloss check`` subprocess
+whose port crashes (child-process isolation, JSON report, replay). Deterministic: a fixed
+hypothesis seed. The _s calls run on core_mask 0x07 (three cores: most sizes do not split evenly).
+
+build.py links every bug's library from the correct port's object files except the file the bug
+is in, so the other kernels run the correct port's code; by default they are not re-run for each
+bug (they would double the time). XLOSS_FT78NE_PORTS_FULL=1 runs every declared target for every bug.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xloss
+from xloss.backends.ft78ne_shim import abi
+from xloss.cli import main as xloss_main
+from xloss.conformance import DESCRIPTORS, casefile, runner, targets
+from xloss.conformance.report import table, write_failures
+
+HERE = Path(__file__).resolve().parent
+
+SEED = 5
+MAX_EXAMPLES = 40
+MASK = 0x07
+# A case file holds ~30 bytes per element (floats as hex text): a failing fixed edge case, which is
+# not shrunk, can be millions of elements (NLL's 4097 x 1000). Larger inputs are replayed in process.
+REPLAY_FILE_MAX = 100_000
+FULL = os.environ.get("XLOSS_FT78NE_PORTS_FULL") == "1"
+
+FOCAL, BCE, NLL, FLCE = "focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad"
+F16, F32 = "float16", "float32"
+
+#: what the correct port declares on mt7004: fp_ for all five operators, hp_ for all but FLCE
+DECLARED = frozenset({(BCE, F16, "add"), (BCE, F32, "add"), (NLL, F16, None), (NLL, F32, None),
+                      (FLCE, F32, "softmax"), (FLCE, F32, "recompute")}
+                     | {(FOCAL, d, m) for d in (F16, F32) for m in ("forward", "grad", "forward+grad")})
+
+
+def _focal(*modes, dtypes=(F16, F32)):
+    return {(FOCAL, d, m) for d in dtypes for m in modes}
+
+
+@dataclass(frozen=True)
+class Bug:
+    variant: str
+    must: frozenset  # mt7004 targets the bug must fail
+    may: frozenset  # targets it may fail (a superset of must); every other target run must pass
+    why: str
+
+
+def _bug(variant, must, why, may=None):
+    return Bug(variant, frozenset(must), frozenset(must if may is None else may), why)
+
+
+BUGS = [
+    # In half, x(1-x) >= 6e-8 dwarfs eps: the f16 path has the bug but cannot show it.
+    _bug("bce_eps_clamp", {(BCE, F32, "add")}, "max(x(1-x), eps) where the manual adds eps"),
+    _bug("mean_per_slice", _focal("grad", "forward+grad"),
+         "focal gradient's mean divides by the core's slice, not the element count"),
+    _bug("nll_ignore_index", {(NLL, F16, None), (NLL, F32, None)},
+         "skips only targets outside [0, C): an ignore_index that is a class gets a gradient"),
+    _bug("flce_masked_rows", {(FLCE, F32, "softmax"), (FLCE, F32, "recompute")},
+         "target correction on tokens whose target is in another shard (index guarded, mask ignored)"),
+    _bug("last_slice", _focal("forward", "forward+grad"),
+         "focal loss: the last core stops at its equal share, the n % cores tail is lost"),
+    # The suite allows half an output ulp for the final rounding, which truncation exceeds: every
+    # float16 target catches it (test_half_ulp_allowance_catches_truncation_everywhere).
+    _bug("half_truncate", {t for t in DECLARED if t[1] == F16},
+         "float -> half in the converter's round-toward-zero mode, not nearest-even"),
+    _bug("focal_gamma_sign", _focal("grad", "forward+grad"),
+         "focal gradient's gamma term uses (2y - 1) for d q / d p = (1 - 2y)"),
+]
+
+
+@pytest.fixture(scope="session")
+def ft78ne_build(port_harness):
+    return port_harness.load_module(HERE / "ft78ne" / "build.py", "ft78ne_port_build")
+
+
+@pytest.fixture(scope="session")
+def ft78ne_ports(tmp_path_factory, ft78ne_build) -> dict[str, str]:
+    """Every port variant, built once per session (under a second): {variant: library path}."""
+    if shutil.which(os.environ.get("CC", "gcc").split()[0]) is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("ft78ne_ports")
+    return {v: str(p) for v, p in ft78ne_build.build_all(out).items()}
+
+
+def port(libs, variant, chip="mt7004", core_mask=MASK):
+    return xloss.backend(chip, lib=libs[variant], core_mask=core_mask)
+
+
+def run_targets(backend, todo, max_examples=MAX_EXAMPLES) -> dict:
+    return {t: runner.run_target(backend, *t, max_examples=max_examples, seed=SEED) for t in todo}
+
+
+def failing(results: dict) -> set:
+    return {t for t, r in results.items() if r.status in runner.FAILING}
+
+
+def _size(case_json) -> int:
+    """Elements of a case's main input (x, self or input), read off its JSON."""
+    kwargs = case_json["kwargs"]
+    return next(int(np.prod(kwargs[k]["shape"])) for k in ("x", "self", "input") if k in kwargs)
+
+
+def replay(path, lib, chip="mt7004") -> int:
+    """``xloss check --replay FILE --backend CHIP --lib LIB`` (in this process); its exit status."""
+    return xloss_main(["check", "--replay", str(path), "--backend", chip, "--lib", lib,
+                       "--option", f"core_mask={MASK:#x}"])
+
+
+# -- the correct port ----------------------------------------------------------------------------
+
+
+def test_correct_port_passes_everything_it_implements(ft78ne_ports):
+    b = port(ft78ne_ports, "correct")
+    assert set(targets(b)) == DECLARED
+    results = runner.run_suite(b, max_examples=MAX_EXAMPLES, seed=SEED)
+    by = {(r.kernel, r.dtype, r.mode): r for r in results}
+    bad = [r for r in results if r.status != "pass" and r.declared]
+    assert not bad, table(bad) + "\n" + "\n".join(r.message for r in bad)
+    assert all(by[t].examples > MAX_EXAMPLES for t in DECLARED)  # edge cases + hypothesis ran
+    # the undeclared targets (bf16, f64, eps clamp, FLCE in half) are turned away, never run
+    assert {r.status for r in results if not r.declared} <= {runner.NOT_IMPLEMENTED, runner.REFUSED}
+
+
+def test_correct_port_on_other_core_masks(ft78ne_ports):
+    """The split is the port's own: eight cores (the default), core 0 alone and core 7 alone pass too."""
+    todo = [(FOCAL, F32, "forward+grad"), (BCE, F32, "add"), (FLCE, F32, "recompute")]
+    for mask in (0xFF, 0x01, 0x80):
+        results = run_targets(port(ft78ne_ports, "correct", chip="ft78ne", core_mask=mask), todo, max_examples=20)
+        assert not failing(results), table(list(results.values()))
+
+
+def test_correct_port_honours_the_abi_contract(ft78ne_ports):
+    """core_mask, NULL and index refusals through the error pair, outputs untouched; errors cleared."""
+    lib = abi.load([ft78ne_ports["correct"]])
+    ffi = lib.ffi
+
+    def p(a):
+        return ffi.from_buffer({"float32": "float[]", "float16": "half[]", "int32": "int[]"}[a.dtype.name], a)
+
+    def status():
+        return int(lib.ft78ne_emu_last_error()), ffi.string(lib.ft78ne_emu_last_error_message()).decode()
+
+    x = np.array([0.25, 0.5, 0.75], np.float32)
+    y = np.array([0.0, 1.0, 1.0], np.float32)
+    dl = np.ones(1, np.float32)
+    for mask in (0, 0x100, -1):
+        dx = np.full(3, 7.0, np.float32)
+        lib.fp_binarycrossentropygrad_s(3, 2, p(x), p(y), ffi.NULL, p(dl), p(dx), 0, mask)
+        code, msg = status()
+        assert code == 3 and "fp_binarycrossentropygrad_s: core_mask" in msg, msg
+        assert (dx == 7.0).all()
+        dx16 = np.full(3, 7.0, np.float16)
+        lib.hp_binarycrossentropygrad_s(3, 2, p(x.astype(np.float16)), p(y.astype(np.float16)), ffi.NULL,
+                                        p(dl.astype(np.float16)), p(dx16), 0, mask)
+        assert status()[0] == 3 and (dx16 == 7.0).all()
+    dx = np.full(3, 7.0, np.float32)
+    lib.fp_binarycrossentropygrad_s(3, 2, p(x), p(y), ffi.NULL, p(dl), p(dx), 0, 0x80)  # core 7 alone
+    assert status() == (0, "")  # the previous error is cleared
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(dx, (x64 - y) / (x64 * (1 - x64) + 1e-12), rtol=1e-6)
+
+    lib.fp_binarycrossentropygrad_s(3, 2, p(x), p(y), ffi.NULL, p(dl), p(dx), 1, 0xFF)  # weight_defined, NULL
+    assert status()[0] == 1
+    loss = np.full(1, 7.0, np.float32)
+    lib.fp_sigmoidfocalloss_s(3, 1, 0.25, -1.0, p(x), p(y), p(loss), 0xFF)
+    assert status()[0] == 2 and "gamma" in status()[1] and loss[0] == 7.0
+    out = np.full((2, 3), 7.0, np.float32)
+    tw = np.ones(1, np.float32)
+    lib.fp_nlllossgrad_s(2, 3, 1, -100, p(dl), p(np.array([1, 3], np.int32)), ffi.NULL, p(tw), p(out), 0, 0xFF)
+    assert status()[0] == 7 and "target[1] = 3" in status()[1] and (out == 7.0).all()
+
+
+# -- seeded bugs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=lambda b: b.variant)
+def test_seeded_bug_fails_where_it_lives(bug, ft78ne_ports, ft78ne_build, port_harness, port_findings, tmp_path,
+                                         capsys):
+    b = port(ft78ne_ports, bug.variant)
+    kernels = None if FULL else ft78ne_build.touched_kernels(bug.variant)
+    todo = [t for t in targets(b) if kernels is None or t[0] in kernels]
+    assert bug.may <= set(todo)
+    t0 = time.perf_counter()
+    measured = port_harness.check(b, todo, max_examples=MAX_EXAMPLES, seed=SEED)
+    sweep_seconds = time.perf_counter() - t0
+    results = {m.target: m.result for m in measured}
+    failed = failing(results)
+    assert bug.must <= failed <= bug.may, f"{bug.why}\n" + table(list(results.values()))
+    for t in failed:
+        r = results[t]
+        assert r.status == runner.FAIL and r.declared and "outside tolerance" in r.message and r.case, r.message
+
+    # each failing input replays: wrong on the buggy port, right on the correct one
+    small = [results[t] for t in failed if _size(results[t].case) <= REPLAY_FILE_MAX]
+    saved = write_failures(small, tmp_path / "failures", "mt7004", ft78ne_ports[bug.variant])
+    assert len(saved) == len(small)
+    for t, path in sorted(saved.items(), key=str):
+        assert replay(path, ft78ne_ports[bug.variant]) == 1, f"{t}: the saved input does not reproduce the failure"
+        assert replay(path, ft78ne_ports["correct"]) == 0, f"{t}: the correct port fails the saved input"
+    capsys.readouterr()  # the replays' case listings
+    for t in failed - set(saved):  # what --replay does, without the file
+        case = casefile.case_from_json(results[t].case)
+        assert not all(c.ok for c in DESCRIPTORS[t[0]].check(case, b)), f"{t}: the input does not reproduce"
+        assert all(c.ok for c in DESCRIPTORS[t[0]].check(case, port(ft78ne_ports, "correct"))), t
+
+    first = next(m for m in measured if m.target in failed)  # in the harness's target order
+    port_findings.append(dict(vendor="mt7004", port=bug.variant, target=first.target,
+                              first_failure=first.first_failure, examples=first.result.examples,
+                              seconds=first.seconds, sweep_seconds=sweep_seconds))
+
+
+@pytest.mark.parametrize("variant", ["mean_per_slice", "last_slice"])
+def test_split_bugs_need_a_split(variant, ft78ne_ports):
+    """On one core nothing is split, and the same libraries pass what they fail on three cores."""
+    todo = [t for t in next(b.must for b in BUGS if b.variant == variant) if t[1] == F32]
+    results = run_targets(port(ft78ne_ports, variant, core_mask=0x01), todo)
+    assert not failing(results), table(list(results.values()))
+
+
+def test_half_ulp_allowance_catches_truncation_everywhere(ft78ne_ports, port_harness):
+    """Float32 math and one round-to-nearest-even stay within half an output ulp plus the compute
+    term (the correct port meets it: the first test); truncation does not: every float16 target
+    catches the bug, early."""
+    b = port(ft78ne_ports, "half_truncate")
+    todo = [t for t in targets(b) if t[1] == F16]
+    measured = port_harness.check(b, todo, max_examples=MAX_EXAMPLES, seed=SEED)
+    assert all(m.result.status == runner.FAIL for m in measured), table([m.result for m in measured])
+    assert all(m.first_failure <= 20 for m in measured), [(m.target, m.first_failure) for m in measured]
+
+
+# -- an operator left out --------------------------------------------------------------------------
+
+
+def _omitted(libs):
+    b = port(libs, "omit_nll", chip="ft78ne")
+    return b, runner.run_suite(b, kernels=[NLL, BCE], max_examples=10, seed=SEED)
+
+
+def test_omitted_operator_is_reported_not_run(ft78ne_ports):
+    b, results = _omitted(ft78ne_ports)
+    assert NLL not in b.capabilities() and {FOCAL, BCE, FLCE} <= set(b.capabilities())
+    by = {(r.kernel, r.dtype, r.mode): r for r in results}
+    nll = by[(NLL, F32, None)]
+    assert not nll.declared and nll.status == runner.NOT_IMPLEMENTED and nll.case is None
+    assert "does not export fp_nlllossgrad_s" in nll.message
+    assert by[(BCE, F32, "add")].status == runner.PASS
+    assert not failing(by)
+
+
+# -- the command line, in a subprocess: a crashing port --------------------------------------------
+
+
+def test_cli_isolates_a_crashing_port(ft78ne_ports, xloss_cli, tmp_path):
+    """bce_weight_always reads weight when weight_defined = 0 (NULL): a SIGSEGV, which the isolated
+    check reports as a crash with the input, and carries on with the other targets."""
+    crashing = ft78ne_ports["bce_weight_always"]
+    out = xloss_cli("check", "--backend", "ft78ne", "--lib", crashing, "--option", f"core_mask={MASK:#x}",
+                    "--kernels", "bce", "flce", "--max-examples", 30, "--seed", SEED, "--json", tmp_path / "r.json",
+                    "--failures-dir", tmp_path / "failures", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["backend"] == "ft78ne" and not report["passed"]
+    assert report["settings"]["options"] == {"core_mask": MASK, "lib": crashing} and report["settings"]["isolated"]
+    by = {(r["kernel"], r["dtype"], r["mode"]): r for r in report["results"]}
+    crash = by[(BCE, F32, "add")]
+    assert crash["status"] == "crash" and "SIGSEGV" in crash["message"], crash
+    assert "weight" not in casefile.case_from_json(crash["case"]).kwargs  # the unweighted call crashed
+    assert by[(FLCE, F32, "softmax")]["status"] == by[(FLCE, F32, "recompute")]["status"] == "pass"
+    assert [t for t, r in by.items() if r["status"] in runner.FAILING] == [(BCE, F32, "add")]
+    assert "CRASH: bce_grad float32" in out.stdout and "input that crashed" in out.stdout
+
+    saved = crash["replay_file"]
+    again = xloss_cli("check", "--replay", saved, cwd=tmp_path)  # backend and library from the case file
+    assert again.returncode == -signal.SIGSEGV, again.stdout + again.stderr
+    fixed = xloss_cli("check", "--replay", saved, "--backend", "ft78ne", "--lib", ft78ne_ports["correct"],
+                      cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "dx: ok" in fixed.stdout

@@ -1,0 +1,24 @@
+"""PyTorch integration: autograd functions and ``nn.Module``s whose kernels run on an xloss backend.
+
+    >>> import torch, xloss.torch as xt
+    >>> loss_fn = xt.SigmoidFocalLoss(alpha=0.25, gamma=2.0, reduction="mean", backend="cpu")
+    >>> lm_loss = xt.FusedLinearCrossEntropyLoss(ignore_index=-100)   # loss_fn(hidden, lm_head.weight, target)
+
+Imported on demand (``import xloss`` does not import torch). Every function takes
+``backend=`` (an xloss backend name or object) and float16/bfloat16/float32/float64 tensors
+on the CPU; arithmetic and sums are float32 or wider and results come back in the input's
+dtype.
+"""
+
+from .bce import BCELoss, binary_cross_entropy
+from .chunking import default_chunk_size, default_vocab_chunk_size
+from .distributed import shard_vocab, vocab_shard_range
+from .flce import FusedLinearCrossEntropyLoss, fused_linear_cross_entropy
+from .focal import SigmoidFocalLoss, sigmoid_focal_loss
+from .nll import NLLLoss, nll_loss
+
+__all__ = [
+    "BCELoss", "FusedLinearCrossEntropyLoss", "NLLLoss", "SigmoidFocalLoss", "binary_cross_entropy",
+    "default_chunk_size", "default_vocab_chunk_size", "fused_linear_cross_entropy", "nll_loss", "shard_vocab",
+    "sigmoid_focal_loss", "vocab_shard_range",
+]

@@ -1,0 +1,91 @@
+"""Argument checks and small helpers shared by the torch wrappers.
+
+Errors are :class:`xloss.XLossError` subclasses naming the argument, raised before any
+kernel runs (the kernel functions validate again; these checks exist so that messages use
+the torch-level argument names and so that no autograd state is built for a bad call).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import XLossIndexError, XLossTypeError, XLossValueError
+from ..kernels import REDUCTIONS
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INDEX_DTYPES = (torch.int64, torch.int32, torch.uint8)
+
+
+def shape_str(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def tensor(obj, name: str) -> torch.Tensor:
+    if not isinstance(obj, torch.Tensor):
+        raise XLossTypeError(f"{name} must be a torch.Tensor; got {type(obj).__name__}")
+    if obj.device.type != "cpu":
+        raise XLossValueError(f"{name} is on {obj.device}; xloss.torch runs on CPU tensors")
+    return obj
+
+
+def float_tensor(obj, name: str) -> torch.Tensor:
+    t = tensor(obj, name)
+    if t.dtype not in FLOAT_DTYPES:
+        raise XLossTypeError(f"{name} must be float16, bfloat16, float32 or float64; got {t.dtype}")
+    return t
+
+
+def index_tensor(obj, name: str) -> torch.Tensor:
+    t = tensor(obj, name)
+    if t.dtype not in INDEX_DTYPES:
+        raise XLossTypeError(f"{name} must hold class indices (int64, int32 or uint8); got {t.dtype}")
+    return t
+
+
+def same_dtype(t: torch.Tensor, name: str, dtype: torch.dtype, other: str) -> torch.Tensor:
+    if t.dtype != dtype:
+        raise XLossTypeError(f"{name} has dtype {t.dtype}; it must match {other} ({dtype})")
+    return t
+
+
+def reduction(value) -> str:
+    if not isinstance(value, str) or value not in REDUCTIONS:
+        raise XLossValueError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}; got {value!r}")
+    return value
+
+
+def integer(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise XLossTypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+    return value
+
+
+def no_grad_required(t, name: str, why: str) -> None:
+    if t is not None and t.requires_grad:
+        raise XLossValueError(f"{name} requires grad, but {why}; pass {name}.detach()")
+
+
+def check_class_indices(target: torch.Tensor, classes: int, ignore_index: int, name: str = "target") -> None:
+    """Every entry in [0, classes) or equal to ignore_index, else an error naming the first bad row."""
+    t = target.reshape(-1).to(torch.int64)
+    bad = (t != ignore_index) & ((t < 0) | (t >= classes))
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        where = f"{name}[{row}]" if target.ndim else name
+        raise XLossIndexError(f"{where} = {int(t[row])} is out of range: class indices must lie in "
+                              f"[0, {classes}) or equal ignore_index={ignore_index}")
+
+
+def scalar_value(g: torch.Tensor) -> float | None:
+    """The one value of an upstream gradient that is a scalar or an expanded scalar (every
+    stride 0, as ``loss.sum().backward()`` hands down), else None."""
+    if g.numel() == 1:
+        return g.reshape(()).item()
+    if g.numel() and all(s == 0 for s in g.stride()):
+        return g[(0,) * g.ndim].item()
+    return None
+
+
+def scaled(t: torch.Tensor, g: float) -> torch.Tensor:
+    """``t * g`` without a pass over memory when g is 1 (the usual ``loss.backward()``)."""
+    return t if g == 1.0 else t * g

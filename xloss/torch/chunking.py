@@ -1,0 +1,68 @@
+"""How the fused linear-cross-entropy cuts its work: tokens into chunks, the vocabulary into blocks.
+
+Token chunk (``chunk_size``). The transient the chunk costs is its logits, ``chunk × V``
+float32. The default makes that about the size of the weight gradient the call must hold
+anyway (``V × H``): ``chunk_size = H`` tokens, clamped so the chunk's logits hold between
+2**20 elements (smaller chunks only add per-chunk overhead) and 2**26 elements (256 MiB).
+Why not smaller: every chunk adds its (V, H) weight-gradient contribution into the
+accumulator, a pass over ``3 · V · H · 4`` bytes, against ``6 · chunk · V · H`` GEMM flops,
+so the accumulation costs about ``2 / chunk`` bytes per flop — around a thousand tokens
+per chunk keeps it a few percent of the GEMM time on a CPU. Why not larger: peak memory
+grows with the chunk, and at ``chunk = H`` the logits transient equals the weight
+gradient, so the whole call peaks near 2–3× the weight instead of 3 × BT × V floats.
+
+Vocabulary block (``vocab_chunk_size``). The backend kernel is called per (chunk, block)
+with that block's rows of ``weight``: the kernel's outputs (``chunk × H`` and
+``block × H``) and its G tile (``chunk × block``) are then bounded by the block, not by V.
+The default keeps ``block × max(chunk, H)`` near 2**22 elements (16 MiB of float32) and the
+block at least 256 rows (narrower blocks starve the GEMMs).
+"""
+
+from __future__ import annotations
+
+from ..errors import XLossValueError
+from . import _checks as C
+
+LOGITS_MIN_ELEMENTS = 1 << 20
+LOGITS_MAX_ELEMENTS = 1 << 26
+BLOCK_ELEMENTS = 1 << 22
+MIN_BLOCK_ROWS = 256
+
+
+def _round_down(n: int, multiple: int) -> int:
+    return n - n % multiple if n >= multiple else n
+
+
+def default_chunk_size(hidden: int, vocab: int) -> int:
+    """Tokens per chunk for hidden size H and (this shard's) vocabulary V: see the module docstring."""
+    vocab = max(vocab, 1)
+    elements = min(max(vocab * max(hidden, 1), LOGITS_MIN_ELEMENTS), LOGITS_MAX_ELEMENTS)
+    return max(1, _round_down(elements // vocab, 64))
+
+
+def default_vocab_chunk_size(chunk: int, hidden: int, vocab: int) -> int:
+    """Vocabulary rows per kernel call: see the module docstring."""
+    rows = max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(chunk, hidden, 1))
+    return max(1, min(vocab, _round_down(rows, 64)))
+
+
+def resolve_sizes(chunk_size, vocab_chunk_size, hidden: int, vocab: int) -> tuple[int, int]:
+    """The (token chunk, vocabulary block) a call uses: the given ones checked, or the defaults."""
+    if chunk_size is None:
+        chunk = default_chunk_size(hidden, vocab)
+    else:
+        chunk = C.integer(chunk_size, "chunk_size")
+        if chunk < 1:
+            raise XLossValueError(f"chunk_size must be a positive number of tokens; got {chunk}")
+    if vocab_chunk_size is None:
+        block = default_vocab_chunk_size(chunk, hidden, vocab)
+    else:
+        block = C.integer(vocab_chunk_size, "vocab_chunk_size")
+        if block < 1:
+            raise XLossValueError(f"vocab_chunk_size must be a positive number of vocabulary rows; got {block}")
+    return chunk, block
+
+
+def spans(total: int, step: int):
+    """``(start, stop)`` pairs covering ``range(total)`` in steps of ``step`` (the last one shorter)."""
+    return [(s, min(s + step, total)) for s in range(0, total, step)]

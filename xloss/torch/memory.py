@@ -1,0 +1,71 @@
+"""Peak memory of a region of code, counted allocation by allocation (not RSS).
+
+PyTorch's CPU allocations are read from the profiler's memory events (every allocation and
+free through c10's allocator, including the temporaries inside an op); NumPy's from
+:mod:`tracemalloc` (NumPy reports its array data to it). The two peaks are taken separately
+and added, which bounds the true combined peak from above; for code that allocates through
+only one of them the number is exact. Used by the tests (deterministic bounds), the
+benchmarks and the training example.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from dataclasses import dataclass
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+
+@dataclass
+class PeakMemory:
+    """Largest net allocation (bytes) seen inside the ``with`` block, above what was live at its start."""
+
+    torch_bytes: int = 0
+    numpy_bytes: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.torch_bytes + self.numpy_bytes
+
+    @property
+    def mib(self) -> float:
+        return self.bytes / 2**20
+
+
+class track_peak_memory:
+    """``with track_peak_memory() as peak: ...`` then ``peak.bytes`` / ``peak.torch_bytes`` / ``peak.numpy_bytes``."""
+
+    def __enter__(self) -> PeakMemory:
+        self.result = PeakMemory()
+        # the profiler starts first, so that its own Python allocations are not counted as NumPy's
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._prof.__enter__()
+        self._own_tracemalloc = not tracemalloc.is_tracing()
+        if self._own_tracemalloc:
+            tracemalloc.start()
+        tracemalloc.reset_peak()
+        self._np_start = tracemalloc.get_traced_memory()[0]
+        return self.result
+
+    def __exit__(self, *exc):
+        # read NumPy's peak before the profiler builds its (Python) event lists
+        self.result.numpy_bytes = max(0, tracemalloc.get_traced_memory()[1] - self._np_start)
+        self._prof.__exit__(*exc)
+        if self._own_tracemalloc:
+            tracemalloc.stop()
+        self.result.torch_bytes = _torch_peak(self._prof)
+        return False
+
+
+def _torch_peak(prof) -> int:
+    # kineto_results holds every [memory] event with its signed size; the FunctionEvent list
+    # that prof.events() builds keeps only those it can attach to an op.
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    live = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        if str(e.device_type()) != "DeviceType.CPU":
+            continue
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
