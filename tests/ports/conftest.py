@@ -4,9 +4,9 @@ A port test builds small C libraries in a vendor's calling convention (one corre
 one seeded bug each), runs the conformance harness against them and checks what it reports. The
 helpers here know nothing about a particular vendor:
 
-* ``port_harness.check(backend, targets, ...)`` runs targets in-process and also measures how
-  many examples it took to hit the first failure (the harness's own ``examples`` count includes
-  hypothesis's shrinking replays);
+* ``port_harness.check(backend, targets, ...)`` runs targets in-process and reports how many
+  examples it took to hit the first failure (the harness's ``found_at``; its ``examples`` count
+  also includes hypothesis's shrinking replays);
 * ``port_harness.load_module(path)`` loads a helper script (a vendor folder's ``build.py``)
   under ``--import-mode=importlib``, where tests cannot import each other;
 * ``xloss_cli(*args, cwd=...)`` runs ``python -m xloss.cli`` in a subprocess;
@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from xloss.backend import KernelCaps
-from xloss.conformance import DESCRIPTORS, runner, supports
+from xloss.conformance import runner
 
 _FINDINGS: list[dict] = []
 
@@ -43,38 +42,13 @@ class Measured:
         return (self.result.kernel, self.result.dtype, self.result.mode)
 
 
-def _fails(descriptor, case, backend) -> bool:
-    try:
-        return not all(c.ok for c in descriptor.check(case, backend))
-    except Exception:  # a refusal or a kernel error is a failure of a declared target too
-        return True
-
-
 def check(backend, targets, *, max_examples: int, seed: int) -> list[Measured]:
     """``runner.run_target`` over ``targets`` (kernel, dtype, mode), in this process."""
     out = []
     for kernel, dtype, mode in targets:
-        cases = []
-        r = runner.run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed,
-                              on_case=cases.append)
-        out.append(Measured(r, _first_failure(backend, r, cases) if r.status in runner.FAILING else None,
-                            r.seconds))
+        r = runner.run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed)
+        out.append(Measured(r, r.found_at if r.status in runner.FAILING else None, r.seconds))
     return out
-
-
-def _first_failure(backend, r, cases) -> int | None:
-    """Where the first failure was among ``cases`` (every example the harness ran, in order)."""
-    d = DESCRIPTORS[r.kernel]
-    caps = runner.declared_caps(backend, r.kernel, r.dtype, r.mode) or KernelCaps.declare(r.kernel, dtypes=(r.dtype,))
-    edge = [c for c in d.edge_cases(r.dtype, r.mode) if supports(caps, c)]
-    # The harness runs the edge cases in order and leaves them at the first failure; what follows
-    # is hypothesis (whose cases carry no label). Re-run only what the order does not settle.
-    ran = 0
-    while ran < min(len(edge), len(cases)) and cases[ran].label == edge[ran].label:
-        ran += 1
-    if ran < len(edge) or (ran and _fails(d, cases[ran - 1], backend)):
-        return ran
-    return next((ran + i + 1 for i, c in enumerate(cases[ran:]) if _fails(d, c, backend)), None)
 
 
 def load_module(path, name: str | None = None):

@@ -48,6 +48,7 @@ class TargetResult:
     message: str = ""
     case: dict | None = None  # JSON of the (shrunk) failing input
     seconds: float = 0.0
+    found_at: int | None = None  # 1-based index of the first failing example (edge cases count first)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -79,7 +80,6 @@ class _Stats:
     max_ulp: float = 0.0
 
     def add(self, comparisons):
-        self.examples += 1
         for c in comparisons:
             self.max_abs = max(self.max_abs, c.max_abs)
             self.max_rel = max(self.max_rel, c.max_rel)
@@ -122,11 +122,17 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     def run_one(case: Case):
         if on_case is not None:
             on_case(case)
-        comparisons = d.check(case, runner)
-        stats.add(comparisons)
-        bad = [c for c in comparisons if not c.ok]
-        if bad:
-            raise _Mismatch("; ".join(f"{c.name}: {c.detail}" for c in bad))
+        stats.examples += 1
+        try:
+            comparisons = d.check(case, runner)
+            stats.add(comparisons)
+            bad = [c for c in comparisons if not c.ok]
+            if bad:
+                raise _Mismatch("; ".join(f"{c.name}: {c.detail}" for c in bad))
+        except Exception:
+            if res.found_at is None:
+                res.found_at = stats.examples
+            raise
 
     failure = None  # (case, exception) to report
     for case in d.edge_cases(dtype, mode):
