@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 
@@ -87,9 +88,40 @@ def float_array(obj, name: str) -> np.ndarray:
     return arr
 
 
-def contiguous(arr: np.ndarray) -> np.ndarray:
+#: Allocations above this size are checked against the memory actually available first.
+_CHECK_ABOVE = 1 << 30
+
+
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def ensure_fits(nbytes: int, what: str) -> None:
+    """Refuse an allocation that cannot fit in memory, before attempting it (e.g. materialising a
+    zero-stride broadcast view of a huge shape)."""
+    if nbytes > _CHECK_ABOVE:
+        avail = _available_bytes()
+        if avail is not None and nbytes > avail:
+            raise XLossValueError(f"{what} would need {nbytes / 2**30:.1f} GiB of memory; "
+                                  f"{avail / 2**30:.1f} GiB is available")
+
+
+def contiguous(arr: np.ndarray, name: str) -> np.ndarray:
     # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+    if arr.flags.c_contiguous:
+        return arr
+    ensure_fits(arr.size * arr.itemsize, f"a contiguous copy of {name} {_shape(arr.shape)}")
+    return arr.copy(order="C")
 
 
 def operand(obj, name: str, dtype: np.dtype, shape=None, *, allow_int=False) -> np.ndarray:
@@ -103,7 +135,9 @@ def operand(obj, name: str, dtype: np.dtype, shape=None, *, allow_int=False) -> 
         raise XLossTypeError(f"{name} has unsupported floating dtype {arr.dtype} (supported: {_FLOAT_NAMES})")
     if shape is not None and arr.shape != tuple(shape):
         raise XLossValueError(f"{name} must have shape {_shape(shape)}; got {_shape(arr.shape)}")
-    return contiguous(arr.astype(dtype, copy=False))
+    if arr.dtype != dtype:
+        ensure_fits(arr.size * np.dtype(dtype).itemsize, f"converting {name} to {float_name(dtype) or dtype}")
+    return contiguous(arr.astype(dtype, copy=False), name)
 
 
 def broadcast_weight(obj, name: str, shape, dtype) -> np.ndarray:
@@ -130,6 +164,7 @@ def upstream_grad(grad, reduction: str, shape, dtype, name="grad", *, per_elemen
 def output(out, name: str, shape, dtype, inputs) -> np.ndarray:
     """The caller's ``out`` checked (shape, dtype, contiguity, writeable, no overlap), or a new array."""
     if out is None:
+        ensure_fits(math.prod(shape) * np.dtype(dtype).itemsize, f"the result {_shape(shape)}")
         return np.empty(shape, dtype=dtype)
     arr = to_numpy(out, name)
     if arr.shape != tuple(shape):
@@ -151,7 +186,7 @@ def output(out, name: str, shape, dtype, inputs) -> np.ndarray:
 
 def focal_args(x, y, grad, *, alpha, gamma, weight, reduction, mode, out=None, grad_out=None) -> FocalArgs:
     x_raw = float_array(x, "x")
-    x = contiguous(x_raw)
+    x = contiguous(x_raw, "x")
     dt = x.dtype
     y = operand(y, "y", dt, x.shape, allow_int=True)
     reduction = reduction_name(reduction)
@@ -169,7 +204,7 @@ def focal_args(x, y, grad, *, alpha, gamma, weight, reduction, mode, out=None, g
 
 def bce_args(x, y, grad, *, weight, reduction, eps, eps_mode, out=None) -> BCEArgs:
     x_raw = float_array(x, "x")
-    x = contiguous(x_raw)
+    x = contiguous(x_raw, "x")
     dt = x.dtype
     y = operand(y, "y", dt, x.shape, allow_int=True)
     reduction = reduction_name(reduction)
@@ -188,7 +223,7 @@ def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weigh
     s_raw = float_array(self, "self")
     if s_raw.ndim not in (1, 2):
         raise XLossValueError(f"self must have shape (N, C) or (C); got {_shape(s_raw.shape)}")
-    s = contiguous(s_raw)
+    s = contiguous(s_raw, "self")
     dt, classes = s.dtype, s.shape[-1]
     t = to_numpy(target, "target")
     if t.dtype.kind not in "iu" or t.dtype.name not in ("int64", "int32", "uint8"):
@@ -197,7 +232,7 @@ def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weigh
     if t.shape != t_shape:
         raise XLossValueError(f"target must have shape {_shape(t_shape)} for self of shape {_shape(s.shape)}; "
                               f"got {_shape(t.shape)}")
-    t = contiguous(t)
+    t = contiguous(t, "target")
     reduction = reduction_name(reduction)
     ignore_index = integer(ignore_index, "ignore_index")
     reference.check_targets(t, classes, ignore_index)
@@ -211,11 +246,11 @@ def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weigh
 
 def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, sum_exp_logits, softmax,
               label_smoothing, vocab_size) -> FLCEArgs:
-    inp = contiguous(float_array(input, "input"))
+    inp = contiguous(float_array(input, "input"), "input")
     if inp.ndim != 2:
         raise XLossValueError(f"input must have shape (BT, H); got {_shape(inp.shape)}")
     bt, hidden = inp.shape
-    w = contiguous(float_array(weight, "weight"))
+    w = contiguous(float_array(weight, "weight"), "weight")
     if w.ndim != 2 or w.shape[1] != hidden:
         raise XLossValueError(f"weight must have shape (V, {hidden}) to match input (BT, H)={_shape(inp.shape)}; "
                               f"got {_shape(w.shape)}")
@@ -237,14 +272,14 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
                                   f"for BT={bt}; got {_shape(m.shape)}")
     else:
         raise XLossTypeError(f"target_mask must be bool (one per token) or uint8 (bit-packed, LSB first); got {m.dtype}")
-    m = contiguous(m)
+    m = contiguous(m, "target_mask")
 
     mt = to_numpy(masked_target, "masked_target")
     if mt.dtype.name not in ("int32", "int64"):
         raise XLossTypeError(f"masked_target must have dtype int32 or int64; got {mt.dtype}")
     if mt.shape != (bt,):
         raise XLossValueError(f"masked_target must have shape ({bt},); got {_shape(mt.shape)}")
-    mt = contiguous(mt)
+    mt = contiguous(mt, "masked_target")
     if mt.size and (mt.min() < 0 or mt.max() >= v):
         row = int(np.argmax((mt < 0) | (mt >= v)))
         raise XLossValueError(f"masked_target[{row}] = {int(mt[row])} is out of range: local targets must lie in "
@@ -274,4 +309,4 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
 
     dt = inp.dtype
     return FLCEArgs(g, inp, w, m, fmt, mt, mode, lm, se, sm, ls, k,
-                    np.empty((bt, hidden), dtype=dt), np.empty((v, hidden), dtype=dt))
+                    output(None, "input_grad", (bt, hidden), dt, {}), output(None, "weight_grad", (v, hidden), dt, {}))

@@ -95,6 +95,9 @@ def error_cases() -> list[ErrorCase]:
          r"weight of shape \(4,\) does not broadcast to \(6,\)"),
         ("weight with more dims", dict(base, weight=np.ones((2, 6), np.float32)), XLossValueError,
          r"weight of shape \(2, 6\) does not broadcast to \(6,\)"),
+        ("huge broadcast view", dict(x=np.broadcast_to(np.float32(1), (10**6, 10**6)),
+                                     y=np.broadcast_to(np.float32(0), (10**6, 10**6))), XLossValueError,
+         r"a contiguous copy of x \(1000000, 1000000\) would need 3725.3 GiB of memory"),
     ]
     out = []
     for fn in ("focal_loss", "focal_loss_grad", "focal_loss_with_grad"):
