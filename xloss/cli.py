@@ -137,6 +137,29 @@ def _replay(args, descriptors, load_cases) -> int:
     return 1 if failed else 0
 
 
+def cmd_bench(args) -> int:
+    from .bench import BenchConfig, report, run
+
+    config = BenchConfig(kernels=args.kernels or BenchConfig().kernels, backends=args.backends, sizes=args.sizes,
+                         dtype=args.dtype, repeat=args.repeat, quick=args.quick, compile=not args.no_compile)
+    try:
+        result = run(config, progress=not args.no_progress)
+    except ValueError as exc:
+        raise SystemExit(f"xloss bench: {exc}")
+    print(report.table(result))
+    if args.json:
+        report.write_json(result, args.json)
+    if args.csv:
+        report.write_csv(result, args.csv)
+    if args.plot:
+        try:
+            report.plot(result, args.plot)
+        except ImportError:
+            print("xloss bench: --plot needs matplotlib (pip install 'xloss[bench]')", file=sys.stderr)
+            return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xloss", description="xloss: loss kernels over CPU and vendor-ABI backends")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -162,6 +185,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run in this process (faster start; a crashing port takes the report down)")
     p.add_argument("--replay", metavar="FILE", help="re-run the cases saved in FILE")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("bench", help="time every backend and the PyTorch alternatives side by side",
+                       description="Time each kernel on every available backend and on PyTorch eager, torch.compile, "
+                                   "ATen backward ops and a materialised linear+cross-entropy, in one process.")
+    p.add_argument("--kernels", nargs="+", metavar="KERNEL", help="focal, bce, nll, flce (default all)")
+    p.add_argument("--backends", nargs="+", metavar="NAME", help="xloss backends to include (default all)")
+    p.add_argument("--sizes", nargs="+", metavar="SIZE",
+                   help="e.g. 8M (focal, bce), 32768x1000 (nll), 2048x1024x32000 (flce: BT x H x V)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+    p.add_argument("--repeat", type=int, help="timed rounds per cell (default 15; 5 with --quick)")
+    p.add_argument("--quick", action="store_true", help="small sizes, fewer rounds: under a minute")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles for tens of seconds)")
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--csv", metavar="FILE")
+    p.add_argument("--plot", metavar="FILE.png")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -1,0 +1,78 @@
+"""`xloss bench` on a tiny run: the table, JSON, CSV and PNG it writes have the promised structure."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from xloss.bench import BenchConfig, report, run, timing, workloads
+
+
+@pytest.fixture(scope="module")
+def result():
+    cfg = BenchConfig(kernels=["focal", "nll", "flce"], backends=["cpu", "reference", "no-such-backend"],
+                      sizes=["4k", "64x10", "8x16x40"], repeat=2, compile=False)
+    return run(cfg, progress=False)
+
+
+def test_every_cell_has_the_promised_columns(result):
+    assert {"cpu", "logical_cpus", "versions", "numba_threads", "torch_threads"} <= set(result["machine"])
+    assert result["ceilings"]["copy_bandwidth_bytes_per_s"] > 0 and result["ceilings"]["gemm_peak_flops"] > 0
+    cells = {(c["kernel"], c["mode"]): c for c in result["cells"]}
+    assert set(cells) == {("focal_loss", "forward"), ("focal_loss", "grad"), ("focal_loss", "forward+grad"),
+                          ("nll_loss_grad", "grad"), ("fused_linear_cross_entropy_grad", "recompute")}
+    for cell in result["cells"]:
+        names = {r["implementation"] for r in cell["results"]}
+        assert {"xloss:cpu", "xloss:reference", cell["baseline"]} <= names
+        base = next(r for r in cell["results"] if r["implementation"] == cell["baseline"])
+        assert base["speedup_vs_baseline"] == pytest.approx(1.0)
+        for r in cell["results"]:
+            assert 0 < r["p20_s"] <= r["median_s"] <= r["p80_s"] and r["samples"] >= 1
+            assert r["first_call_s"] > 0
+            assert ("fraction_of_bandwidth" in r) == (cell["kernel"] != "fused_linear_cross_entropy_grad")
+        assert any(s["name"] == "xloss:no-such-backend" and "no backend named" in s["reason"]
+                   for s in cell["skipped"])
+    focal = cells[("focal_loss", "forward+grad")]
+    assert any(s["name"] == "torch.compile (A.1)" and "disabled" in s["reason"] for s in focal["skipped"])
+    nll = {r["implementation"] for r in cells[("nll_loss_grad", "grad")]["results"]}
+    assert {"xloss:cpu out=", "memset of the output"} <= nll
+    flce = {r["implementation"] for r in cells[("fused_linear_cross_entropy_grad", "recompute")]["results"]}
+    assert {"torch materialised", "3 bare GEMMs"} <= flce
+
+
+def test_writers(result, tmp_path):
+    report.write_json(result, tmp_path / "b.json")
+    back = json.loads((tmp_path / "b.json").read_text())
+    assert back["cells"][0]["results"][0]["implementation"]
+    report.write_csv(result, tmp_path / "b.csv")
+    lines = (tmp_path / "b.csv").read_text().splitlines()
+    assert lines[0].startswith("# ") and "numba threads" in lines[0]
+    rows = list(csv.DictReader(lines[1:]))
+    assert len(rows) == sum(len(c["results"]) for c in result["cells"])
+    assert {"kernel", "implementation", "median_s", "speedup_vs_baseline"} <= set(rows[0])
+    report.plot(result, tmp_path / "b.png")
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = report.table(result)
+    assert "focal_loss forward+grad" in text and "skipped xloss:no-such-backend" in text
+
+
+def test_cli_quick_flags(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "xloss.cli", "bench", "--kernels", "bce", "--sizes", "2k",
+                          "--backends", "cpu", "--repeat", "2", "--no-compile", "--no-progress", "--json",
+                          str(tmp_path / "r.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "bce_grad grad, size 2k, float32" in out.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["config"]["repeat"] == 2
+
+
+def test_sizes_and_rounds():
+    assert workloads.parse_count("8M") == 8_000_000 and workloads.parse_dims("2048x1024x32000", 3) == (2048, 1024,
+                                                                                                        32000)
+    with pytest.raises(ValueError, match="not a size"):
+        workloads.parse_count("lots")
+    assert workloads.sizes_for("nll_loss_grad", ["8M", "10x20"], quick=False) == ["10x20"]
+    assert timing.plan_rounds(0.001, 15, 6.0) == 15 and timing.plan_rounds(10.0, 15, 6.0) == 1
+    t = timing.Timing.of([3.0, 1.0, 2.0, 5.0, 4.0])
+    assert (t.median, t.p20, t.p80) == (3.0, 1.8, 4.2)

@@ -1,0 +1,97 @@
+"""What is benchmarked: one workload per kernel × mode × size × dtype, with its inputs and the
+work it implies (bytes that must move, or FLOPs for the GEMM-bound FLCE)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import dtypes as xdt
+
+KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad")
+ALIASES = {"focal": "focal_loss", "bce": "bce_grad", "nll": "nll_loss_grad", "flce": "fused_linear_cross_entropy_grad"}
+FOCAL_MODES = ("forward", "grad", "forward+grad")
+
+#: Default sizes: elements for focal/BCE, N x C for NLL, BT x H x V for FLCE.
+FULL_SIZES = {"focal_loss": ["8M"], "bce_grad": ["8M"], "nll_loss_grad": ["32768x1000"],
+              "fused_linear_cross_entropy_grad": ["2048x1024x32000"]}
+QUICK_SIZES = {"focal_loss": ["1M"], "bce_grad": ["1M"], "nll_loss_grad": ["8192x1000"],
+               "fused_linear_cross_entropy_grad": ["256x256x4000"]}
+
+
+@dataclass
+class Workload:
+    kernel: str
+    mode: str
+    size: str
+    dtype: str
+    inputs: dict = field(repr=False)
+    bytes_moved: int | None = None  # every operand read or written once (the bandwidth floor)
+    flops: int | None = None  # for GEMM-bound kernels
+
+    @property
+    def key(self) -> str:
+        return f"{self.kernel} {self.mode} {self.size} {self.dtype}"
+
+
+def parse_count(text: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", text.strip())
+    if not m:
+        raise ValueError(f"not a size: {text!r} (e.g. 8M, 4096, 32768x1000, 2048x1024x32000)")
+    return int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()])
+
+
+def parse_dims(text: str, n: int) -> tuple[int, ...]:
+    parts = [parse_count(p) for p in text.lower().split("x")]
+    if len(parts) != n:
+        raise ValueError(f"size {text!r} needs {n} dimensions separated by 'x'")
+    return tuple(parts)
+
+
+def sizes_for(kernel: str, requested: list[str] | None, quick: bool) -> list[str]:
+    """The sizes of ``kernel`` among ``requested`` (by form: N, NxC, BTxHxV), else the defaults."""
+    if not requested:
+        return (QUICK_SIZES if quick else FULL_SIZES)[kernel]
+    want = {"focal_loss": 1, "bce_grad": 1, "nll_loss_grad": 2, "fused_linear_cross_entropy_grad": 3}[kernel]
+    return [s for s in requested if len(s.lower().split("x")) == want]
+
+
+def build(kernel: str, mode: str, size: str, dtype: str, seed: int = 0) -> Workload:
+    rng = np.random.default_rng(seed)
+    dt = xdt.FLOAT_DTYPES[dtype]
+    s = dt.itemsize
+    if kernel == "focal_loss":
+        n = parse_count(size)
+        x = (rng.standard_normal(n, dtype=np.float32) * 3).astype(dt)
+        y = (rng.random(n, dtype=np.float32) < 0.1).astype(dt)
+        writes = {"forward": 0, "grad": 1, "forward+grad": 1}[mode]  # mean: the loss is a scalar
+        return Workload(kernel, mode, size, dtype, {"x": x, "y": y}, bytes_moved=(2 + writes) * n * s)
+    if kernel == "bce_grad":
+        n = parse_count(size)
+        x = rng.uniform(0.001, 0.999, n).astype(np.float32).astype(dt)
+        y = (rng.random(n, dtype=np.float32) < 0.5).astype(dt)
+        w = rng.uniform(0, 2, n).astype(np.float32).astype(dt)
+        return Workload(kernel, mode, size, dtype, {"x": x, "y": y, "weight": w}, bytes_moved=4 * n * s)
+    if kernel == "nll_loss_grad":
+        n, c = parse_dims(size, 2)
+        logp = np.full((n, c), -math.log(c), dtype=dt)  # the backward never reads its values
+        t = rng.integers(0, c, n)
+        t[::17] = -100
+        return Workload(kernel, mode, size, dtype, {"self": logp, "target": t}, bytes_moved=n * c * s + n * 8)
+    if kernel == "fused_linear_cross_entropy_grad":
+        bt, h, v = parse_dims(size, 3)
+        x = (rng.standard_normal((bt, h), dtype=np.float32) / math.sqrt(h)).astype(dt)
+        w = rng.standard_normal((v, h), dtype=np.float32).astype(dt)
+        t = rng.integers(0, v, bt)
+        logits = x.astype(np.float32) @ w.astype(np.float32).T
+        m = logits.max(axis=1)
+        se = np.exp(logits - m[:, None]).sum(axis=1)
+        del logits
+        inputs = {"grad": np.full(bt, 1.0 / bt, np.float32), "input": x, "weight": w,
+                  "target_mask": np.zeros(bt, bool), "masked_target": t, "logits_max": m.astype(np.float32),
+                  "sum_exp_logits": se.astype(np.float32), "target": t}
+        return Workload(kernel, "recompute", size, dtype, inputs, flops=3 * 2 * bt * h * v)
+    raise ValueError(f"unknown kernel {kernel!r}")
