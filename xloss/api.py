@@ -66,16 +66,18 @@ def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_i
 
 def fused_linear_cross_entropy_grad(grad, input, weight, target_mask, masked_target, *, logits_max=None,
                                     sum_exp_logits=None, softmax=None, label_smoothing=0.0, vocab_size=None,
-                                    backend=None):
+                                    backend=None, input_grad_out=None, weight_grad_out=None):
     """``(input_grad, weight_grad)`` of cross entropy through ``input @ weight.T`` for one vocabulary shard.
 
     Give ``softmax`` (BT, V), or the global ``logits_max`` and ``sum_exp_logits`` (BT) to
     recompute it. ``target_mask`` is bool per token or uint8 bit-packed LSB first (True: the
     token's target is not in this shard); ``masked_target`` the local target index.
+    ``input_grad_out`` / ``weight_grad_out``: buffers to write the results into (as ``out=``).
     """
     a = validation.flce_args(grad, input, weight, target_mask, masked_target, logits_max=logits_max,
                              sum_exp_logits=sum_exp_logits, softmax=softmax, label_smoothing=label_smoothing,
-                             vocab_size=vocab_size)
+                             vocab_size=vocab_size, input_grad_out=input_grad_out, weight_grad_out=weight_grad_out)
     _run(a, backend)
     kind = kind_of(input)
-    return from_numpy(a.input_grad_out, kind), from_numpy(a.weight_grad_out, kind)
+    return (input_grad_out if input_grad_out is not None else from_numpy(a.input_grad_out, kind),
+            weight_grad_out if weight_grad_out is not None else from_numpy(a.weight_grad_out, kind))

@@ -245,7 +245,7 @@ def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weigh
 
 
 def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, sum_exp_logits, softmax,
-              label_smoothing, vocab_size) -> FLCEArgs:
+              label_smoothing, vocab_size, input_grad_out=None, weight_grad_out=None) -> FLCEArgs:
     inp = contiguous(float_array(input, "input"), "input")
     if inp.ndim != 2:
         raise XLossValueError(f"input must have shape (BT, H); got {_shape(inp.shape)}")
@@ -308,5 +308,7 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
         raise XLossValueError(f"vocab_size (the global vocabulary size) must be >= this shard's V={v} and >= 1; got {k}")
 
     dt = inp.dtype
-    return FLCEArgs(g, inp, w, m, fmt, mt, mode, lm, se, sm, ls, k,
-                    output(None, "input_grad", (bt, hidden), dt, {}), output(None, "weight_grad", (v, hidden), dt, {}))
+    inputs = {"input": inp, "weight": w, "grad": g, "softmax": sm, "logits_max": lm, "sum_exp_logits": se}
+    gi = output(input_grad_out, "input_grad_out", (bt, hidden), dt, inputs)
+    gw = output(weight_grad_out, "weight_grad_out", (v, hidden), dt, {**inputs, "input_grad_out": gi})
+    return FLCEArgs(g, inp, w, m, fmt, mt, mode, lm, se, sm, ls, k, gi, gw)

@@ -96,3 +96,21 @@ def test_one_element_upstream_grad_array_is_a_scalar():
     c = xloss.focal_loss_grad(torch.tensor(X), torch.tensor(Y), torch.tensor(2.0), reduction="mean",
                               backend="reference")
     np.testing.assert_array_equal(c.numpy(), b)
+
+
+def test_flce_writes_into_caller_buffers():
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((6, 4)), rng.standard_normal((9, 4))
+    kw = dict(logits_max=np.full(6, 3.0), sum_exp_logits=np.full(6, 20.0))
+    args = (np.ones(6), x, w, np.zeros(6, bool), np.arange(6))
+    gi, gw = np.empty((6, 4)), np.empty((9, 4))
+    a, b = xloss.fused_linear_cross_entropy_grad(*args, **kw, backend="reference", input_grad_out=gi,
+                                                 weight_grad_out=gw)
+    assert a is gi and b is gw
+    want = xloss.fused_linear_cross_entropy_grad(*args, **kw, backend="reference")
+    np.testing.assert_array_equal(gi, want[0])
+    np.testing.assert_array_equal(gw, want[1])
+    shared = np.empty(6 * 4 + 9 * 4)
+    with pytest.raises(xloss.XLossValueError, match="weight_grad_out overlaps input input_grad_out"):
+        xloss.fused_linear_cross_entropy_grad(*args, **kw, input_grad_out=shared[:24].reshape(6, 4),
+                                              weight_grad_out=shared[20:56].reshape(9, 4))

@@ -133,7 +133,15 @@ def error_cases() -> list[ErrorCase]:
         ("vocab_size below shard", dict(base, label_smoothing=0.1, vocab_size=3), XLossValueError,
          r"vocab_size .* must be >= this shard's V=5"),
     ]
-    return [ErrorCase("fused_linear_cross_entropy_grad", kw, exc, match, label) for label, kw, exc, match in errs]
+    out = [ErrorCase("fused_linear_cross_entropy_grad", kw, exc, match, label) for label, kw, exc, match in errs]
+    out.append(ErrorCase("fused_linear_cross_entropy_grad", dict(base, weight_grad_out=np.full((v, h), 7.0, np.float32)),
+                         XLossTypeError, r"weight_grad_out must have dtype float16", "weight_grad_out of wrong dtype",
+                         "weight_grad_out"))
+    out.append(ErrorCase("fused_linear_cross_entropy_grad", dict(base, masked_target=np.array([0, 9, 0, 0]),
+                                                                 input_grad_out=np.full((bt, h), 7.0, np.float16)),
+                         XLossValueError, r"masked_target\[1\] = 9 is out of range", "bad target with out",
+                         "input_grad_out"))
+    return out
 
 
 def call(case: Case, backend):

@@ -1,0 +1,159 @@
+"""The ``cpu`` backend object: capabilities, availability, options, and dispatch to the kernels."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import threading
+
+from ...backend import Backend, KernelCaps
+from ...dtypes import FLOAT_DTYPES
+
+_ALL_DTYPES = tuple(FLOAT_DTYPES)  # float16, bfloat16 (widened in-kernel), float32, float64
+_MIN_NUMBA = (0, 59)
+_OPTIONS = ("threads", "blas", "flce_chunk_bytes")
+
+_CAPS = {
+    "focal_loss": KernelCaps.declare(
+        "focal_loss", dtypes=_ALL_DTYPES,
+        notes="half types widen to float32 in-kernel; sums accumulate in float64 per block"),
+    "bce_grad": KernelCaps.declare("bce_grad", dtypes=_ALL_DTYPES, eps_mode=("clamp", "add")),
+    "nll_loss_grad": KernelCaps.declare("nll_loss_grad", dtypes=_ALL_DTYPES),
+    "fused_linear_cross_entropy_grad": KernelCaps.declare(
+        "fused_linear_cross_entropy_grad", dtypes=_ALL_DTYPES,
+        notes="half types: float32 products, one rounding at the end; memory bounded by flce_chunk_bytes"),
+}
+
+_load_lock = threading.Lock()
+_kernels = None
+# Numba's workqueue threading layer (its fallback when no OpenMP or TBB runtime loads) must not be
+# entered from two Python threads at once: it aborts. Under it, kernel launches are serialised.
+_launch_lock = threading.RLock()
+
+
+def _layer_is_threadsafe() -> bool:
+    import numba
+
+    try:
+        return numba.threading_layer() != "workqueue"
+    except ValueError:  # no parallel launch yet: the layer is unknown, so assume the unsafe one
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _numba_problem() -> str | None:
+    try:
+        numba = importlib.import_module("numba")
+    except Exception as exc:  # ImportError, or numba refusing this NumPy
+        return f"numba is not importable ({type(exc).__name__}: {exc})"
+    try:
+        version = tuple(int(p) for p in numba.__version__.split(".")[:2])
+    except ValueError:
+        return None
+    if version < _MIN_NUMBA:
+        return f"numba {numba.__version__} is too old (need >= {'.'.join(map(str, _MIN_NUMBA))})"
+    return None
+
+
+def kernels():
+    """The kernel modules, imported on first use."""
+    global _kernels
+    if _kernels is None:
+        with _load_lock:
+            if _kernels is None:
+                from . import bce, flce, focal, gemm, nll  # (importing them checks the disk cache)
+
+                _kernels = {"focal": focal, "bce": bce, "nll": nll, "flce": flce, "gemm": gemm}
+    return _kernels
+
+
+class CpuBackend(Backend):
+    def __init__(self, *, threads: int | None = None, blas: str = "auto", flce_chunk_bytes: int | None = None,
+                 **unknown):
+        if unknown:
+            raise TypeError(f"the cpu backend takes options {', '.join(_OPTIONS)}; got {sorted(unknown)}")
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+            raise ValueError(f"threads must be a positive integer or None; got {threads!r}")
+        if blas not in ("auto", "torch", "numpy"):
+            raise ValueError(f"blas must be 'auto', 'torch' or 'numpy'; got {blas!r}")
+        if flce_chunk_bytes is not None and (not isinstance(flce_chunk_bytes, int) or flce_chunk_bytes < 1):
+            raise ValueError(f"flce_chunk_bytes must be a positive integer; got {flce_chunk_bytes!r}")
+        opts = {k: v for k, v in (("threads", threads), ("blas", blas), ("flce_chunk_bytes", flce_chunk_bytes))
+                if v is not None and not (k == "blas" and v == "auto")}
+        super().__init__(name="cpu", description="fused, parallel, vectorized Numba kernels; FLCE products on "
+                                                 "PyTorch's MKL/oneDNN or NumPy's BLAS", options=opts)
+        self._threads = threads
+        self._blas_choice = blas
+        self._chunk_bytes = flce_chunk_bytes
+        self._gemm = None
+
+    # -- what it can do ----------------------------------------------------------------
+    def capabilities(self):
+        return _CAPS
+
+    def availability(self):
+        problem = _numba_problem()
+        return (False, problem) if problem else (True, "")
+
+    def info(self):
+        facts = {"threads": "numba default" if self._threads is None else str(self._threads),
+                 "blas": self._blas_choice}
+        try:
+            import numba
+
+            facts["numba"] = numba.__version__
+            facts["numba threads"] = str(numba.get_num_threads())
+            torch_there = importlib.util.find_spec("torch") is not None  # (without importing it)
+            facts["blas in use"] = "torch" if self._blas_choice == "torch" or (
+                self._blas_choice == "auto" and torch_there) else "numpy"
+        except Exception as exc:  # info must never fail
+            facts["error"] = f"{type(exc).__name__}: {exc}"
+        return facts
+
+    def gemm(self):
+        if self._gemm is None:
+            self._gemm = kernels()["gemm"].make(self._blas_choice)
+        return self._gemm
+
+    @contextlib.contextmanager
+    def _thread_count(self):
+        """The backend's thread count for the enclosed launches (Numba's setting is per thread),
+        serialised when the threading layer is not thread-safe."""
+        with contextlib.ExitStack() as stack:
+            if not _layer_is_threadsafe():
+                stack.enter_context(_launch_lock)
+            if self._threads is None:
+                yield
+                return
+            import numba
+
+            before = numba.get_num_threads()
+            numba.set_num_threads(min(self._threads, numba.config.NUMBA_NUM_THREADS))
+            try:
+                yield
+            finally:
+                numba.set_num_threads(before)
+
+    # -- the kernels ---------------------------------------------------------------------
+    def focal_loss(self, a):
+        k = kernels()["focal"]
+        with self._thread_count():
+            k.run(a)
+
+    def bce_grad(self, a):
+        k = kernels()["bce"]
+        with self._thread_count():
+            k.run(a)
+
+    def nll_loss_grad(self, a):
+        k = kernels()["nll"]
+        with self._thread_count():
+            k.run(a)
+
+    def fused_linear_cross_entropy_grad(self, a):
+        k = kernels()["flce"]
+        chunk = self._chunk_bytes or k.DEFAULT_CHUNK_BYTES
+        with self._thread_count():
+            k.run(a, self.gemm(), chunk)

@@ -1,0 +1,105 @@
+"""The cpu FLCE gradients against the float64 reference: tiling (column chunks and row tiles),
+both BLAS providers, both modes and mask formats, label smoothing, half types, empty shapes."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import xloss
+from xloss.backends.cpu_onednn import flce
+from xloss.conformance import DESCRIPTORS
+from xloss.conformance.flce import shard_case
+
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+PROVIDERS = ("numpy", "torch")
+
+
+def _backend(blas, chunk_bytes):
+    if blas == "torch":
+        pytest.importorskip("torch")
+    return xloss.backend("cpu", blas=blas, flce_chunk_bytes=chunk_bytes)
+
+
+def _assert_ok(case, backend):
+    bad = [r for r in DESCRIPTORS[case.kernel].check(case, backend) if not r.ok]
+    assert not bad, "\n".join(f"{r.name}: {r.detail}" for r in bad) + "\n" + case.describe()
+
+
+@st.composite
+def flce_cases(draw):
+    bt = draw(st.sampled_from((1, 7, 33, 70)))
+    h = draw(st.sampled_from((1, 5, 16)))
+    k = draw(st.sampled_from((3, 300, 700)))
+    start = draw(st.integers(0, k - 1))
+    v = draw(st.integers(1, k - start))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    target = rng.integers(0, k, bt)
+    target[rng.random(bt) < 0.2] = -100
+    return dict(bt=bt, h=h, k=k, start=start, v=v, rng=rng, target=target,
+                scale=draw(st.sampled_from((0.5, 4.0))), dtype=draw(st.sampled_from(DTYPES)),
+                mode=draw(st.sampled_from(("softmax", "recompute"))), mask=draw(st.sampled_from(("bool", "bitpacked"))),
+                smoothing=draw(st.sampled_from((0.0, 0.0, 0.1))),
+                # the tile budget: tiny (many row tiles of 256 columns), medium, the default
+                chunk=draw(st.sampled_from((4 * 256 * 8, 64 << 10, None))),
+                blas=draw(st.sampled_from(PROVIDERS)))
+
+
+@given(c=flce_cases())
+def test_matches_reference_with_any_tiling_and_blas(c):
+    rng = c["rng"]
+    x = rng.uniform(-1, 1, (c["bt"], c["h"])) * c["scale"]
+    w = rng.uniform(-1, 1, (c["k"], c["h"]))
+    grad = np.where(c["target"] == -100, 0.0, rng.uniform(-1, 1, c["bt"]))
+    case = shard_case(c["dtype"], c["mode"], x=x, w_global=w, target=c["target"], start=c["start"], v=c["v"],
+                      grad=grad, mask_format=c["mask"], label_smoothing=c["smoothing"])
+    _assert_ok(case, _backend(c["blas"], c["chunk"]))
+
+
+@pytest.mark.parametrize("blas", PROVIDERS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_many_chunks_and_row_tiles(blas, dtype):
+    """BT=90 rows in tiles of 8, V=1000 columns in chunks of 256 (the last one partial)."""
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-1, 1, (90, 12)) * 3
+    w = rng.uniform(-1, 1, (1300, 12))
+    t = rng.integers(0, 1300, 90)
+    b = _backend(blas, 4 * 256 * 8)
+    assert flce.plan(90, 1000, 4, 4 * 256 * 8) == (8, 256)
+    for mode in ("softmax", "recompute"):
+        case = shard_case(dtype, mode, x=x, w_global=w, target=t, start=150, v=1000, grad=rng.uniform(-1, 1, 90),
+                          mask_format="bitpacked", label_smoothing=0.05)
+        _assert_ok(case, b)
+
+
+def test_plan_bounds_the_tile():
+    for bt, v, budget in ((2048, 32000, 16 << 20), (100000, 32000, 16 << 20), (5, 7, 1 << 20), (3000, 50000, 1 << 20)):
+        rows, cols = flce.plan(bt, v, 4, budget)
+        assert 1 <= rows <= bt and 1 <= cols <= v
+        assert rows * cols * 4 <= max(budget, 256 * 4)
+    assert flce.plan(2048, 32000, 4, 16 << 20) == (2048, 2048)
+    assert flce.plan(2048, 32000, 4, flce.DEFAULT_CHUNK_BYTES) == (2048, 4096)
+
+
+@pytest.mark.parametrize("shape", [(0, 4, 5), (0, 4, 0), (3, 0, 5)])
+def test_empty_dimensions(cpu, shape):
+    bt, h, v = shape
+    ig, wg = xloss.fused_linear_cross_entropy_grad(
+        np.ones(bt, np.float32), np.ones((bt, h), np.float32), np.ones((v, h), np.float32), np.zeros(bt, bool),
+        np.zeros(bt, np.int64), logits_max=np.zeros(bt, np.float32), sum_exp_logits=np.ones(bt, np.float32),
+        backend=cpu)
+    assert ig.shape == (bt, h) and wg.shape == (v, h) and not ig.any() and not wg.any()
+
+
+def test_torch_tensors_in_and_out(cpu):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(10)
+    x = rng.uniform(-1, 1, (9, 8))
+    w = rng.uniform(-1, 1, (40, 8))
+    case = shard_case("bfloat16", "recompute", x=x, w_global=w, target=rng.integers(0, 40, 9), start=0, v=40,
+                      grad=rng.uniform(-1, 1, 9))
+    kw = dict(case.kwargs)
+    kw["input"] = torch.from_numpy(kw["input"].view(np.int16)).view(torch.bfloat16)
+    kw["weight"] = torch.from_numpy(np.ascontiguousarray(kw["weight"]).view(np.int16)).view(torch.bfloat16)
+    ig, wg = xloss.fused_linear_cross_entropy_grad(**kw, backend=cpu)
+    assert ig.dtype == torch.bfloat16 and wg.dtype == torch.bfloat16 and ig.shape == (9, 8)

@@ -1,0 +1,90 @@
+"""Every backend called from 8 Python threads at once gives exactly its serial results.
+
+cffi releases the GIL around C calls and Numba's kernels run without it, so these calls really
+overlap. Numba's workqueue threading layer is not thread-safe; the cpu backend serialises its
+launches under it, which a subprocess forcing that layer checks.
+"""
+
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import xloss
+from xloss.conformance import available_backends
+
+BACKENDS = {b.name: b for b in available_backends()}
+N_THREADS, N_CALLS = 8, 24
+
+
+def _dtype(b, kernel):
+    caps = b.capabilities().get(kernel)
+    if caps is None:
+        return None
+    return next((d for d in ("float32", "float16", "bfloat16") if d in caps.dtypes), None)
+
+
+def _jobs(b):
+    """(kernel, list of zero-argument calls with distinct inputs)."""
+    rng = np.random.default_rng(1)
+    jobs = []
+    if dt := _dtype(b, "focal_loss"):
+        xs = [(rng.standard_normal(5000 + 97 * i) * 4).astype(dt) for i in range(N_CALLS)]
+        jobs.append(("focal_loss", [lambda x=x: xloss.focal_loss_with_grad(x, (x > 1).astype(x.dtype),
+                                                                           reduction="mean", backend=b) for x in xs]))
+    if dt := _dtype(b, "bce_grad"):
+        mode = sorted(b.capabilities()["bce_grad"].variants["eps_mode"])[0]
+        xs = [rng.uniform(0.01, 0.99, 3000 + 31 * i).astype(dt) for i in range(N_CALLS)]
+        jobs.append(("bce_grad", [lambda x=x: (xloss.bce_grad(x, (x > 0.5).astype(x.dtype), eps_mode=mode,
+                                                              backend=b),) for x in xs]))
+    if dt := _dtype(b, "nll_loss_grad"):
+        ts = [rng.integers(0, 50, 200 + i) for i in range(N_CALLS)]
+        jobs.append(("nll_loss_grad", [lambda t=t: (xloss.nll_loss_grad(2.0, np.zeros((t.size, 50), dt), t,
+                                                                        backend=b),) for t in ts]))
+    if dt := _dtype(b, "fused_linear_cross_entropy_grad"):
+        def flce(i):
+            x = rng.standard_normal((16 + i, 24)).astype(dt)
+            w = rng.standard_normal((40, 24)).astype(dt)
+            return lambda: xloss.fused_linear_cross_entropy_grad(
+                np.ones(len(x), np.float32), x, w, np.zeros(len(x), bool), np.arange(len(x)) % 40,
+                logits_max=np.full(len(x), 8.0, np.float32), sum_exp_logits=np.full(len(x), 50.0, np.float32),
+                backend=b)
+        jobs.append(("fused_linear_cross_entropy_grad", [flce(i) for i in range(N_CALLS)]))
+    return jobs
+
+
+TARGETS = [(name, kernel) for name, b in BACKENDS.items() for kernel, _ in _jobs(b)]
+
+
+@pytest.mark.parametrize("name,kernel", TARGETS)
+def test_concurrent_calls_equal_serial_calls(name, kernel):
+    calls = dict(_jobs(BACKENDS[name]))[kernel]
+    serial = [call() for call in calls]
+    with ThreadPoolExecutor(N_THREADS) as pool:
+        concurrent = list(pool.map(lambda call: call(), calls))
+    for want, got in zip(serial, concurrent):
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_cpu_backend_under_numbas_workqueue_layer():
+    script = textwrap.dedent("""
+        import numpy as np, numba, xloss
+        from concurrent.futures import ThreadPoolExecutor
+        xs = [np.linspace(-5, 5, 100_000 + i, dtype=np.float32) for i in range(16)]
+        run = lambda x: xloss.focal_loss_with_grad(x, (x > 0).astype(np.float32), reduction="sum", backend="cpu")
+        serial = [run(x) for x in xs]
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(run, xs))
+        assert numba.threading_layer() == "workqueue"
+        assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(serial, got))
+        print("ok")
+    """)
+    env = {"NUMBA_THREADING_LAYER": "workqueue", "PATH": "/usr/bin:/bin"}
+    import os
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("NUMBA_CACHE", "HOME", "PYTHON"))})
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
