@@ -3,7 +3,7 @@ builds each C backend's emulator as a plain shared library (``lib*.so``) — loa
 cffi's ``dlopen`` and linkable from C, exactly like the vendor library it stands in for.
 
 Each C backend owns its build in ``backends/<name>/build.py``, which defines
-``extension(sanitize: bool) -> setuptools.Extension``. ``XLOSS_SANITIZE=1`` builds them with
+``extensions(sanitize: bool) -> list[setuptools.Extension]`` (or a single ``extension(sanitize)``). ``XLOSS_SANITIZE=1`` builds them with
 AddressSanitizer and UndefinedBehaviorSanitizer.
 """
 
@@ -35,7 +35,8 @@ def backend_extensions():
         spec = importlib.util.spec_from_file_location(f"_xloss_build_{script.parent.name}", script)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        exts.append(mod.extension(sanitize=sanitize))
+        exts.extend(mod.extensions(sanitize=sanitize) if hasattr(mod, "extensions") else
+                    [mod.extension(sanitize=sanitize)])
     return exts
 
 

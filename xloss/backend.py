@@ -37,10 +37,13 @@ class KernelCaps:
     max_elements: int | None = None
     notes: str = ""
     fixed: Mapping[str, object] = field(default_factory=dict)  # parameters the backend hard-wires, e.g. {"eps": 1e-12}
+    # The upstream gradient, scaled for the reduction, crosses the backend's ABI in the storage
+    # dtype (e.g. per-tile mean scales passed as half): the conformance tolerance allows that rounding.
+    upstream_in_dtype: bool = False
 
     @classmethod
     def declare(cls, kernel: str, *, dtypes, reductions=REDUCTIONS, max_elements=None, notes="", fixed=None,
-                **variants):
+                upstream_in_dtype=False, **variants):
         spec = KERNELS[kernel]
         unknown_dtypes = set(dtypes) - set(FLOAT_DTYPES)
         if unknown_dtypes:
@@ -59,7 +62,7 @@ class KernelCaps:
         if variants:
             raise ValueError(f"{kernel}: unknown axes {sorted(variants)}; known: {sorted(spec.axes)}")
         return cls(kernel, frozenset(dtypes), frozenset(reductions), MappingProxyType(full), max_elements, notes,
-                   MappingProxyType(dict(fixed or {})))
+                   MappingProxyType(dict(fixed or {})), bool(upstream_in_dtype))
 
     def refusal(self, req: Request) -> str | None:
         """Why this declaration does not cover ``req`` (None if it does)."""
@@ -87,6 +90,8 @@ class KernelCaps:
         if self.max_elements is not None:
             parts.append(f"max elements: {self.max_elements}")
         parts.extend(f"{k} fixed at {v!r}" for k, v in self.fixed.items())
+        if self.upstream_in_dtype:
+            parts.append("upstream gradient scale passed in the storage dtype")
         if self.notes:
             parts.append(self.notes)
         return "; ".join(parts)

@@ -18,6 +18,11 @@ import cffi
 from .errors import BackendUnavailableError
 
 
+class MissingSymbolError(BackendUnavailableError, AttributeError):
+    """The loaded libraries do not export a declared function (an AttributeError too, so
+    ``hasattr``/``getattr(..., default)`` work on a :class:`CLibrary`)."""
+
+
 def library_paths(explicit, env_var: str, default: Path) -> list[str]:
     """The libraries to load: ``explicit`` (str, path or list), else ``$env_var``, else ``default``."""
     chosen = explicit if explicit is not None else os.environ.get(env_var) or None
@@ -66,7 +71,7 @@ class CLibrary:
                     continue
                 self._symbols[name] = fn
                 return fn
-        raise BackendUnavailableError(f"symbol {name} is not exported by {os.pathsep.join(self.paths)}")
+        raise MissingSymbolError(f"symbol {name} is not exported by {os.pathsep.join(self.paths)}")
 
     def __getattr__(self, name):
         if name.startswith("_"):

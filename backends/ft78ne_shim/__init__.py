@@ -10,24 +10,50 @@ adapter (:mod:`.adapter`) drives it, or a vendor's / port author's library named
     b = xloss.backend("mt7004", memory="private", core_mask=0x0F)
     xloss.bce_grad(x, y, eps_mode="add", backend=b)
 
-Options: ``memory="shared"|"private"``, ``core_mask=`` (0x01..0xff, default 0xff),
-``lib=`` (path, or list of paths), ``private_bytes=`` (the private memory per core that
-``memory="private"`` stages into; default: the library's capacity). See README.md.
+Options: ``memory="shared"|"private"`` (default ``$XLOSS_FT78NE_MEMORY`` or shared),
+``core_mask=`` (0x01..0xff, default 0xff), ``lib=`` (path, or list of paths), ``private_bytes=``
+(the private memory per core that ``memory="private"`` stages into; default: the library's
+capacity). See README.md.
+
+A port author links against the private-memory shim (:func:`private_shim_path`: the emulator's
+arenas and helpers, no operator) to test their ``_p`` functions with ``memory="private"``.
 """
 
 from __future__ import annotations
 
 import os
 
+from pathlib import Path
+
+from ...errors import BackendUnavailableError
 from . import abi
 from .abi import EMULATOR, ENV_VAR
 from .adapter import DspBackend
+
+PRIVATE_SHIM = Path(__file__).resolve().with_name("libxloss_ft78ne_private.so")
 
 
 def library_path(lib=None) -> str:
     """The shared library in use: ``lib``, else ``$XLOSS_FT78NE_LIB``, else the in-tree emulator
     (several libraries are joined with ``os.pathsep``). C programs can link against it."""
     return os.pathsep.join(abi.resolve(lib))
+
+
+def include_dir() -> str:
+    """The folder of ``ft78ne.h``, the per-operator headers and ``ft78ne_emu.h``, for ``-I``."""
+    return str(Path(__file__).resolve().with_name("include"))
+
+
+def private_shim_path() -> str:
+    """``libxloss_ft78ne_private.so``: the emulator's private arenas and helpers without any operator.
+    Link a port against it (``-L<dir> -lxloss_ft78ne_private -Wl,-rpath,<dir>``) and list it after
+    the port (``--lib ./libmy_dsp.so:<this path>``) to test the port's ``_p`` functions; see README.md.
+    Built with the emulator; BackendUnavailableError (with the command that builds it) if it is not."""
+    if not PRIVATE_SHIM.exists():
+        raise BackendUnavailableError(
+            f"{PRIVATE_SHIM} is not built: python {Path(__file__).resolve().with_name('build.py')} --shim "
+            f"(or --shim --out DIR/{PRIVATE_SHIM.name})")
+    return str(PRIVATE_SHIM)
 
 
 def make_ft78ne(**options) -> DspBackend:
@@ -40,4 +66,5 @@ def make_mt7004(**options) -> DspBackend:
     return DspBackend("mt7004", **options)
 
 
-__all__ = ["DspBackend", "EMULATOR", "ENV_VAR", "library_path", "make_ft78ne", "make_mt7004"]
+__all__ = ["DspBackend", "EMULATOR", "ENV_VAR", "PRIVATE_SHIM", "include_dir", "library_path", "make_ft78ne",
+           "make_mt7004", "private_shim_path"]

@@ -12,6 +12,7 @@ from pathlib import Path
 from ...clib import CLibrary, library_paths
 
 ENV_VAR = "XLOSS_FT78NE_LIB"
+MEMORY_ENV_VAR = "XLOSS_FT78NE_MEMORY"  # default of the memory option ("shared" or "private")
 EMULATOR = Path(__file__).resolve().with_name("libxloss_ft78ne.so")
 
 #: The vendor operators, each with fp_/hp_ x _s/_p entry points.

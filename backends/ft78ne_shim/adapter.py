@@ -15,6 +15,7 @@ scratch; the caller's output is written only once every tile has succeeded.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from dataclasses import dataclass
 
@@ -106,9 +107,12 @@ class DspBackend(Backend):
         if unknown:
             raise XLossTypeError(f"backend {chip!r}: unknown option(s) {', '.join(unknown)}; "
                                  f"options: {', '.join(self.OPTIONS)}")
-        memory = options.get("memory", "shared")
+        memory = options.get("memory")
+        source = ""
+        if memory is None:  # the environment may set the default (e.g. to run a suite in private memory)
+            memory, source = os.environ.get(abi.MEMORY_ENV_VAR) or "shared", f" (from ${abi.MEMORY_ENV_VAR})"
         if memory not in ("shared", "private"):
-            raise XLossValueError(f"backend {chip!r}: memory must be 'shared' or 'private'; got {memory!r}")
+            raise XLossValueError(f"backend {chip!r}: memory must be 'shared' or 'private'; got {memory!r}{source}")
         core_mask = options.get("core_mask", abi.CORE_MASK_ALL)
         if isinstance(core_mask, (bool, np.bool_)) or not isinstance(core_mask, (int, np.integer)):
             raise XLossTypeError(f"backend {chip!r}: core_mask must be an int (bit i = core i); "
@@ -229,14 +233,16 @@ class DspBackend(Backend):
             if len(modes) * len(subset) > best[0]:
                 best = (len(modes) * len(subset), subset, tuple(sorted(modes)))
         if best[0]:
+            # private memory tiles a mean: each tile's scale g*m/n crosses the ABI in the data's dtype
             caps["focal_loss"] = KernelCaps.declare(
                 "focal_loss", dtypes=best[1], mode=best[2], weight=False, max_elements=limit,
+                upstream_in_dtype=self.memory == "private",
                 notes=f"no per-element weight in the DSP signature; {memory_note}")
         d = [x for x in dtypes if has(x, "binarycrossentropygrad")]
         if d:
             caps["bce_grad"] = KernelCaps.declare(
                 "bce_grad", dtypes=d, eps_mode="add", fixed={"eps": BCE_EPS}, max_elements=limit,
-                notes=f"the manual's x(1-x) + eps; {memory_note}")
+                upstream_in_dtype=self.memory == "private", notes=f"the manual's x(1-x) + eps; {memory_note}")
         d = [x for x in dtypes if has(x, "nlllossgrad")]
         if d:
             caps["nll_loss_grad"] = KernelCaps.declare("nll_loss_grad", dtypes=d, max_elements=limit,
@@ -250,7 +256,11 @@ class DspBackend(Backend):
 
     # -- calling the library -----------------------------------------------------------------
     def _ptr(self, arr, ctype):
-        return self.ffi.NULL if arr is None else self.ffi.from_buffer(ctype + "[]", arr)
+        if arr is None:
+            return self.ffi.NULL
+        if not arr.flags.aligned:  # the ABI needs naturally aligned elements (the emulator refuses others)
+            arr = arr.copy()  # the cdata keeps the copy alive
+        return self.ffi.from_buffer(ctype + "[]", arr)
 
     def _raise_for_status(self, what: str) -> None:
         if not self._has_errors:
@@ -266,7 +276,7 @@ class DspBackend(Backend):
         """Call a vendor function on this thread (emulating this backend's chip) and raise its error."""
         lib = self.lib
         fn = lib.symbol(fname)
-        if self._has_chip:
+        if self._has_chip:  # per thread: set before every call, as any caller on this thread must
             lib.ft78ne_emu_set_chip(abi.CHIPS[self.chip])
         if self._has_clear:
             lib.ft78ne_emu_clear_error()
@@ -296,7 +306,9 @@ class DspBackend(Backend):
     def _out(self, arr: np.ndarray) -> np.ndarray:
         """Where a shared call writes: the output itself for the emulator (it validates before it
         writes), host scratch for an external library (a port that fails half-way cannot corrupt it)."""
-        return arr if self._direct else np.full_like(arr, np.nan)  # unwritten elements show as NaN
+        if self._direct and arr.flags.aligned:
+            return arr
+        return np.full_like(arr, np.nan)  # aligned; unwritten elements show as NaN
 
     # -- upstream gradients --------------------------------------------------------------------
     @staticmethod

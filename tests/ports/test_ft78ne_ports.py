@@ -7,9 +7,15 @@ say; the adapter says "refused": xfail below), and fail each buggy port on the t
 dtype, mode) its bug lives in and nowhere else, with an input that ``xloss check --replay``
 reproduces against the buggy port and passes against the correct one.
 
-Everything runs in this process (``runner.run_target``), except one ``xloss check`` subprocess
-whose port crashes (child-process isolation, JSON report, replay). Deterministic: a fixed
-hypothesis seed. The _s calls run on core_mask 0x07 (three cores: most sizes do not split evenly).
+Private memory: the ports link against the private-memory shim (``libxloss_ft78ne_private.so``,
+built next to them) and export ``_p`` forms; two seeded bugs live only there (a tile-local BCE mean,
+FLCE's ``accumulate`` ignored). Shared memory must pass them, ``xloss check --option
+memory=private`` must fail them (FLCE's only when a small ``private_bytes`` makes the adapter tile).
+
+Everything runs in this process (``runner.run_target``, ``xloss check --in-process``), except one
+``xloss check`` subprocess whose port crashes (child-process isolation, JSON report, replay).
+Deterministic: a fixed hypothesis seed. The _s calls run on core_mask 0x07 (three cores: most
+sizes do not split evenly).
 
 build.py links every bug's library from the correct port's object files except the file the bug
 is in, so the other kernels run the correct port's code; by default they are not re-run for each
@@ -298,3 +304,125 @@ def test_cli_isolates_a_crashing_port(ft78ne_ports, xloss_cli, tmp_path):
                       cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "dx: ok" in fixed.stdout
+
+
+# -- private memory: the ports' _p forms over the private-memory shim --------------------------------
+
+
+def private_lib(libs, variant) -> str:
+    """The port followed by the shim it links against (the documented ``--lib`` form)."""
+    return os.pathsep.join([libs[variant], str(Path(libs[variant]).with_name(SHIM))])
+
+
+SHIM = "libxloss_ft78ne_private.so"
+
+
+@dataclass(frozen=True)
+class PrivateBug:
+    variant: str
+    must: frozenset  # mt7004 targets `xloss check --option memory=private` must fail (and nothing else)
+    options: tuple  # further --option KEY=VALUE the check needs
+    why: str
+
+
+PRIVATE_BUGS = [
+    PrivateBug("bce_mean_per_chunk", frozenset({(BCE, F16, "add"), (BCE, F32, "add")}), (),
+               "_p streams through L1 in 256-element chunks and takes the mean per chunk"),
+    # the conformance inputs fit 768 KiB whole: only a small staging budget makes the adapter tile and
+    # pass accumulate = 1, which is where the bug lives
+    PrivateBug("flce_accumulate_ignored", frozenset({(FLCE, F32, "softmax"), (FLCE, F32, "recompute")}),
+               ("private_bytes=8192",), "_p overwrites input_grad/weight_grad where accumulate asks it to add"),
+]
+
+
+def test_correct_port_passes_in_private_memory(ft78ne_ports):
+    """Every declared target through the shim's arenas: whole (default budget) and tiled over three
+    cores (a small budget: uneven tiles, global means, FLCE accumulation). Tiled float16 mean
+    gradients are left out: the hp_ ABI carries one half upstream value per call, so a mean over
+    several tiles gets one more half rounding (g*m/n) than the suite's tolerance allows, for the
+    emulator too (backend README, "memory model"; tests/backends/ft78ne/test_properties.py)."""
+    lib = private_lib(ft78ne_ports, "correct")
+    whole = xloss.backend("mt7004", lib=lib, memory="private")
+    assert set(targets(whole)) == DECLARED and whole.availability() == (True, "")
+    results = run_targets(whole, sorted(DECLARED, key=str), max_examples=15)
+    tiled = xloss.backend("mt7004", lib=lib, memory="private", core_mask=0x0B, private_bytes=4096)
+    exact = sorted((t for t in DECLARED if t[1] == F32 or t[0] == NLL), key=str)
+    results.update({("tiled",) + t: r for t, r in run_targets(tiled, exact, max_examples=10).items()})
+    assert not failing(results), table(list(results.values())) + "\n".join(r.message for r in results.values())
+    assert all(int(whole.lib.ft78ne_emu_private_in_use(c)) == 0 for c in range(8))  # every tile buffer freed
+
+
+@pytest.mark.parametrize("bug", PRIVATE_BUGS, ids=lambda b: b.variant)
+def test_private_only_bug_is_caught_in_private_memory(bug, ft78ne_ports, port_findings, tmp_path, capsys):
+    kernel = next(iter(bug.must))[0]
+    # shared memory runs the _s code: the same library passes there
+    shared = run_targets(port(ft78ne_ports, bug.variant), sorted(bug.must, key=str))
+    assert not failing(shared), table(list(shared.values()))
+
+    t0 = time.perf_counter()
+    opts = [a for o in ("memory=private", *bug.options) for a in ("--option", o)]
+    lib = private_lib(ft78ne_ports, bug.variant)
+    status = xloss_main(["check", "--backend", "mt7004", "--lib", lib, *opts, "--kernels", kernel, "--max-examples",
+                         str(MAX_EXAMPLES), "--seed", str(SEED), "--in-process", "--json", str(tmp_path / "r.json"),
+                         "--failures-dir", str(tmp_path / "failures")])
+    seconds = time.perf_counter() - t0
+    capsys.readouterr()
+    report = json.loads((tmp_path / "r.json").read_text())
+    by = {(r["kernel"], r["dtype"], r["mode"]): r for r in report["results"]}
+    failed = {t for t, r in by.items() if r["status"] in runner.FAILING}
+    assert status == 1 and failed == set(bug.must), (bug.why, {t: by[t]["status"] for t in by})
+    assert report["settings"]["options"]["memory"] == "private"
+    for t in failed:  # the saved input (with the private-memory options) replays: wrong here, right on the fix
+        path = by[t]["replay_file"]
+        assert replay(path, lib) == 1, t
+        assert replay(path, private_lib(ft78ne_ports, "correct")) == 0, t
+    capsys.readouterr()
+    first = min((by[t] for t in failed), key=lambda r: r["found_at"])
+    port_findings.append(dict(vendor="mt7004 private", port=bug.variant,
+                              target=(first["kernel"], first["dtype"], first["mode"]),
+                              first_failure=first["found_at"], examples=first["examples"], seconds=first["seconds"],
+                              sweep_seconds=seconds))
+
+
+def test_correct_port_private_calls_check_their_buffers(ft78ne_ports):
+    """The port's _p functions refuse, through its error pair, any buffer outside the calling core's
+    private memory (the shim's ft78ne_shim_private_check), and write nothing then."""
+    lib = abi.load(private_lib(ft78ne_ports, "correct").split(os.pathsep))
+    ffi = lib.ffi
+
+    def status():
+        return int(lib.ft78ne_emu_last_error()), ffi.string(lib.ft78ne_emu_last_error_message()).decode()
+
+    n = 33
+    lib.ft78ne_emu_set_core(2)
+    raws = {k: lib.ft78ne_emu_private_alloc(2, n * 4) for k in ("x", "y", "dl", "dx")}
+    other = lib.ft78ne_emu_private_alloc(5, n * 4)  # core 5's memory
+    try:
+        view = {k: np.frombuffer(ffi.buffer(p, n * 4), np.float32) for k, p in raws.items()}
+        view["x"][:] = np.linspace(0.05, 0.95, n)
+        view["y"][:] = (np.arange(n) % 2).astype(np.float32)
+        view["dl"][:] = 1.0
+        view["dx"][:] = 7.0
+        f = {k: ffi.cast("float *", p) for k, p in raws.items()}
+        ddr = np.full(n, 7.0, np.float32)
+        base = ffi.cast("char *", lib.ft78ne_emu_private_base(2))
+        straddling = ffi.cast("float *", base + int(lib.ft78ne_emu_private_capacity()) - 64)
+        for name, bad, code in (("dx", ffi.from_buffer("float[]", ddr), 4), ("input_x", ffi.cast("float *", other), 4),
+                                ("dx", straddling, 4), ("input_y", ffi.NULL, 1)):
+            args = dict(f, **{{"input_x": "x", "input_y": "y"}.get(name, name): bad})
+            lib.fp_binarycrossentropygrad_p(n, 0, args["x"], args["y"], ffi.NULL, args["dl"], args["dx"], 0)
+            got = status()
+            assert got[0] == code and "fp_binarycrossentropygrad_p" in got[1], (name, got)
+            assert (view["dx"] == 7.0).all() and (ddr == 7.0).all()
+        lib.fp_binarycrossentropygrad_p(n, 0, f["x"], f["y"], ffi.NULL, f["dl"], f["dx"], 0)
+        assert status() == (0, "")
+        x64 = view["x"].astype(np.float64)
+        np.testing.assert_allclose(view["dx"], (x64 - view["y"]) / (x64 * (1 - x64) + 1e-12), rtol=1e-6)
+        lib.ft78ne_emu_set_core(5)  # the same buffers are not core 5's
+        lib.fp_binarycrossentropygrad_p(n, 0, f["x"], f["y"], ffi.NULL, f["dl"], f["dx"], 0)
+        assert status()[0] == 4
+    finally:
+        for p in raws.values():
+            lib.ft78ne_emu_private_free(2, p)
+        lib.ft78ne_emu_private_free(5, other)
+        lib.ft78ne_emu_set_core(0)

@@ -12,7 +12,7 @@ from ..errors import XLossTypeError, XLossValueError
 from ..kernels import BCE_GRAD
 from ..reference._common import as_f64
 from . import values as V
-from .descriptor import Case, ErrorCase, KernelDescriptor, allowance
+from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, upstream_rounding
 
 EPS_CHOICES = (1e-12, 1e-7, 1e-3)
 
@@ -104,7 +104,7 @@ def oracle(case: Case):
     return (reference.bce_grad(kw.pop("x"), kw.pop("y"), kw.pop("grad"), **kw),)
 
 
-def allowed(case: Case, expected):
+def allowed(case: Case, expected, caps=None):
     # (x - y), 1 - x, the product, the clamp or sum, the division, weight and grad: a handful of
     # roundings, each relative to the result; no cancellation a careful implementation could avoid.
     kw = case.kwargs
@@ -115,7 +115,8 @@ def allowed(case: Case, expected):
         raw = np.abs(x - as_f64(kw["y"])) / reference.bce_denominator(x, kw["eps"], kw["eps_mode"])
     w = np.abs(as_f64(kw["weight"])) if "weight" in kw else 1.0
     scale = np.where(np.isfinite(raw), raw, 0.0) * w * g
-    return (allowance(expected[0], np.broadcast_to(scale, np.shape(expected[0])), case.dtype),)
+    return (allowance(expected[0], np.broadcast_to(scale, np.shape(expected[0])), case.dtype)
+            + upstream_rounding(expected[0], case.dtype, caps),)
 
 
 DESCRIPTOR = KernelDescriptor(spec=BCE_GRAD, function="bce_grad", draw_case=draw_case, edge_cases=edge_cases,

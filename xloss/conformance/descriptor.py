@@ -135,6 +135,15 @@ def compare(name: str, actual, oracle, allowed, dtype: str) -> Comparison:
                       float(ulps.max(initial=0.0)), worst, detail)
 
 
+def upstream_rounding(dx, dtype: str, caps) -> np.ndarray | float:
+    """Half an ulp of ``dtype``, relative to the gradient, where the backend declares that the
+    upstream gradient scale crosses its ABI in the storage dtype (``KernelCaps.upstream_in_dtype``)."""
+    if caps is None or not caps.upstream_in_dtype:
+        return 0.0
+    d = np.abs(np.asarray(dx, dtype=np.float64))
+    return 0.5 * xdt.eps(dtype) * np.where(np.isfinite(d), d, 0.0)
+
+
 def allowance(oracle, scale, dtype: str, *, eps_c: float | None = None, k: float = K_SLACK) -> np.ndarray:
     """The allowed error for ``oracle`` given the term magnitude ``scale`` (see module docstring)."""
     eps_c = xdt.eps(xdt.float_name(xdt.compute_dtype(dtype))) if eps_c is None else eps_c
@@ -155,7 +164,7 @@ class KernelDescriptor:
     error_cases: Callable  # () -> list[ErrorCase]
     call: Callable  # (case, backend) -> tuple of outputs
     oracle: Callable  # (case) -> tuple of float64 outputs
-    allowed: Callable  # (case, oracle outputs) -> tuple of allowed-error arrays
+    allowed: Callable  # (case, oracle outputs, caps=None) -> tuple of allowed-error arrays
     output_names: Callable  # (mode) -> tuple of names
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -180,6 +189,6 @@ class KernelDescriptor:
         """Run ``case`` on ``backend`` and compare every output with the oracle."""
         actual = self.call(case, backend)
         expected = self.oracle(case)
-        allowed = self.allowed(case, expected)
+        allowed = self.allowed(case, expected, backend.capabilities().get(case.kernel))
         names = self.output_names(case.mode)
         return [compare(n, a, e, t, case.dtype) for n, a, e, t in zip(names, actual, expected, allowed)]

@@ -12,7 +12,7 @@ from ..reference._common import as_f64
 from ..errors import XLossTypeError, XLossValueError
 from ..kernels import FOCAL
 from . import values as V
-from .descriptor import Case, ErrorCase, KernelDescriptor, allowance
+from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, upstream_rounding
 
 _FUNCTIONS = {"forward": "focal_loss", "grad": "focal_loss_grad", "forward+grad": "focal_loss_with_grad"}
 
@@ -168,7 +168,7 @@ def term_scales(x, y, *, alpha, gamma, weight=None):
     return loss, loss_scale, w * (t1 + t2), da * ce * qg, da * dx_terms
 
 
-def allowed(case: Case, expected):
+def allowed(case: Case, expected, caps=None):
     kw = case.kwargs
     loss, loss_scale, grad_scale, loss_da, grad_da = term_scales(kw["x"], kw["y"], alpha=kw["alpha"],
                                                                  gamma=kw["gamma"], weight=kw.get("weight"))
@@ -190,7 +190,8 @@ def allowed(case: Case, expected):
         g = np.abs(as_f64(kw["grad"]))
         if red == "mean" and n:
             g = g / n
-        out.append(allowance(expected[-1], grad_scale * g, case.dtype) + d_alpha * grad_da * g)
+        out.append(allowance(expected[-1], grad_scale * g, case.dtype) + d_alpha * grad_da * g
+                   + upstream_rounding(expected[-1], case.dtype, caps))
     return tuple(out)
 
 

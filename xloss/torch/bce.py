@@ -79,7 +79,8 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
                                     f"{C.shape_str(input.shape)}")
     reduction = C.reduction(reduction)
     if eps_mode not in EPS_MODES:
-        raise C.XLossValueError(f"eps_mode must be 'clamp' (max(x(1-x), eps)) or 'add' (x(1-x) + eps); got {eps_mode!r}")
+        raise C.XLossValueError(f"eps_mode must be 'clamp' (max(x(1-x), eps)) or 'add' (x(1-x) + eps); "
+                                f"got {eps_mode!r}")
     eps = real_number(eps, "eps")
     if eps < 0:
         raise C.XLossValueError(f"eps must be >= 0; got {eps}")

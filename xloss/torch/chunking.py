@@ -14,8 +14,10 @@ gradient, so the whole call peaks near 2–3× the weight instead of 3 × BT × 
 Vocabulary block (``vocab_chunk_size``). The backend kernel is called per (chunk, block)
 with that block's rows of ``weight``: the kernel's outputs (``chunk × H`` and
 ``block × H``) and its G tile (``chunk × block``) are then bounded by the block, not by V.
-The default keeps ``block × max(chunk, H)`` near 2**22 elements (16 MiB of float32) and the
-block at least 256 rows (narrower blocks starve the GEMMs).
+The default keeps ``block × max(chunk, H)`` near 2**23 elements (32 MiB of float32) and the
+block at least 256 rows (narrower blocks starve the GEMMs). Fewer, larger calls matter on a
+loaded CPU: each call hands the cores between PyTorch's OpenMP pool and the backend's own
+(Numba's), and each hand-over costs a spin-wait.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from . import _checks as C
 
 LOGITS_MIN_ELEMENTS = 1 << 20
 LOGITS_MAX_ELEMENTS = 1 << 26
-BLOCK_ELEMENTS = 1 << 22
+BLOCK_ELEMENTS = 1 << 23
 MIN_BLOCK_ROWS = 256
 
 

@@ -144,7 +144,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     2**26 logits per chunk: about a thousand tokens amortise each chunk's pass over the (V, H)
     gradient accumulator, and peak memory stays near 2–3× the weight instead of 3 × BT × V
     floats. ``vocab_chunk_size`` bounds the rows of ``weight`` per kernel call (default: about
-    16 MiB of kernel outputs per call).
+    32 MiB of kernel outputs per call).
 
     ``backend``: the xloss backend whose ``fused_linear_cross_entropy_grad`` computes the
     gradients (name or object; default ``cpu`` where available).
@@ -166,7 +166,8 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     if bias is not None:
         bias = C.same_dtype(C.float_tensor(bias, "bias"), "bias", input.dtype, "input")
         if tuple(bias.shape) != (rows,):
-            raise XLossValueError(f"bias must have shape ({rows},), one per row of weight; got {C.shape_str(bias.shape)}")
+            raise XLossValueError(f"bias must have shape ({rows},), one per row of weight; "
+                                  f"got {C.shape_str(bias.shape)}")
     target = C.index_tensor(target, "target")
     if tuple(target.shape) != tuple(input.shape[:-1]):
         raise XLossValueError(f"target must have shape {C.shape_str(input.shape[:-1])} (input's without H); "
@@ -225,5 +226,6 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
                                           process_group=self.process_group)
 
     def extra_repr(self) -> str:
-        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, label_smoothing={self.label_smoothing}, "
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+                f"label_smoothing={self.label_smoothing}, "
                 f"chunk_size={self.chunk_size}, backend={self.backend!r}")

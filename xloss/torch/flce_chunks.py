@@ -33,7 +33,6 @@ from dataclasses import dataclass
 import torch
 
 from .. import api, registry
-from ..dtypes import float_name
 from ..errors import UnsupportedRequestError
 from ..kernel_args import Request
 from .chunking import spans
@@ -261,8 +260,8 @@ def chunk_grads(sh: Shard, kernels: Kernels, gr: Grads, t0: int, t1: int, tg: Ta
     x_raw = sh.x[t0:t1]
     c = t1 - t0
     mode = "softmax" if (st.blocks is not None or sh.b is not None) else "recompute"
-    numel = max(c * min(sh.block, max(sh.rows, 1)), c * sh.x.shape[1], min(sh.block, sh.rows) * sh.x.shape[1])
-    be, kls = kernels.get(mode, numel)
+    vb, h = min(sh.block, sh.rows), sh.x.shape[1]
+    be, kls = kernels.get(mode, max(c * vb, c * h, vb * h))  # numel: the call's largest operand
     ls = sh.label_smoothing
     remainder = bool(ls) and kls == 0.0
     a = tg.w_t if not remainder else (1.0 - ls) * tg.w_t + (ls / sh.vocab) * sh.w_sum

@@ -64,7 +64,8 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0,
 
 
 class SigmoidFocalLoss(torch.nn.Module):
-    """:func:`sigmoid_focal_loss` as a module: ``SigmoidFocalLoss(alpha, gamma, reduction, backend=...)(inputs, targets)``."""
+    """:func:`sigmoid_focal_loss` as a module:
+    ``SigmoidFocalLoss(alpha, gamma, reduction, backend=...)(inputs, targets)``."""
 
     def __init__(self, alpha: float = 0.25, gamma: float = 2.0, reduction: str = "none", *, backend=None):
         super().__init__()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import tracemalloc
 from dataclasses import dataclass
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 
@@ -59,13 +58,17 @@ class track_peak_memory:
 
 
 def _torch_peak(prof) -> int:
-    # kineto_results holds every [memory] event with its signed size; the FunctionEvent list
-    # that prof.events() builds keeps only those it can attach to an op.
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    """Running maximum of the signed CPU allocation sizes, in time order."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is not None:
+        # every [memory] event with its signed size (the FunctionEvent list that prof.events()
+        # builds keeps only the events it can attach to an op)
+        sizes = [(e.start_ns(), e.nbytes()) for e in results.events()
+                 if e.name() == "[memory]" and str(e.device_type()) == "DeviceType.CPU"]
+    else:  # fallback for profiler versions without kineto_results
+        sizes = [(e.time_range.start, e.cpu_memory_usage) for e in prof.events() if e.name == "[memory]"]
     live = peak = 0
-    for e in sorted(events, key=lambda e: e.start_ns()):
-        if str(e.device_type()) != "DeviceType.CPU":
-            continue
-        live += e.nbytes()
+    for _, size in sorted(sizes, key=lambda item: item[0]):
+        live += size
         peak = max(peak, live)
     return peak

@@ -24,11 +24,10 @@ EMU_INLINE void bce_body(const bce_job *j, size_t lo, size_t hi, emu_dtype dt) {
 static void bce_task_f(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; bce_body(ctx, lo, hi, EMU_FLOAT); }
 static void bce_task_h(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; bce_body(ctx, lo, hi, EMU_HALF); }
 
-static void bce(const char *fn, emu_dtype dt, int is_private, int core_mask, int input_size, int reduction,
-                const void *x, const void *y, const void *w, const void *dl, void *dx, int weight_defined) {
-    emu_call c;
-    if (emu_begin(&c, fn, dt, is_private, core_mask))
-        return;
+static void bce_run(emu_call *c, int input_size, int reduction, const void *x, const void *y, const void *w,
+                    const void *dl, void *dx, int weight_defined) {
+    const char *fn = c->fn;
+    emu_dtype dt = c->dt;
     if (input_size < 0) {
         emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: input_size must be >= 0, got %d", fn, input_size);
         return;
@@ -40,20 +39,28 @@ static void bce(const char *fn, emu_dtype dt, int is_private, int core_mask, int
     }
     size_t n = (size_t)input_size, es = emu_size(dt), nb = n * es;
     emu_buf bufs[] = {
-        {"input_x", x, nb},
-        {"input_y", y, nb},
-        {"weight", w, weight_defined ? nb : 0},
-        {"dloss", dl, n == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? nb : es},
-        {"dx", dx, nb},
+        {"input_x", x, nb, es, EMU_IN},
+        {"input_y", y, nb, es, EMU_IN},
+        {"weight", w, weight_defined ? nb : 0, es, EMU_IN},
+        {"dloss", dl, n == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? nb : es, es, EMU_IN},
+        {"dx", dx, nb, es, EMU_OUT_INPLACE},
     };
-    if (emu_check_buffers(&c, bufs, (int)(sizeof bufs / sizeof *bufs)))
+    if (emu_check_buffers(c, bufs, (int)(sizeof bufs / sizeof *bufs)))
         return;
     bce_job j = {n, reduction, weight_defined != 0, x, y, w, dl, dx, 0.0};
     if (reduction != FT78NE_REDUCTION_NONE && n) {
         double g = emu_ld(dl, 0, dt);
         j.scale = reduction == FT78NE_REDUCTION_MEAN ? g / (double)n : g;
     }
-    emu_dispatch(&c, (n + EMU_BLOCK - 1) / EMU_BLOCK, dt == EMU_HALF ? bce_task_h : bce_task_f, &j);
+    emu_dispatch(c, (n + EMU_BLOCK - 1) / EMU_BLOCK, dt == EMU_HALF ? bce_task_h : bce_task_f, &j);
+}
+
+static void bce(const char *fn, emu_dtype dt, int is_private, int core_mask, int input_size, int reduction,
+                const void *x, const void *y, const void *w, const void *dl, void *dx, int weight_defined) {
+    emu_call c;
+    if (!emu_begin(&c, fn, dt, is_private, core_mask))
+        bce_run(&c, input_size, reduction, x, y, w, dl, dx, weight_defined);
+    emu_end(&c);
 }
 
 FT78NE_API void fp_binarycrossentropygrad_s(int input_size, int reduction, float *input_x, float *input_y,

@@ -18,39 +18,73 @@
 
 typedef enum { EMU_FLOAT = 0, EMU_HALF = 1 } emu_dtype;
 
-/* One call in flight: what the checks and the dispatcher need to know. */
+/* A byte range of host memory. */
 typedef struct {
-    const char *fn;    /* vendor function name, for messages */
-    emu_dtype dt;      /* element type of the half-or-float buffers */
-    int is_private;    /* _p form */
-    int core_mask;     /* _s form */
-    int core;          /* _p form: the core it runs on */
-} emu_call;
+    const void *ptr;
+    size_t bytes;
+} emu_span;
 
-/* A buffer the call reads or writes: name, address and extent in bytes (0: not accessed). */
+/* What a call does with a buffer: reads it, or writes it. An EMU_OUT_INPLACE output (element-wise
+ * operators: element i is read and then written by the same core) may be exactly the same range as
+ * an input; any other overlap of an output with another buffer is refused. */
+typedef enum { EMU_IN = 0, EMU_OUT = 1, EMU_OUT_INPLACE = 2 } emu_role;
+
+/* A buffer the call reads or writes: name, address, extent in bytes (0: not accessed), the
+ * alignment its element type needs, and its role. */
 typedef struct {
     const char *name;
     const void *ptr;
     size_t bytes;
+    size_t align;
+    emu_role role;
 } emu_buf;
 
-/* ---- errors (per thread) ---- */
+#define EMU_MAX_BUFS 16 /* the most buffers one vendor call takes (FLCE: 10) */
+
+/* One call in flight: what the checks and the dispatcher need to know. */
+typedef struct {
+    const char *fn;       /* vendor function name, for messages */
+    emu_dtype dt;         /* element type of the half-or-float buffers */
+    int is_private;       /* _p form */
+    int core_mask;        /* _s form */
+    int core;             /* _p form: the core it runs on */
+    int pinned;           /* _p form: holds the core's arena (emu_arena_pin) until emu_end */
+    const emu_buf *bufs;  /* the call's buffers, once checked (private scratch must avoid them) */
+    int nbufs;
+} emu_call;
+
+/* ---- errors (per thread; arena.c) ---- */
 int emu_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void emu_clear(void);
 
-/* ---- call checks, in the order every entry point runs them ----
+/* ---- call checks, in the order every entry point runs them (emu_state.c) ----
  * emu_begin: clears the error; checks the chip supports the dtype; _s: the core mask;
- *            _p: records the calling thread's core. Returns 0 or the error code. */
+ *            _p: records the calling thread's core. Returns 0 or the error code.
+ * Every entry point that called emu_begin calls emu_end, on every path. */
 int emu_begin(emu_call *c, const char *fn, emu_dtype dt, int is_private, int core_mask);
-/* NULL checks for every buffer with a nonzero extent; _p: each must fit in and lie inside the core's
- * private memory. */
-int emu_check_buffers(const emu_call *c, const emu_buf *bufs, int n);
+void emu_end(emu_call *c);
+/* In order, over the buffers with a nonzero extent: NULL (FT78NE_ERR_NULL_POINTER); misaligned
+ * (FT78NE_ERR_INVALID_ARGUMENT); _p: larger than (FT78NE_ERR_CAPACITY) or not inside
+ * (FT78NE_ERR_NOT_PRIVATE) the core's private memory, which stays pinned until emu_end; an output
+ * overlapping another buffer (FT78NE_ERR_INVALID_ARGUMENT). `bufs` must outlive the call. */
+int emu_check_buffers(emu_call *c, const emu_buf *bufs, int n);
 /* a*b*c in size_t, or FT78NE_ERR_INVALID_ARGUMENT naming `what` on overflow. */
 int emu_extent(const emu_call *c, const char *what, size_t a, size_t b, size_t c_, size_t *out);
 
 /* ---- private memory ---- */
-void *emu_private_scratch(const emu_call *c, size_t bytes); /* NULL + FT78NE_ERR_CAPACITY if it does not fit */
+/* Scratch in the calling core's private memory, outside the call's buffers (they need not be
+ * allocated: programs may use fixed offsets). NULL + FT78NE_ERR_CAPACITY if it does not fit. */
+void *emu_private_scratch(const emu_call *c, size_t bytes);
 void emu_private_release(int core, void *p);
+
+/* arena.c internals */
+int emu_thread_core(void);
+int emu_arena_pin(int core, uintptr_t *base, size_t *cap); /* materialise + mark busy */
+void emu_arena_unpin(int core);
+int emu_in_arena(uintptr_t base, size_t cap, const void *ptr, size_t bytes); /* 0, CAPACITY or NOT_PRIVATE */
+void *emu_arena_scratch(int core, size_t bytes, const emu_span *avoid, int navoid, size_t *cap, size_t *gap,
+                        const char **why);
+void emu_arena_release(int core, void *p);
 
 /* ---- running the work ----
  * A task processes units [lo, hi) of its rank. _s: one thread per selected core (cores with an

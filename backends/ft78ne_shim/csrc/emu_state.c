@@ -1,143 +1,24 @@
-/* Emulator state: per-thread last error / chip / core, the per-core private arenas, the checks
- * every vendor entry point runs, and the thread team that plays the cores of a _s call. */
+/* Emulator state beyond the arenas (arena.c): the per-thread chip, the checks every vendor entry
+ * point runs, and the thread team that plays the cores of a _s call. */
 #include "emu.h"
 
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 
-/* ---- per-thread state (cffi calls come from many Python threads) ---------------------- */
-static _Thread_local int t_err;
-static _Thread_local char t_msg[512];
 static _Thread_local int t_chip = -1; /* -1: the process default */
-static _Thread_local int t_core;
-
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_default_chip = FT78NE_EMU_CHIP_FT78NE;
-
-#define MAX_CAPACITY ((size_t)1 << 30)
-#define MAX_BLOCKS 256
-
-static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-/* ---- private arenas ---------------------------------------------------------------------- */
-typedef struct {
-    size_t off, len;
-} blk;
-typedef struct {
-    unsigned char *base; /* lazily allocated, `cap` bytes, 64-byte aligned */
-    size_t cap;
-    blk b[MAX_BLOCKS]; /* live allocations, sorted by offset */
-    int n;
-} arena;
-
-static arena g_arena[FT78NE_NUM_CORES];
-static size_t g_capacity = FT78NE_EMU_DEFAULT_PRIVATE_BYTES;
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* guards g_arena and g_capacity */
 
 static void init_once(void) {
     const char *chip = getenv("FT78NE_EMU_CHIP");
     if (chip && strcasecmp(chip, "mt7004") == 0)
         g_default_chip = FT78NE_EMU_CHIP_MT7004;
-    const char *bytes = getenv("FT78NE_EMU_PRIVATE_BYTES");
-    if (bytes && *bytes) {
-        char *end;
-        unsigned long long v = strtoull(bytes, &end, 0);
-        if (*end == '\0' && v >= FT78NE_EMU_PRIVATE_ALIGN && v <= MAX_CAPACITY)
-            g_capacity = round_up((size_t)v, FT78NE_EMU_PRIVATE_ALIGN);
-    }
-}
-static void ensure_init(void) { pthread_once(&g_once, init_once); }
-
-/* Materialise core's arena (caller holds g_mu). NULL if the host is out of memory. */
-static arena *arena_locked(int core) {
-    arena *a = &g_arena[core];
-    if (!a->base) {
-        a->base = aligned_alloc(FT78NE_EMU_PRIVATE_ALIGN, g_capacity);
-        if (!a->base)
-            return NULL;
-        memset(a->base, 0, g_capacity); /* defined contents for programs that use fixed offsets */
-        a->cap = g_capacity;
-    }
-    return a;
 }
 
-static size_t largest_gap(const arena *a) {
-    size_t best = 0, end = 0;
-    for (int i = 0; i < a->n; i++) {
-        if (a->b[i].off - end > best)
-            best = a->b[i].off - end;
-        end = a->b[i].off + a->b[i].len;
-    }
-    return a->cap - end > best ? a->cap - end : best;
-}
-
-/* First fit; returns NULL and leaves *why set when nothing fits (caller holds g_mu). */
-static void *alloc_locked(arena *a, size_t bytes, const char **why) {
-    if (bytes > a->cap) {
-        *why = "larger than the whole private memory";
-        return NULL;
-    }
-    size_t len = round_up(bytes ? bytes : 1, FT78NE_EMU_PRIVATE_ALIGN);
-    if (a->n == MAX_BLOCKS) {
-        *why = "too many live allocations (256)";
-        return NULL;
-    }
-    size_t end = 0;
-    int at = a->n;
-    for (int i = 0; i < a->n; i++) {
-        if (a->b[i].off - end >= len) {
-            at = i;
-            break;
-        }
-        end = a->b[i].off + a->b[i].len;
-    }
-    if (at == a->n && a->cap - end < len) {
-        *why = "no free gap large enough";
-        return NULL;
-    }
-    memmove(&a->b[at + 1], &a->b[at], (size_t)(a->n - at) * sizeof(blk));
-    a->b[at].off = end;
-    a->b[at].len = len;
-    a->n++;
-    return a->base + end;
-}
-
-static int free_locked(arena *a, const void *p) {
-    for (int i = 0; i < a->n; i++) {
-        if (a->base + a->b[i].off == (const unsigned char *)p) {
-            memmove(&a->b[i], &a->b[i + 1], (size_t)(a->n - i - 1) * sizeof(blk));
-            a->n--;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* ---- errors ----------------------------------------------------------------------------- */
-int emu_fail(int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t_msg, sizeof t_msg, fmt, ap);
-    va_end(ap);
-    t_err = code;
-    return code;
-}
-
-void emu_clear(void) {
-    t_err = FT78NE_OK;
-    t_msg[0] = '\0';
-}
-
-FT78NE_API int ft78ne_emu_last_error(void) { return t_err; }
-FT78NE_API const char *ft78ne_emu_last_error_message(void) { return t_msg; }
-FT78NE_API void ft78ne_emu_clear_error(void) { emu_clear(); }
-
-/* ---- chip and core ----------------------------------------------------------------------- */
+/* ---- chip -------------------------------------------------------------------------------- */
 static int current_chip(void) {
-    ensure_init();
+    pthread_once(&g_once, init_once);
     return t_chip < 0 ? g_default_chip : t_chip;
 }
 
@@ -151,123 +32,15 @@ FT78NE_API int ft78ne_emu_set_chip(int chip) {
 }
 FT78NE_API int ft78ne_emu_chip(void) { return current_chip(); }
 
-FT78NE_API int ft78ne_emu_set_core(int core) {
-    emu_clear();
-    if (core < 0 || core >= FT78NE_NUM_CORES)
-        return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "ft78ne_emu_set_core: core must be in 0..%d, got %d",
-                        FT78NE_NUM_CORES - 1, core);
-    t_core = core;
-    return FT78NE_OK;
-}
-FT78NE_API int ft78ne_emu_core(void) { return t_core; }
-FT78NE_API int ft78ne_emu_num_cores(void) { return FT78NE_NUM_CORES; }
-
-/* ---- private memory helpers ---------------------------------------------------------------- */
-static int bad_core(const char *fn, int core) {
-    if (core >= 0 && core < FT78NE_NUM_CORES)
-        return 0;
-    return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: core must be in 0..%d, got %d", fn, FT78NE_NUM_CORES - 1, core);
-}
-
-FT78NE_API size_t ft78ne_emu_private_capacity(void) {
-    ensure_init();
-    pthread_mutex_lock(&g_mu);
-    size_t cap = g_capacity;
-    pthread_mutex_unlock(&g_mu);
-    return cap;
-}
-
-FT78NE_API int ft78ne_emu_set_private_capacity(size_t bytes) {
-    ensure_init();
-    emu_clear();
-    if (bytes < FT78NE_EMU_PRIVATE_ALIGN || bytes > MAX_CAPACITY)
-        return emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
-                        "ft78ne_emu_set_private_capacity: capacity must be in [%u, %zu] bytes, got %zu",
-                        FT78NE_EMU_PRIVATE_ALIGN, MAX_CAPACITY, bytes);
-    pthread_mutex_lock(&g_mu);
-    for (int c = 0; c < FT78NE_NUM_CORES; c++) {
-        if (g_arena[c].n) {
-            int n = g_arena[c].n;
-            pthread_mutex_unlock(&g_mu);
-            return emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
-                            "ft78ne_emu_set_private_capacity: core %d's private memory holds %d allocation(s); "
-                            "free them first", c, n);
-        }
-    }
-    for (int c = 0; c < FT78NE_NUM_CORES; c++) {
-        free(g_arena[c].base);
-        g_arena[c].base = NULL;
-        g_arena[c].cap = 0;
-    }
-    g_capacity = round_up(bytes, FT78NE_EMU_PRIVATE_ALIGN);
-    pthread_mutex_unlock(&g_mu);
-    return FT78NE_OK;
-}
-
-FT78NE_API void *ft78ne_emu_private_alloc(int core, size_t bytes) {
-    ensure_init();
-    emu_clear();
-    if (bad_core("ft78ne_emu_private_alloc", core))
-        return NULL;
-    pthread_mutex_lock(&g_mu);
-    arena *a = arena_locked(core);
-    const char *why = "host out of memory for the arena";
-    void *p = a ? alloc_locked(a, bytes, &why) : NULL;
-    size_t cap = a ? a->cap : g_capacity, gap = a ? largest_gap(a) : 0;
-    pthread_mutex_unlock(&g_mu);
-    if (!p)
-        emu_fail(a ? FT78NE_ERR_CAPACITY : FT78NE_ERR_NO_MEMORY,
-                 "ft78ne_emu_private_alloc: %zu bytes do not fit in core %d's private memory (%s; capacity %zu bytes, "
-                 "largest free gap %zu bytes)", bytes, core, why, cap, gap);
-    return p;
-}
-
-FT78NE_API int ft78ne_emu_private_free(int core, void *ptr) {
-    emu_clear();
-    if (bad_core("ft78ne_emu_private_free", core))
-        return FT78NE_ERR_INVALID_ARGUMENT;
-    if (!ptr)
-        return FT78NE_OK; /* like free(NULL) */
-    pthread_mutex_lock(&g_mu);
-    int rc = free_locked(&g_arena[core], ptr);
-    pthread_mutex_unlock(&g_mu);
-    if (rc)
-        return emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
-                        "ft78ne_emu_private_free: %p is not a live allocation in core %d's private memory", ptr, core);
-    return FT78NE_OK;
-}
-
-FT78NE_API void *ft78ne_emu_private_base(int core) {
-    ensure_init();
-    emu_clear();
-    if (bad_core("ft78ne_emu_private_base", core))
-        return NULL;
-    pthread_mutex_lock(&g_mu);
-    arena *a = arena_locked(core);
-    pthread_mutex_unlock(&g_mu);
-    if (!a)
-        emu_fail(FT78NE_ERR_NO_MEMORY, "ft78ne_emu_private_base: host out of memory for core %d's arena", core);
-    return a ? a->base : NULL;
-}
-
-FT78NE_API size_t ft78ne_emu_private_in_use(int core) {
-    if (core < 0 || core >= FT78NE_NUM_CORES)
-        return 0;
-    size_t used = 0;
-    pthread_mutex_lock(&g_mu);
-    for (int i = 0; i < g_arena[core].n; i++)
-        used += g_arena[core].b[i].len;
-    pthread_mutex_unlock(&g_mu);
-    return used;
-}
-
+/* ---- scratch ------------------------------------------------------------------------------ */
 void *emu_private_scratch(const emu_call *c, size_t bytes) {
-    pthread_mutex_lock(&g_mu);
-    arena *a = arena_locked(c->core);
-    const char *why = "host out of memory for the arena";
-    void *p = a ? alloc_locked(a, bytes, &why) : NULL;
-    size_t cap = a ? a->cap : 0, gap = a ? largest_gap(a) : 0;
-    pthread_mutex_unlock(&g_mu);
+    emu_span avoid[EMU_MAX_BUFS];
+    int n = 0;
+    for (int i = 0; i < c->nbufs && n < EMU_MAX_BUFS; i++)
+        avoid[n++] = (emu_span){c->bufs[i].ptr, c->bufs[i].bytes};
+    size_t cap, gap;
+    const char *why;
+    void *p = emu_arena_scratch(c->core, bytes, avoid, n, &cap, &gap, &why);
     if (!p)
         emu_fail(FT78NE_ERR_CAPACITY,
                  "%s: needs %zu bytes of private scratch on core %d, but its private memory (%zu bytes) has at most "
@@ -275,21 +48,19 @@ void *emu_private_scratch(const emu_call *c, size_t bytes) {
     return p;
 }
 
-void emu_private_release(int core, void *p) {
-    pthread_mutex_lock(&g_mu);
-    free_locked(&g_arena[core], p);
-    pthread_mutex_unlock(&g_mu);
-}
+void emu_private_release(int core, void *p) { emu_arena_release(core, p); }
 
 /* ---- checks ------------------------------------------------------------------------------ */
 int emu_begin(emu_call *c, const char *fn, emu_dtype dt, int is_private, int core_mask) {
-    ensure_init();
     emu_clear();
     c->fn = fn;
     c->dt = dt;
     c->is_private = is_private;
     c->core_mask = core_mask;
-    c->core = t_core;
+    c->core = emu_thread_core();
+    c->pinned = 0;
+    c->bufs = NULL;
+    c->nbufs = 0;
     if (dt == EMU_HALF && current_chip() != FT78NE_EMU_CHIP_MT7004)
         return emu_fail(FT78NE_ERR_UNSUPPORTED,
                         "%s: FT78NE supports fp32 only (fp_ functions); half precision needs MT7004", fn);
@@ -305,6 +76,13 @@ int emu_begin(emu_call *c, const char *fn, emu_dtype dt, int is_private, int cor
     return FT78NE_OK;
 }
 
+void emu_end(emu_call *c) {
+    if (c->pinned) {
+        emu_arena_unpin(c->core);
+        c->pinned = 0;
+    }
+}
+
 int emu_extent(const emu_call *c, const char *what, size_t a, size_t b, size_t c_, size_t *out) {
     size_t ab;
     if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c_, out))
@@ -312,34 +90,60 @@ int emu_extent(const emu_call *c, const char *what, size_t a, size_t b, size_t c
     return FT78NE_OK;
 }
 
-int emu_check_buffers(const emu_call *c, const emu_buf *bufs, int n) {
+/* [p, p+n) and [q, q+m) share a byte (n, m > 0; computed without forming p+n, which may wrap). */
+static int overlaps(const void *p, size_t n, const void *q, size_t m) {
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+    return a < b ? b - a < n : a - b < m;
+}
+
+int emu_check_buffers(emu_call *c, const emu_buf *bufs, int n) {
     for (int i = 0; i < n; i++)
         if (bufs[i].bytes && !bufs[i].ptr)
             return emu_fail(FT78NE_ERR_NULL_POINTER, "%s: %s is NULL but %zu bytes of it are accessed", c->fn,
                             bufs[i].name, bufs[i].bytes);
-    if (!c->is_private)
-        return FT78NE_OK;
-    pthread_mutex_lock(&g_mu);
-    arena *a = arena_locked(c->core);
-    uintptr_t base = a ? (uintptr_t)a->base : 0;
-    size_t cap = a ? a->cap : 0;
-    pthread_mutex_unlock(&g_mu);
-    if (!a)
-        return emu_fail(FT78NE_ERR_NO_MEMORY, "%s: host out of memory for core %d's private memory", c->fn, c->core);
-    for (int i = 0; i < n; i++) {
-        const emu_buf *b = &bufs[i];
-        if (!b->bytes)
-            continue;
-        if (b->bytes > cap)
-            return emu_fail(FT78NE_ERR_CAPACITY,
-                            "%s: %s needs %zu bytes, more than core %d's private memory holds (%zu bytes)", c->fn,
-                            b->name, b->bytes, c->core, cap);
-        uintptr_t p = (uintptr_t)b->ptr;
-        if (p < base || p - base > cap - b->bytes)
-            return emu_fail(FT78NE_ERR_NOT_PRIVATE,
-                            "%s: %s [%p, +%zu bytes) is not inside core %d's private memory [%p, +%zu bytes)", c->fn,
-                            b->name, b->ptr, b->bytes, c->core, (void *)base, cap);
+    for (int i = 0; i < n; i++) /* the DSP (and C) need naturally aligned elements */
+        if (bufs[i].bytes && (uintptr_t)bufs[i].ptr % bufs[i].align)
+            return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: %s (%p) is not aligned to its %zu-byte elements",
+                            c->fn, bufs[i].name, bufs[i].ptr, bufs[i].align);
+    if (c->is_private) {
+        uintptr_t base;
+        size_t cap;
+        if (emu_arena_pin(c->core, &base, &cap))
+            return emu_fail(FT78NE_ERR_NO_MEMORY, "%s: host out of memory for core %d's private memory", c->fn,
+                            c->core);
+        c->pinned = 1;
+        for (int i = 0; i < n; i++) {
+            const emu_buf *b = &bufs[i];
+            if (!b->bytes)
+                continue;
+            int rc = emu_in_arena(base, cap, b->ptr, b->bytes);
+            if (rc == FT78NE_ERR_CAPACITY)
+                return emu_fail(rc, "%s: %s needs %zu bytes, more than core %d's private memory holds (%zu bytes)",
+                                c->fn, b->name, b->bytes, c->core, cap);
+            if (rc)
+                return emu_fail(rc, "%s: %s [%p, +%zu bytes) is not inside core %d's private memory [%p, +%zu bytes)",
+                                c->fn, b->name, b->ptr, b->bytes, c->core, (void *)base, cap);
+        }
     }
+    for (int i = 0; i < n; i++) { /* an output shares no byte with another buffer (save exact in-place) */
+        const emu_buf *o = &bufs[i];
+        if (o->role == EMU_IN || !o->bytes)
+            continue;
+        for (int j = 0; j < n; j++) {
+            const emu_buf *b = &bufs[j];
+            if (j == i || !b->bytes || !overlaps(o->ptr, o->bytes, b->ptr, b->bytes))
+                continue;
+            if (o->role == EMU_OUT_INPLACE && b->role == EMU_IN && o->ptr == b->ptr && o->bytes == b->bytes)
+                continue;
+            return emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
+                            "%s: output %s [%p, +%zu bytes) overlaps %s %s [%p, +%zu bytes)%s", c->fn, o->name,
+                            o->ptr, o->bytes, b->role == EMU_IN ? "input" : "output", b->name, b->ptr, b->bytes,
+                            o->role == EMU_OUT_INPLACE && b->role == EMU_IN ? " (only an exactly equal input may be "
+                                                                              "overwritten in place)" : "");
+        }
+    }
+    c->bufs = bufs;
+    c->nbufs = n;
     return FT78NE_OK;
 }
 

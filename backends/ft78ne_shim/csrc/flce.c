@@ -88,37 +88,36 @@ static void in_task_h(void *ctx, size_t lo, size_t hi, int rank) { input_rows(ct
 static void w_task_f(void *ctx, size_t lo, size_t hi, int rank) { weight_rows(ctx, lo, hi, rank, EMU_FLOAT); }
 static void w_task_h(void *ctx, size_t lo, size_t hi, int rank) { weight_rows(ctx, lo, hi, rank, EMU_HALF); }
 
-static void flce(const char *fn, emu_dtype dt, int is_private, int core_mask, int bt, int hidden, int vocab,
-                 const float *grad, const void *input, const void *weight, const unsigned char *target_mask,
-                 const int *masked_target, const float *logits_max, const float *sum_exp_logits,
-                 const float *softmax, void *input_grad, void *weight_grad, int softmax_defined, int accumulate) {
-    emu_call c;
-    if (emu_begin(&c, fn, dt, is_private, core_mask))
-        return;
+static void flce_run(emu_call *c, int bt, int hidden, int vocab, const float *grad, const void *input,
+                     const void *weight, const unsigned char *target_mask, const int *masked_target,
+                     const float *logits_max, const float *sum_exp_logits, const float *softmax, void *input_grad,
+                     void *weight_grad, int softmax_defined, int accumulate) {
+    const char *fn = c->fn;
+    emu_dtype dt = c->dt;
     if (bt < 0 || hidden < 0 || vocab < 0) {
         emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: bt, hidden and vocab must be >= 0, got bt=%d hidden=%d vocab=%d",
                  fn, bt, hidden, vocab);
         return;
     }
-    size_t n = (size_t)bt, h = (size_t)hidden, v = (size_t)vocab, es = emu_size(dt);
+    size_t n = (size_t)bt, h = (size_t)hidden, v = (size_t)vocab, es = emu_size(dt), fs = sizeof(float);
     size_t x_bytes, w_bytes, sm_bytes;
-    if (emu_extent(&c, "input (bt x hidden)", n, h, es, &x_bytes) ||
-        emu_extent(&c, "weight (vocab x hidden)", v, h, es, &w_bytes) ||
-        emu_extent(&c, "softmax (bt x vocab)", n, v, sizeof(float), &sm_bytes))
+    if (emu_extent(c, "input (bt x hidden)", n, h, es, &x_bytes) ||
+        emu_extent(c, "weight (vocab x hidden)", v, h, es, &w_bytes) ||
+        emu_extent(c, "softmax (bt x vocab)", n, v, fs, &sm_bytes))
         return;
     emu_buf bufs[] = {
-        {"grad", grad, n * sizeof(float)},
-        {"input", input, x_bytes},
-        {"weight", weight, w_bytes},
-        {"target_mask", target_mask, n},
-        {"masked_target", masked_target, n * sizeof(int)},
-        {"logits_max", logits_max, softmax_defined ? 0 : n * sizeof(float)},
-        {"sum_exp_logits", sum_exp_logits, softmax_defined ? 0 : n * sizeof(float)},
-        {"softmax", softmax, softmax_defined ? sm_bytes : 0},
-        {"input_grad", input_grad, x_bytes},
-        {"weight_grad", weight_grad, w_bytes},
+        {"grad", grad, n * fs, fs, EMU_IN},
+        {"input", input, x_bytes, es, EMU_IN},
+        {"weight", weight, w_bytes, es, EMU_IN},
+        {"target_mask", target_mask, n, 1, EMU_IN},
+        {"masked_target", masked_target, n * sizeof(int), sizeof(int), EMU_IN},
+        {"logits_max", logits_max, softmax_defined ? 0 : n * fs, fs, EMU_IN},
+        {"sum_exp_logits", sum_exp_logits, softmax_defined ? 0 : n * fs, fs, EMU_IN},
+        {"softmax", softmax, softmax_defined ? sm_bytes : 0, fs, EMU_IN},
+        {"input_grad", input_grad, x_bytes, es, EMU_OUT},   /* rows are re-read while summed: never in place */
+        {"weight_grad", weight_grad, w_bytes, es, EMU_OUT},
     };
-    if (emu_check_buffers(&c, bufs, (int)(sizeof bufs / sizeof *bufs)))
+    if (emu_check_buffers(c, bufs, (int)(sizeof bufs / sizeof *bufs)))
         return;
     for (size_t i = 0; i < n; i++) { /* the rows whose target is in this shard index G */
         if (!target_mask[i] && (masked_target[i] < 0 || masked_target[i] >= vocab)) {
@@ -128,23 +127,35 @@ static void flce(const char *fn, emu_dtype dt, int is_private, int core_mask, in
             return;
         }
     }
+    if (!h)
+        return; /* both outputs are empty */
     flce_job j = {n, h, v, grad, logits_max, sum_exp_logits, softmax, input, weight, target_mask, masked_target,
-                  input_grad, weight_grad, softmax_defined != 0, is_private && accumulate, NULL};
-    if (h) { /* row accumulators: private memory for _p (it is that core's memory), host memory for _s */
-        size_t bytes = (size_t)emu_max_ranks(&c) * h * sizeof(float);
-        j.scratch = is_private ? emu_private_scratch(&c, bytes) : malloc(bytes);
-        if (!j.scratch) {
-            if (!is_private)
-                emu_fail(FT78NE_ERR_NO_MEMORY, "%s: no host memory for %zu bytes of row accumulators", fn, bytes);
-            return;
-        }
-        emu_dispatch(&c, n, dt == EMU_HALF ? in_task_h : in_task_f, &j);
-        emu_dispatch(&c, v, dt == EMU_HALF ? w_task_h : w_task_f, &j);
-        if (is_private)
-            emu_private_release(c.core, j.scratch);
-        else
-            free(j.scratch);
+                  input_grad, weight_grad, softmax_defined != 0, c->is_private && accumulate != 0, NULL};
+    /* row accumulators: private memory for _p (it is that core's memory), host memory for _s */
+    size_t bytes = (size_t)emu_max_ranks(c) * h * fs;
+    j.scratch = c->is_private ? emu_private_scratch(c, bytes) : malloc(bytes);
+    if (!j.scratch) {
+        if (!c->is_private)
+            emu_fail(FT78NE_ERR_NO_MEMORY, "%s: no host memory for %zu bytes of row accumulators", fn, bytes);
+        return;
     }
+    emu_dispatch(c, n, dt == EMU_HALF ? in_task_h : in_task_f, &j);
+    emu_dispatch(c, v, dt == EMU_HALF ? w_task_h : w_task_f, &j);
+    if (c->is_private)
+        emu_private_release(c->core, j.scratch);
+    else
+        free(j.scratch);
+}
+
+static void flce(const char *fn, emu_dtype dt, int is_private, int core_mask, int bt, int hidden, int vocab,
+                 const float *grad, const void *input, const void *weight, const unsigned char *target_mask,
+                 const int *masked_target, const float *logits_max, const float *sum_exp_logits,
+                 const float *softmax, void *input_grad, void *weight_grad, int softmax_defined, int accumulate) {
+    emu_call c;
+    if (!emu_begin(&c, fn, dt, is_private, core_mask))
+        flce_run(&c, bt, hidden, vocab, grad, input, weight, target_mask, masked_target, logits_max, sum_exp_logits,
+                 softmax, input_grad, weight_grad, softmax_defined, accumulate);
+    emu_end(&c);
 }
 
 FT78NE_API void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int vocab, float *grad, float *input,

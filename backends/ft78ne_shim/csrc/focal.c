@@ -95,29 +95,32 @@ EMU_INLINE void fwd_body(fwd_job *j, size_t lo, size_t hi, emu_dtype dt) {
 static void fwd_task_f(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; fwd_body(ctx, lo, hi, EMU_FLOAT); }
 static void fwd_task_h(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; fwd_body(ctx, lo, hi, EMU_HALF); }
 
-static void focal_fwd(const char *fn, emu_dtype dt, int is_private, int core_mask, int input_size, int reduction,
-                      float alpha, float gamma, const void *x, const void *y, void *loss) {
-    emu_call c;
-    if (emu_begin(&c, fn, dt, is_private, core_mask) || check_scalars(fn, input_size, reduction, alpha, gamma))
+static void focal_fwd_run(emu_call *c, int input_size, int reduction, float alpha, float gamma, const void *x,
+                          const void *y, void *loss) {
+    const char *fn = c->fn;
+    emu_dtype dt = c->dt;
+    if (check_scalars(fn, input_size, reduction, alpha, gamma))
         return;
     size_t n = (size_t)input_size, es = emu_size(dt), nb = n * es, blocks = (n + EMU_BLOCK - 1) / EMU_BLOCK;
+    int none = reduction == FT78NE_REDUCTION_NONE;
     emu_buf bufs[] = {
-        {"input_x", x, nb},
-        {"input_y", y, nb},
-        {"loss", loss, reduction == FT78NE_REDUCTION_NONE ? nb : es}, /* mean/sum: written even for n == 0 */
+        {"input_x", x, nb, es, EMU_IN},
+        {"input_y", y, nb, es, EMU_IN},
+        /* mean/sum: written even for n == 0, after every input is read (still never over an input) */
+        {"loss", loss, none ? nb : es, es, none ? EMU_OUT_INPLACE : EMU_OUT},
     };
-    if (emu_check_buffers(&c, bufs, 3))
+    if (emu_check_buffers(c, bufs, 3))
         return;
     fwd_job j = {n, reduction, alpha, gamma, x, y, loss, NULL, {0.0f, 0.0f}};
-    if (reduction != FT78NE_REDUCTION_NONE && !is_private && blocks) {
+    if (!none && !c->is_private && blocks) {
         j.partial = malloc(blocks * sizeof(float));
         if (!j.partial) {
             emu_fail(FT78NE_ERR_NO_MEMORY, "%s: no host memory for %zu block sums", fn, blocks);
             return;
         }
     }
-    emu_dispatch(&c, blocks, dt == EMU_HALF ? fwd_task_h : fwd_task_f, &j);
-    if (reduction != FT78NE_REDUCTION_NONE) {
+    emu_dispatch(c, blocks, dt == EMU_HALF ? fwd_task_h : fwd_task_f, &j);
+    if (!none) {
         if (j.partial)
             for (size_t b = 0; b < blocks; b++)
                 emu_kahan_add(&j.running, j.partial[b]);
@@ -126,6 +129,14 @@ static void focal_fwd(const char *fn, emu_dtype dt, int is_private, int core_mas
         /* mean of nothing is nan (0/0), as in PyTorch */
         emu_st(loss, 0, reduction == FT78NE_REDUCTION_MEAN ? total / (float)n : total, dt);
     }
+}
+
+static void focal_fwd(const char *fn, emu_dtype dt, int is_private, int core_mask, int input_size, int reduction,
+                      float alpha, float gamma, const void *x, const void *y, void *loss) {
+    emu_call c;
+    if (!emu_begin(&c, fn, dt, is_private, core_mask))
+        focal_fwd_run(&c, input_size, reduction, alpha, gamma, x, y, loss);
+    emu_end(&c);
 }
 
 /* ---- gradient ----------------------------------------------------------------------------- */
@@ -150,26 +161,34 @@ EMU_INLINE void grad_body(const grad_job *j, size_t lo, size_t hi, emu_dtype dt)
 static void grad_task_f(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; grad_body(ctx, lo, hi, EMU_FLOAT); }
 static void grad_task_h(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; grad_body(ctx, lo, hi, EMU_HALF); }
 
-static void focal_grad(const char *fn, emu_dtype dt, int is_private, int core_mask, int input_size, int reduction,
-                       float alpha, float gamma, const void *x, const void *y, const void *dl, void *dx) {
-    emu_call c;
-    if (emu_begin(&c, fn, dt, is_private, core_mask) || check_scalars(fn, input_size, reduction, alpha, gamma))
+static void focal_grad_run(emu_call *c, int input_size, int reduction, float alpha, float gamma, const void *x,
+                           const void *y, const void *dl, void *dx) {
+    emu_dtype dt = c->dt;
+    if (check_scalars(c->fn, input_size, reduction, alpha, gamma))
         return;
     size_t n = (size_t)input_size, es = emu_size(dt), nb = n * es;
     emu_buf bufs[] = {
-        {"input_x", x, nb},
-        {"input_y", y, nb},
-        {"dloss", dl, n == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? nb : es},
-        {"dx", dx, nb},
+        {"input_x", x, nb, es, EMU_IN},
+        {"input_y", y, nb, es, EMU_IN},
+        {"dloss", dl, n == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? nb : es, es, EMU_IN},
+        {"dx", dx, nb, es, EMU_OUT_INPLACE},
     };
-    if (emu_check_buffers(&c, bufs, 4))
+    if (emu_check_buffers(c, bufs, 4))
         return;
     grad_job j = {n, reduction, alpha, gamma, 0.0, x, y, dl, dx};
     if (reduction != FT78NE_REDUCTION_NONE && n) {
         double g = emu_ld(dl, 0, dt);
         j.scale = reduction == FT78NE_REDUCTION_MEAN ? g / (double)n : g;
     }
-    emu_dispatch(&c, (n + EMU_BLOCK - 1) / EMU_BLOCK, dt == EMU_HALF ? grad_task_h : grad_task_f, &j);
+    emu_dispatch(c, (n + EMU_BLOCK - 1) / EMU_BLOCK, dt == EMU_HALF ? grad_task_h : grad_task_f, &j);
+}
+
+static void focal_grad(const char *fn, emu_dtype dt, int is_private, int core_mask, int input_size, int reduction,
+                       float alpha, float gamma, const void *x, const void *y, const void *dl, void *dx) {
+    emu_call c;
+    if (!emu_begin(&c, fn, dt, is_private, core_mask))
+        focal_grad_run(&c, input_size, reduction, alpha, gamma, x, y, dl, dx);
+    emu_end(&c);
 }
 
 /* ---- entry points --------------------------------------------------------------------------- */

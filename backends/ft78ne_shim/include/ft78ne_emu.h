@@ -8,7 +8,9 @@
  *
  * A port author's library may provide the same symbols to let xloss test more of it: the
  * error pair enables error reporting, set_core + private_alloc/free (+ private_capacity)
- * enable memory="private" (see backends/ft78ne_shim/README.md).
+ * enable memory="private". The private-memory shim libxloss_ft78ne_private.so provides all of
+ * them except the chip pair, and no vendor operator: a port links against it and checks its _p
+ * buffers with ft78ne_shim_private_check (ft78ne_private_shim.h; backends/ft78ne_shim/README.md).
  */
 #ifndef FT78NE_EMU_H
 #define FT78NE_EMU_H
@@ -26,7 +28,8 @@ extern "C" {
 /* Status codes of the last call (ft78ne_emu_last_error). */
 #define FT78NE_OK 0
 #define FT78NE_ERR_NULL_POINTER 1     /* a buffer that is read or written is NULL */
-#define FT78NE_ERR_INVALID_ARGUMENT 2 /* size < 0, reduction not 0/1/2, alpha/gamma out of range, too large */
+#define FT78NE_ERR_INVALID_ARGUMENT 2 /* size < 0, reduction not 0/1/2, alpha/gamma out of range, too large,
+                                       * a misaligned buffer, an output overlapping another buffer */
 #define FT78NE_ERR_CORE_MASK 3        /* core_mask is 0 or names a core outside 0..7 */
 #define FT78NE_ERR_NOT_PRIVATE 4      /* a _p buffer is not inside the calling core's private memory */
 #define FT78NE_ERR_CAPACITY 5         /* a _p call (or an allocation) needs more private memory than there is */
@@ -59,7 +62,7 @@ FT78NE_API int ft78ne_emu_num_cores(void);
 
 /* Private memory: one arena per core, each ft78ne_emu_private_capacity() bytes (default 768 KiB;
  * $FT78NE_EMU_PRIVATE_BYTES at load time, or set_private_capacity while no arena holds an
- * allocation: 64 B .. 1 GiB, rounded up to 64 B). Allocations are 64-byte aligned and rounded
+ * allocation or runs a _p call: 64 B .. 1 GiB, rounded up to 64 B). Allocations are 64-byte aligned and rounded
  * up to 64 bytes; alloc returns NULL (FT78NE_ERR_CAPACITY) when no gap is large enough. */
 FT78NE_API size_t ft78ne_emu_private_capacity(void);
 FT78NE_API int ft78ne_emu_set_private_capacity(size_t bytes);

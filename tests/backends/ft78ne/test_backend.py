@@ -36,7 +36,8 @@ def test_registered_and_configurable():
     assert isinstance(b, DspBackend) and b.name == "ft78ne" and b.cores == [0, 1, 2, 3]
     assert b.availability() == (True, "")
     assert xloss.backend("ft78ne") is xloss.backend("ft78ne")  # the default instance is shared
-    assert xloss.backend("mt7004").memory == "shared" and xloss.backend("mt7004").core_mask == 0xFF
+    assert xloss.backend("mt7004").memory == os.environ.get(abi.MEMORY_ENV_VAR, "shared")
+    assert xloss.backend("mt7004").core_mask == 0xFF
     info = b.info()
     assert info["chip"] == "FT78NE" and info["memory"] == "private" and info["core_mask"] == "0x0f"
     assert info["library"] == str(abi.EMULATOR)
@@ -62,6 +63,45 @@ def test_bad_options(options, exc, match):
     for name in ("ft78ne", "mt7004"):
         with pytest.raises(exc, match=match):
             xloss.backend(name, **options)
+
+
+def test_memory_default_from_the_environment(monkeypatch):
+    monkeypatch.setenv(abi.MEMORY_ENV_VAR, "private")
+    assert DspBackend("ft78ne").memory == "private" and DspBackend("ft78ne", memory="shared").memory == "shared"
+    monkeypatch.setenv(abi.MEMORY_ENV_VAR, "sram")
+    with pytest.raises(xloss.XLossValueError, match=r"got 'sram' \(from \$XLOSS_FT78NE_MEMORY\)"):
+        DspBackend("mt7004")
+    monkeypatch.delenv(abi.MEMORY_ENV_VAR)
+    assert DspBackend("mt7004").memory == "shared"
+
+
+@pytest.mark.parametrize("memory", ["shared", "private"])
+def test_misaligned_arrays_are_realigned_for_the_abi(memory):
+    """A NumPy array may start at any byte; the ABI (and the emulator, which refuses them) needs
+    aligned elements: the adapter copies misaligned inputs and writes a misaligned out= through
+    aligned scratch. Results are those of aligned arrays, bit for bit."""
+    def misaligned(a):
+        raw = np.zeros(a.nbytes + 1, np.uint8)
+        view = np.frombuffer(raw.data, a.dtype, a.size, 1).reshape(a.shape)
+        view[...] = a
+        assert not view.flags.aligned
+        return view
+
+    b = xloss.backend("mt7004", memory=memory, core_mask=0x15)
+    rng = np.random.default_rng(4)
+    for dt in (np.float32, np.float16):
+        x, y = _data(2051, seed=4, dtype=dt)
+        w = rng.uniform(0.5, 1.5, 2051).astype(dt)
+        expected = xloss.bce_grad(x, y, weight=w, reduction="sum", eps_mode="add", backend=b)
+        out = misaligned(np.full(2051, 7, dt))
+        got = xloss.bce_grad(misaligned(x), misaligned(y), weight=misaligned(w), reduction="sum", eps_mode="add",
+                             backend=b, out=out)
+        assert got is out or np.shares_memory(got, out)
+        np.testing.assert_array_equal(out.view(np.uint8), expected.view(np.uint8))
+        s = np.log(rng.dirichlet(np.ones(9), 40)).astype(dt)
+        t = rng.integers(0, 9, 40)
+        np.testing.assert_array_equal(xloss.nll_loss_grad(1.0, misaligned(s), t, backend=b),
+                                      xloss.nll_loss_grad(1.0, s, t, backend=b))
 
 
 # -- capabilities ----------------------------------------------------------------------------------

@@ -1,10 +1,14 @@
 """Build the FT78NE/MT7004 test ports: the correct one, one that omits an operator, one per seeded bug.
 
-Every variant is compiled from the same sources; a seeded bug is one ``-DBUG_<NAME>`` switch::
+Every variant is compiled from the same sources; a seeded bug is one ``-DBUG_<NAME>`` switch. The
+ports link against the private-memory shim (``libxloss_ft78ne_private.so``, built into the same
+folder from ``backends/ft78ne_shim``), which gives their ``_p`` functions the arenas to check::
 
     python tests/ports/ft78ne/build.py --out /tmp/ports                # every variant
     python tests/ports/ft78ne/build.py --out /tmp/ports last_slice     # some
     xloss check --backend mt7004 --lib /tmp/ports/libport_last_slice.so --option core_mask=0x07
+    xloss check --backend mt7004 --lib /tmp/ports/libport_flce_accumulate_ignored.so:/tmp/ports/libxloss_ft78ne_private.so \
+        --option memory=private --option private_bytes=8192 --kernels flce
 
 Standard library only; the compiler is ``$CC`` or gcc.
 """
@@ -12,6 +16,7 @@ Standard library only; the compiler is ``$CC`` or gcc.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -20,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-INCLUDE = HERE.parents[2] / "backends" / "ft78ne_shim" / "include"
+SHIM_DIR = HERE.parents[2] / "backends" / "ft78ne_shim"
+INCLUDE = SHIM_DIR / "include"
+SHIM = "libxloss_ft78ne_private.so"
 HEADER = HERE / "port.h"
 ALL_KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad")
 #: source -> the xloss kernels whose entry points it holds (port_common.c serves all of them)
@@ -46,6 +53,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "half_truncate": (("BUG_HALF_TRUNCATE",), ()),
     "focal_gamma_sign": (("BUG_FOCAL_GAMMA_SIGN",), ()),
     "bce_weight_always": (("BUG_BCE_WEIGHT_ALWAYS",), ()),  # segfaults: only run in a child process
+    "flce_accumulate_ignored": (("BUG_FLCE_ACCUMULATE_IGNORED",), ()),  # private memory only
+    "bce_mean_per_chunk": (("BUG_BCE_MEAN_PER_CHUNK",), ()),  # private memory only
 }
 
 
@@ -76,15 +85,26 @@ def _run(cmd):
         raise RuntimeError(f"{' '.join(cmd)}\n{res.stderr}")
 
 
+def build_shim(out_dir, *, cc: str | None = None, sanitize: bool = False) -> Path:
+    """The private-memory shim, built by the backend's own build script into ``out_dir``."""
+    spec = importlib.util.spec_from_file_location("ft78ne_shim_build_for_ports", SHIM_DIR / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build(Path(out_dir) / SHIM, sanitize=sanitize, cc=cc, quiet=True, shim=True)
+
+
 def build_all(out_dir, variants=None, *, cc: str | None = None, jobs: int = 2, extra=()) -> dict[str, Path]:
     """Build variants into ``out_dir``; return {variant: library path}.
 
     Each source is compiled once without switches and once more per variant whose switch it
     contains; a variant links the objects it needs. So every variant shares the correct port's
-    object code outside the files its bug lives in."""
+    object code outside the files its bug lives in. Every variant links against the private-memory
+    shim built into ``out_dir`` (found there at run time through its rpath)."""
     out_dir = Path(out_dir)
     names = list(variants or VARIANTS)
     flags = list(CFLAGS) + list(extra)
+    build_shim(out_dir, cc=cc, sanitize=any(f.startswith("-fsanitize") for f in extra))
+    shim_link = [f"-L{out_dir}", "-lxloss_ft78ne_private", f"-Wl,-rpath,{out_dir.resolve()}"]
 
     def key(variant, source):
         defines = VARIANTS[variant][0]
@@ -107,7 +127,7 @@ def build_all(out_dir, variants=None, *, cc: str | None = None, jobs: int = 2, e
         out = out_dir / library_name(v)
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # never a half-written library at `out`
         try:
-            _run(_cc(cc) + flags + ["-shared"] + objs + ["-o", str(tmp), "-lm"])
+            _run(_cc(cc) + flags + ["-shared"] + objs + ["-o", str(tmp)] + shim_link + ["-lm"])
             os.replace(tmp, out)
         finally:
             tmp.unlink(missing_ok=True)
@@ -130,7 +150,7 @@ def main(argv=None) -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     extra = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g") if args.sanitize else ()
     for variant, path in build_all(args.out, args.variants or None, extra=extra).items():
-        print(f"{variant:<18} {path}")
+        print(f"{variant:<24} {path}")
     return 0
 
 

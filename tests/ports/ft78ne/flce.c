@@ -2,20 +2,19 @@
  *   G = softmax, or exp(input @ weight.T - logits_max) / sum_exp_logits;
  *   G[i, masked_target[i]] -= 1 where target_mask[i] == 0 (the target lies in this shard);
  *   G *= grad[:, None]; input_grad = G @ weight; weight_grad = G.T @ input.
- * One G row at a time (never the whole BT x V matrix). */
+ * One G row at a time (never the whole BT x V matrix). The _p form adds into the outputs when
+ * `accumulate` is nonzero (the caller tiles tokens and vocabulary rows and sums the tiles). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "port.h"
 
-FT78NE_API void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int vocab, float *grad, float *input,
-                                                     float *weight, unsigned char *target_mask, int *masked_target,
-                                                     float *logits_max, float *sum_exp_logits, float *softmax,
-                                                     float *input_grad, float *weight_grad, int softmax_defined,
-                                                     int core_mask) {
-    const char *fn = __func__;
+static void flce(const char *fn, int is_private, int bt, int hidden, int vocab, const float *grad, const float *input,
+                 const float *weight, const unsigned char *target_mask, const int *masked_target,
+                 const float *logits_max, const float *sum_exp_logits, const float *softmax, float *input_grad,
+                 float *weight_grad, int softmax_defined, int core_mask, int accumulate) {
     port_begin();
-    int k = port_cores(fn, core_mask);
+    int k = is_private ? 1 : port_cores(fn, core_mask);
     if (!k)
         return;
     if (bt < 0 || hidden < 0 || vocab < 0) {
@@ -29,6 +28,20 @@ FT78NE_API void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int voc
         port_fail(FT78NE_ERR_NULL_POINTER, fn, "NULL buffer");
         return;
     }
+    if (is_private) {
+        size_t f = sizeof(float), n = (size_t)bt, x = n * (size_t)hidden * f, w = (size_t)vocab * (size_t)hidden * f;
+        port_buf bufs[] = {{"grad", grad, n * f}, {"input", input, x}, {"weight", weight, w},
+                           {"target_mask", target_mask, n}, {"masked_target", masked_target, n * sizeof(int)},
+                           {"logits_max", logits_max, softmax_defined ? 0 : n * f},
+                           {"sum_exp_logits", sum_exp_logits, softmax_defined ? 0 : n * f},
+                           {"softmax", softmax, softmax_defined ? n * (size_t)vocab * f : 0},
+                           {"input_grad", input_grad, x}, {"weight_grad", weight_grad, w}};
+        if (port_check_private(fn, bufs, 10))
+            return;
+    }
+#ifdef BUG_FLCE_ACCUMULATE_IGNORED
+    accumulate = 0; /* BUG: the _p form copied from _s: it overwrites where the caller asked it to add */
+#endif
     for (int i = 0; i < bt; i++) {
         if (!target_mask[i] && (masked_target[i] < 0 || masked_target[i] >= vocab)) {
             port_fail(FT78NE_ERR_INDEX, fn, "masked_target[%d] = %d is outside [0, %d) for a token in this shard", i,
@@ -44,7 +57,7 @@ FT78NE_API void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int voc
         port_fail(FT78NE_ERR_NO_MEMORY, fn, "no host memory for a row of G");
         return;
     }
-    if (rows_w)
+    if (rows_w && !accumulate)
         memset(weight_grad, 0, sizeof(float) * (size_t)vocab * hidden);
     int base = bt / k;
     for (int c = 0; c < k; c++) { /* tokens of core c; the last core also takes the remainder */
@@ -81,10 +94,30 @@ FT78NE_API void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int voc
                     wg[h] += gv * xi[h];
                 }
             }
-            for (int h = 0; h < hidden; h++)
-                input_grad[(size_t)i * hidden + h] = (float)acc[h];
+            for (int h = 0; h < hidden; h++) {
+                float *out = &input_grad[(size_t)i * hidden + h];
+                *out = (float)(accumulate ? acc[h] + *out : acc[h]);
+            }
         }
     }
     free(g);
     free(acc);
+}
+
+FT78NE_API void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int vocab, float *grad, float *input,
+                                                     float *weight, unsigned char *target_mask, int *masked_target,
+                                                     float *logits_max, float *sum_exp_logits, float *softmax,
+                                                     float *input_grad, float *weight_grad, int softmax_defined,
+                                                     int core_mask) {
+    flce(__func__, 0, bt, hidden, vocab, grad, input, weight, target_mask, masked_target, logits_max, sum_exp_logits,
+         softmax, input_grad, weight_grad, softmax_defined, core_mask, 0);
+}
+
+FT78NE_API void fp_fusedlinearcrossentropylossgrad_p(int bt, int hidden, int vocab, float *grad, float *input,
+                                                     float *weight, unsigned char *target_mask, int *masked_target,
+                                                     float *logits_max, float *sum_exp_logits, float *softmax,
+                                                     float *input_grad, float *weight_grad, int softmax_defined,
+                                                     int accumulate) {
+    flce(__func__, 1, bt, hidden, vocab, grad, input, weight, target_mask, masked_target, logits_max, sum_exp_logits,
+         softmax, input_grad, weight_grad, softmax_defined, 0, accumulate);
 }

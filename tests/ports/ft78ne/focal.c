@@ -29,10 +29,12 @@ static focal_value focal_element(float x, float y, float alpha, float gamma) {
     return v;
 }
 
-/* The checks both operators share; nonzero when the call was refused. */
-static int focal_check(const char *fn, int *k, int n, int reduction, float alpha, float gamma, int core_mask) {
+/* The checks both operators share; nonzero when the call was refused. is_private: the _p form (one
+ * core; its buffers are checked by the caller once it knows their extents). */
+static int focal_check(const char *fn, int *k, int is_private, int n, int reduction, float alpha, float gamma,
+                       int core_mask) {
     port_begin();
-    *k = port_cores(fn, core_mask);
+    *k = is_private ? 1 : port_cores(fn, core_mask);
     if (!*k)
         return 1;
     if (n < 0)
@@ -46,14 +48,21 @@ static int focal_check(const char *fn, int *k, int n, int reduction, float alpha
     return 0;
 }
 
-static void focal_loss(const char *fn, int is_half, int n, int reduction, float alpha, float gamma, const void *x,
-                       const void *y, void *loss, int core_mask) {
+static void focal_loss(const char *fn, int is_half, int is_private, int n, int reduction, float alpha, float gamma,
+                       const void *x, const void *y, void *loss, int core_mask) {
     int k;
-    if (focal_check(fn, &k, n, reduction, alpha, gamma, core_mask))
+    if (focal_check(fn, &k, is_private, n, reduction, alpha, gamma, core_mask))
         return;
     if ((n > 0 && (!x || !y)) || ((n > 0 || reduction != FT78NE_REDUCTION_NONE) && !loss)) {
         port_fail(FT78NE_ERR_NULL_POINTER, fn, "NULL buffer (input_x, input_y or loss)");
         return;
+    }
+    if (is_private) {
+        size_t elem = is_half ? sizeof(half) : sizeof(float), nb = (size_t)n * elem;
+        port_buf bufs[] = {{"input_x", x, nb}, {"input_y", y, nb},
+                           {"loss", loss, reduction == FT78NE_REDUCTION_NONE ? nb : elem}};
+        if (port_check_private(fn, bufs, 3))
+            return;
     }
     double total = 0.0; /* per-core partial sums, added in core order */
     int base = n / k;
@@ -80,14 +89,22 @@ static void focal_loss(const char *fn, int is_half, int n, int reduction, float 
         port_st(loss, is_half, 0, (float)total);
 }
 
-static void focal_grad(const char *fn, int is_half, int n, int reduction, float alpha, float gamma, const void *x,
-                       const void *y, const void *dloss, void *dx, int core_mask) {
+static void focal_grad(const char *fn, int is_half, int is_private, int n, int reduction, float alpha, float gamma,
+                       const void *x, const void *y, const void *dloss, void *dx, int core_mask) {
     int k;
-    if (focal_check(fn, &k, n, reduction, alpha, gamma, core_mask))
+    if (focal_check(fn, &k, is_private, n, reduction, alpha, gamma, core_mask))
         return;
     if (n > 0 && (!x || !y || !dloss || !dx)) {
         port_fail(FT78NE_ERR_NULL_POINTER, fn, "NULL buffer (input_x, input_y, dloss or dx)");
         return;
+    }
+    if (is_private) {
+        size_t elem = is_half ? sizeof(half) : sizeof(float), nb = (size_t)n * elem;
+        port_buf bufs[] = {{"input_x", x, nb}, {"input_y", y, nb},
+                           {"dloss", dloss, n == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? nb : elem},
+                           {"dx", dx, nb}};
+        if (port_check_private(fn, bufs, 4))
+            return;
     }
     if (n == 0)
         return;
@@ -111,20 +128,40 @@ static void focal_grad(const char *fn, int is_half, int n, int reduction, float 
 
 FT78NE_API void fp_sigmoidfocalloss_s(int input_size, int reduction, float alpha, float gamma, float *input_x,
                                       float *input_y, float *loss, int core_mask) {
-    focal_loss(__func__, 0, input_size, reduction, alpha, gamma, input_x, input_y, loss, core_mask);
+    focal_loss(__func__, 0, 0, input_size, reduction, alpha, gamma, input_x, input_y, loss, core_mask);
 }
 
 FT78NE_API void hp_sigmoidfocalloss_s(int input_size, int reduction, float alpha, float gamma, half *input_x,
                                       half *input_y, half *loss, int core_mask) {
-    focal_loss(__func__, 1, input_size, reduction, alpha, gamma, input_x, input_y, loss, core_mask);
+    focal_loss(__func__, 1, 0, input_size, reduction, alpha, gamma, input_x, input_y, loss, core_mask);
 }
 
 FT78NE_API void fp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma,
                                           float *input_x, float *input_y, float *dloss, float *dx, int core_mask) {
-    focal_grad(__func__, 0, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx, core_mask);
+    focal_grad(__func__, 0, 0, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx, core_mask);
 }
 
 FT78NE_API void hp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma, half *input_x,
                                           half *input_y, half *dloss, half *dx, int core_mask) {
-    focal_grad(__func__, 1, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx, core_mask);
+    focal_grad(__func__, 1, 0, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx, core_mask);
+}
+
+FT78NE_API void fp_sigmoidfocalloss_p(int input_size, int reduction, float alpha, float gamma, float *input_x,
+                                      float *input_y, float *loss) {
+    focal_loss(__func__, 0, 1, input_size, reduction, alpha, gamma, input_x, input_y, loss, 0);
+}
+
+FT78NE_API void hp_sigmoidfocalloss_p(int input_size, int reduction, float alpha, float gamma, half *input_x,
+                                      half *input_y, half *loss) {
+    focal_loss(__func__, 1, 1, input_size, reduction, alpha, gamma, input_x, input_y, loss, 0);
+}
+
+FT78NE_API void fp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma,
+                                          float *input_x, float *input_y, float *dloss, float *dx) {
+    focal_grad(__func__, 0, 1, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx, 0);
+}
+
+FT78NE_API void hp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma, half *input_x,
+                                          half *input_y, half *dloss, half *dx) {
+    focal_grad(__func__, 1, 1, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx, 0);
 }

@@ -4,11 +4,11 @@
 
 #include "port.h"
 
-static void nll(const char *fn, int is_half, int batch, int classes, int reduction, int ignore_index,
+static void nll(const char *fn, int is_half, int is_private, int batch, int classes, int reduction, int ignore_index,
                 const void *dloss, const int *target, const void *weight, const float *total_weight, void *dx,
                 int weighted, int core_mask) {
     port_begin();
-    int k = port_cores(fn, core_mask);
+    int k = is_private ? 1 : port_cores(fn, core_mask);
     if (!k)
         return;
     if (batch < 0 || classes < 0) {
@@ -22,6 +22,16 @@ static void nll(const char *fn, int is_half, int batch, int classes, int reducti
         (reduction == FT78NE_REDUCTION_MEAN && batch > 0 && !total_weight)) {
         port_fail(FT78NE_ERR_NULL_POINTER, fn, "NULL buffer (target, dloss, dx, weight or total_weight)");
         return;
+    }
+    if (is_private) {
+        port_buf bufs[] = {
+            {"dloss", dloss, batch == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? (size_t)batch * elem : elem},
+            {"target", target, (size_t)batch * sizeof(int)},
+            {"weight", weight, weighted ? (size_t)classes * elem : 0},
+            {"total_weight", total_weight, reduction == FT78NE_REDUCTION_MEAN && batch > 0 ? sizeof(float) : 0},
+            {"dx", dx, cells * elem}};
+        if (port_check_private(fn, bufs, 5))
+            return;
     }
     for (int i = 0; i < batch; i++) { /* every index is checked before anything is written */
         int t = target[i];
@@ -37,7 +47,8 @@ static void nll(const char *fn, int is_half, int batch, int classes, int reducti
     int base = batch / k;
     for (int c = 0; c < k; c++) { /* rows of core c; the last core also takes the remainder */
         int lo = c * base, hi = c == k - 1 ? batch : lo + base;
-        memset((char *)dx + (size_t)lo * classes * elem, 0, (size_t)(hi - lo) * classes * elem); /* +0 in both */
+        if (hi > lo && classes > 0) /* dx may be NULL when it is empty */
+            memset((char *)dx + (size_t)lo * classes * elem, 0, (size_t)(hi - lo) * classes * elem); /* +0 */
         for (int i = lo; i < hi; i++) {
             int t = target[i];
 #ifdef BUG_NLL_IGNORE_INDEX
@@ -56,12 +67,24 @@ static void nll(const char *fn, int is_half, int batch, int classes, int reducti
 
 FT78NE_API void fp_nlllossgrad_s(int batch, int classes, int reduction, int ignore_index, float *dloss, int *target,
                                  float *weight, float *total_weight, float *dx, int weight_defined, int core_mask) {
-    nll(__func__, 0, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
+    nll(__func__, 0, 0, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
         weight_defined, core_mask);
 }
 
 FT78NE_API void hp_nlllossgrad_s(int batch, int classes, int reduction, int ignore_index, half *dloss, int *target,
                                  half *weight, float *total_weight, half *dx, int weight_defined, int core_mask) {
-    nll(__func__, 1, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
+    nll(__func__, 1, 0, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
         weight_defined, core_mask);
+}
+
+FT78NE_API void fp_nlllossgrad_p(int batch, int classes, int reduction, int ignore_index, float *dloss, int *target,
+                                 float *weight, float *total_weight, float *dx, int weight_defined) {
+    nll(__func__, 0, 1, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
+        weight_defined, 0);
+}
+
+FT78NE_API void hp_nlllossgrad_p(int batch, int classes, int reduction, int ignore_index, half *dloss, int *target,
+                                 half *weight, float *total_weight, half *dx, int weight_defined) {
+    nll(__func__, 1, 1, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
+        weight_defined, 0);
 }

@@ -46,6 +46,15 @@ int port_check_reduction(const char *fn, int reduction) {
     return 0;
 }
 
+int port_check_private(const char *fn, const port_buf *bufs, int n) {
+    for (int i = 0; i < n; i++) {
+        int rc = ft78ne_shim_private_check(bufs[i].ptr, bufs[i].bytes);
+        if (rc)
+            return port_fail(rc, fn, "%s: %s", bufs[i].name, ft78ne_shim_last_error_message());
+    }
+    return 0;
+}
+
 float port_h2f(half h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
