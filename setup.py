@@ -47,6 +47,18 @@ class BuildSharedLibs(build_ext):
         *pkg, name = fullname.split(".")
         return os.path.join(*pkg, name + ".so")
 
+    def build_extensions(self):
+        self.parallel = None  # in order: a library is built before the ones that link it
+        super().build_extensions()
+
+    def build_extension(self, ext):
+        # ext.xloss_needs: full names of extensions it links (-l<name>), built just before it
+        for dep in getattr(ext, "xloss_needs", ()):
+            folder = os.path.dirname(self.get_ext_fullpath(dep))
+            if folder not in ext.library_dirs:
+                ext.library_dirs.append(folder)
+        super().build_extension(ext)
+
 
 setup(
     packages=mapped_packages(),

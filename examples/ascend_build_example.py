@@ -1,7 +1,8 @@
 """Build (and optionally run) the C example that drives aclnnNLLLossBackward through the CANN ABI.
 
 It compiles ``ascend_nll_loss_backward.c`` against xloss's CANN-compatible headers and links
-the emulator library whose path xloss exposes, the way any C tool links it::
+the emulator's two libraries whose paths xloss exposes (the operators, ``libxloss_aclnn.so``, and
+the runtime, ``libxloss_aclrt.so``), the way any C tool links them::
 
     python examples/ascend_build_example.py --run
     python examples/ascend_build_example.py --sanitize --run   # emulator sources compiled in, ASan/UBSan
@@ -39,7 +40,9 @@ def build_command(out: Path, *, sanitize: bool = False, include=None, emulator_s
         return base + SANITIZE + ["-D_POSIX_C_SOURCE=200809L", f"-I{csrc}", *map(str, sorted(csrc.glob("*.c"))),
                                   "-o", str(out), "-lm", "-pthread"]
     lib = Path(ascend_aclnn.emulator_library_path())
-    return base + ["-o", str(out), f"-L{lib.parent}", "-lxloss_aclnn", f"-Wl,-rpath,{lib.parent}", "-lm"]
+    rt = Path(ascend_aclnn.emulator_runtime_path())
+    return base + ["-o", str(out), f"-L{lib.parent}", f"-L{rt.parent}", "-lxloss_aclnn", "-lxloss_aclrt",
+                   f"-Wl,-rpath,{lib.parent}", f"-Wl,-rpath,{rt.parent}", "-lm"]
 
 
 def build(out: Path | None = None, *, sanitize: bool = False, include=None) -> Path:

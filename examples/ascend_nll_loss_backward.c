@@ -1,7 +1,7 @@
 /* aclnnNLLLossBackward from C, the CANN way: the documented program flow (init, device, stream,
  * device memory, tensors, two-phase call, synchronize, copy back, release), then the ABI's
- * contract: status codes for bad calls, executor reuse rules, the workspace check, and no
- * leaks over many cycles. It builds against xloss's headers and links the emulator
+ * contract: CANN's tensor accessors, status codes for bad calls, executor reuse rules, the
+ * workspace check, and no leaks over many cycles. It builds against xloss's headers and links the emulator
  * (examples/ascend_build_example.py) or, unchanged, a CANN installation.
  *
  * Exit status 0 when every check holds; each failed check prints a line starting "FAIL".
@@ -141,6 +141,41 @@ static int documented_flow(aclrtStream stream, int verbose)
         nll_teardown(&c);
     }
     return 0;
+}
+
+/* 1b. CANN's tensor accessors read back what aclCreateTensor was given (a strided view here). */
+static void accessors(void)
+{
+    float host[12] = {0};
+    void *dev = NULL;
+    if (aclrtMalloc(&dev, sizeof host, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) {
+        CHECK(0, "accessor setup");
+        return;
+    }
+    const int64_t dims[2] = {2, 3}, strides[2] = {1, 4}, storage[1] = {12};
+    aclTensor *t = aclCreateTensor(dims, 2, ACL_FLOAT16, strides, 1, ACL_FORMAT_ND, storage, 1, dev);
+    int64_t *got = NULL, offset = -1;
+    uint64_t n = 0;
+    aclDataType dt = ACL_DT_UNDEFINED;
+    aclFormat fmt = ACL_FORMAT_UNDEFINED;
+    void *addr = NULL;
+    CHECK(t != NULL, "aclCreateTensor (a transposed view at offset 1)");
+    CHECK(aclGetViewShape(t, &got, &n) == ACLNN_SUCCESS && n == 2 && got[0] == 2 && got[1] == 3, "aclGetViewShape");
+    free(got); /* the accessors allocate the arrays they return */
+    got = NULL;
+    CHECK(aclGetViewStrides(t, &got, &n) == ACLNN_SUCCESS && n == 2 && got[0] == 1 && got[1] == 4,
+          "aclGetViewStrides");
+    free(got);
+    got = NULL;
+    CHECK(aclGetStorageShape(t, &got, &n) == ACLNN_SUCCESS && n == 1 && got[0] == 12, "aclGetStorageShape");
+    free(got);
+    CHECK(aclGetViewOffset(t, &offset) == ACLNN_SUCCESS && offset == 1, "aclGetViewOffset");
+    CHECK(aclGetDataType(t, &dt) == ACLNN_SUCCESS && dt == ACL_FLOAT16, "aclGetDataType");
+    CHECK(aclGetFormat(t, &fmt) == ACLNN_SUCCESS && fmt == ACL_FORMAT_ND, "aclGetFormat");
+    CHECK(aclGetRawTensorAddr(t, &addr) == ACLNN_SUCCESS && addr == dev, "aclGetRawTensorAddr");
+    CHECK(aclGetViewOffset(NULL, &offset) == ACLNN_ERR_PARAM_NULLPTR, "aclGetViewOffset(NULL)");
+    CHECK(aclDestroyTensor(t) == ACLNN_SUCCESS, "aclDestroyTensor");
+    CHECK(aclrtFree(dev) == ACL_SUCCESS, "aclrtFree");
 }
 
 /* 2. Parameter checks of phase one. */
@@ -283,6 +318,7 @@ int main(void)
     int64_t live0 = xlossEmuLiveAllocations ? xlossEmuLiveAllocations(4) : 0;
 
     if (documented_flow(stream, 1) == 0) {
+        accessors();
         bad_calls();
         executors(stream);
         flce_checks(stream);

@@ -1,14 +1,20 @@
 """The ``ascend`` backend: the CANN aclnn C ABI, driven through cffi.
 
-By default it loads xloss's host emulator (``libxloss_aclnn.so``, built from ``csrc/`` at
-install); ``XLOSS_ASCEND_LIB`` or ``make_backend(lib=...)`` (one path, or several separated by
-``os.pathsep``, e.g. CANN's ``libascendcl.so``, ``libnnopbase.so`` and ``libopapi.so``) loads a
-vendor library instead, with the same adapter. What the backend declares is computed from the
-symbols the loaded library exports, and limited to what the vendor operators accept.
+By default it loads xloss's host emulator (``libxloss_aclnn.so``, the operators, which loads the
+emulator's runtime ``libxloss_aclrt.so``; both built from ``csrc/`` at install);
+``XLOSS_ASCEND_LIB`` or ``make_backend(lib=...)`` (one path, or several separated by
+``os.pathsep``, e.g. CANN's ``libascendcl.so``, ``libnnopbase.so`` and ``libopapi.so``, or a port's
+operator library and ``emulator_runtime_path()``) loads another library instead, with the same
+adapter. What the backend declares is computed from the symbols the loaded libraries export, and
+limited to what the vendor operators accept; ``info()`` says which library each operator came
+from. Option ``layout="strided"`` lays every tensor out with an offset and gaps (see
+:mod:`.runtime`), so a library's stride or offset bug shows in ``xloss check``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from pathlib import Path
 
@@ -16,15 +22,17 @@ import numpy as np
 
 from ...backend import Backend, KernelCaps
 from ...clib import library_paths
-from ...errors import BackendUnavailableError
+from ...errors import BackendUnavailableError, XLossValueError
 from ...kernels import REDUCTION_CODES
-from .runtime import AclRuntime, Session
+from .runtime import LAYOUTS, AclRuntime, Session
 
-__all__ = ["AscendBackend", "ENV_VAR", "emulator_library_path", "include_dir", "library_path", "make_backend"]
+__all__ = ["AscendBackend", "ENV_VAR", "LAYOUTS", "emulator_library_path", "emulator_runtime_path", "include_dir",
+           "library_path", "make_backend"]
 
 ENV_VAR = "XLOSS_ASCEND_LIB"
 _HERE = Path(__file__).resolve().parent
 _EMULATOR = _HERE / "libxloss_aclnn.so"
+_EMULATOR_RUNTIME = _HERE / "libxloss_aclrt.so"
 
 #: xloss kernel -> the aclnn operators it needs (each a GetWorkspaceSize/run pair)
 FOCAL_FORWARD = "aclnnSigmoidFocalLoss"
@@ -37,9 +45,22 @@ _FLOATS = ("float32", "float16", "bfloat16")
 _HALVES = ("float16", "bfloat16")
 
 
+OPERATORS = (FOCAL_FORWARD, FOCAL_BACKWARD, BCE_BACKWARD, NLL_BACKWARD, FLCE_GRAD)
+
+
 def emulator_library_path() -> str:
-    """Path of xloss's emulator library (link C programs against it)."""
+    """Path of xloss's emulator: its operator library, ``libxloss_aclnn.so`` (it loads the runtime
+    library beside it). C programs link both: ``-lxloss_aclnn -lxloss_aclrt``."""
     return str(_EMULATOR)
+
+
+def emulator_runtime_path() -> str:
+    """Path of the emulator's runtime library, ``libxloss_aclrt.so``: device memory, streams,
+    tensors (with CANN's accessors), executors and the executor interface of
+    ``xloss_aclnn_emu.h``; no operators. Link a port's operator library against it and check it
+    with ``xloss check --backend ascend --lib ./libmy_ops.so:<this path>``: an operator the port
+    lacks is then reported *not implemented*."""
+    return str(_EMULATOR_RUNTIME)
 
 
 def include_dir() -> str:
@@ -58,13 +79,17 @@ def library_path() -> str:
 class AscendBackend(Backend):
     """Runs the kernels through an aclnn library: the emulator, or a vendor's."""
 
-    def __init__(self, lib=None, *, device: int = 0):
+    def __init__(self, lib=None, *, device: int = 0, layout: str = "contiguous"):
+        if layout not in LAYOUTS:
+            raise XLossValueError(f"ascend backend: layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
         paths = library_paths(lib, ENV_VAR, _EMULATOR)
         super().__init__(name="ascend",
                          description="CANN aclnn ABI through cffi (host emulator, or a vendor library via "
                                      f"{ENV_VAR})",
-                         options={k: v for k, v in (("lib", lib), ("device", device)) if v not in (None, 0)})
+                         options={k: v for k, v in (("lib", lib), ("device", device), ("layout", layout))
+                                  if v not in (None, 0, "contiguous")})
         self.paths = paths
+        self.layout = layout
         self.rt: AclRuntime | None = None
         self._why = ""
         try:
@@ -116,13 +141,32 @@ class AscendBackend(Backend):
             else:
                 out["implementation"] = "vendor library"
             out["device"] = str(self.rt.device)
+            origins = self.operator_origins()
+            if origins:
+                out["operators"] = _describe_origins(origins, self.paths[0])
+        if self.layout != "contiguous":
+            out["layout"] = self.layout
         return out
 
-    def session(self) -> Session:
-        """A device session on the loaded library (tests and tools drive the ABI through it)."""
+    def operator_origins(self) -> dict:
+        """``{function: file}`` for every operator function the loaded libraries export: the file
+        that actually defines it (``dladdr``), which may be a library the first one depends on.
+        The file is None where the platform cannot tell."""
+        if self.rt is None:
+            return {}
+        out = {}
+        for op in OPERATORS:
+            for fn in (op + "GetWorkspaceSize", op):
+                if self.rt.lib.has(fn):
+                    out[fn] = _defining_file(self.rt.ffi, self.rt.lib.symbol(fn))
+        return out
+
+    def session(self, layout: str | None = None) -> Session:
+        """A device session on the loaded library (tests and tools drive the ABI through it); it lays
+        tensors out as the backend's ``layout`` option says unless ``layout`` is given."""
         if self.rt is None:
             raise BackendUnavailableError(self._why)
-        return self.rt.session()
+        return self.rt.session(layout or self.layout)
 
     # -- the kernels -----------------------------------------------------------------------------
     @staticmethod
@@ -223,10 +267,68 @@ class AscendBackend(Backend):
         np.copyto(a.weight_grad_out, wg)
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p), ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", ctypes.c_void_p)]
+
+
+def _load_dladdr():
+    for name in (None, ctypes.util.find_library("dl")):  # glibc >= 2.34 has it in libc itself
+        try:
+            fn = ctypes.CDLL(name).dladdr
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        fn.restype = ctypes.c_int
+        return fn
+    return None
+
+
+_dladdr = _load_dladdr()
+
+
+def _defining_file(ffi, fn) -> str | None:
+    """The shared object that defines the function ``fn`` (a cffi function pointer)."""
+    if _dladdr is None:
+        return None
+    info = _DlInfo()
+    if not _dladdr(ctypes.c_void_p(int(ffi.cast("uintptr_t", fn))), ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return os.fsdecode(info.dli_fname)
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _describe_origins(origins: dict, first: str) -> str:
+    """``"aclnnA, aclnnB from /x/libfirst.so; aclnnC from /y/liby.so (not the first library given)"``:
+    a phase-one/phase-two pair is named once, by its operator, when both come from one file."""
+    groups: dict = {}
+    for op in OPERATORS:
+        files = {origins[f] for f in (op + "GetWorkspaceSize", op) if f in origins}
+        if len(files) == 1:
+            groups.setdefault(files.pop(), []).append(op)
+        else:  # a pair split across libraries (or half missing): name each function
+            for f in (op + "GetWorkspaceSize", op):
+                if f in origins:
+                    groups.setdefault(origins[f], []).append(f)
+    parts = []
+    for path, names in groups.items():
+        where = path if path is not None else "an unknown library"
+        note = "" if path is not None and _same_file(path, first) else " (not the first library given)"
+        parts.append(f"{', '.join(names)} from {where}{note}")
+    return "; ".join(parts)
+
+
 def make_backend(lib=None, **options) -> AscendBackend:
-    """Factory of the ``ascend`` entry point. ``lib``: vendor library path(s) in place of the
-    emulator; option ``device``: the device id (default 0)."""
-    unknown = set(options) - {"device"}
+    """Factory of the ``ascend`` entry point. ``lib``: vendor or port library path(s) in place of the
+    emulator; option ``device``: the device id (default 0); option ``layout``: ``"contiguous"``
+    (default) or ``"strided"`` (every tensor in larger storage at an offset, with gaps)."""
+    unknown = set(options) - {"device", "layout"}
     if unknown:
-        raise TypeError(f"the ascend backend takes lib= and device=; got {sorted(unknown)}")
+        raise TypeError(f"the ascend backend takes lib=, device= and layout=; got {sorted(unknown)}")
     return AscendBackend(lib, **options)

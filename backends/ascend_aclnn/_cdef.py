@@ -27,15 +27,25 @@ aclFloat16 aclFloatToFloat16(float value);
 size_t aclDataTypeSize(aclDataType dataType);
 aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
+aclError aclrtGetDevice(int32_t *deviceId);
+aclError aclrtGetDeviceCount(uint32_t *count);
 aclError aclrtCreateStream(aclrtStream *stream);
 aclError aclrtDestroyStream(aclrtStream stream);
 aclError aclrtSynchronizeStream(aclrtStream stream);
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 aclError aclrtFree(void *devPtr);
 aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
+aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count);
 
 aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDataType dataType, const int64_t *stride, int64_t offset, aclFormat format, const int64_t *storageDims, uint64_t storageDimsNum, void *tensorData);
 aclnnStatus aclDestroyTensor(const aclTensor *tensor);
+aclnnStatus aclGetViewShape(const aclTensor *tensor, int64_t **viewDims, uint64_t *viewDimsNum);
+aclnnStatus aclGetViewStrides(const aclTensor *tensor, int64_t **stridesValue, uint64_t *stridesNum);
+aclnnStatus aclGetViewOffset(const aclTensor *tensor, int64_t *offset);
+aclnnStatus aclGetStorageShape(const aclTensor *tensor, int64_t **storageDims, uint64_t *storageDimsNum);
+aclnnStatus aclGetDataType(const aclTensor *tensor, aclDataType *dataType);
+aclnnStatus aclGetFormat(const aclTensor *tensor, aclFormat *format);
+aclnnStatus aclGetRawTensorAddr(const aclTensor *tensor, void **addr);
 aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor);
 aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor);
 
@@ -53,6 +63,24 @@ aclnnStatus aclnnFusedLinearCrossEntropyLossGrad(void *workspace, uint64_t works
 int64_t xlossEmuLiveAllocations(int32_t kind);
 aclError xlossEmuCast(const void *src, aclDataType srcType, void *dst, aclDataType dstType, uint64_t n);
 const char *xlossEmuVersion(void);
+
+typedef struct {
+    aclDataType dataType;
+    aclFormat format;
+    uint64_t viewDimsNum;
+    int64_t viewDims[8];
+    int64_t strides[8];
+    int64_t offset;
+    int64_t numel;
+    int64_t storageNumel;
+    void *data;
+    const char *name;
+} xlossEmuTensorDesc;
+typedef aclnnStatus (*xlossEmuKernel)(const void *plan, void *workspace, uint64_t workspaceSize);
+aclnnStatus xlossEmuDescribeTensor(const aclTensor *tensor, const char *name, xlossEmuTensorDesc *desc);
+aclnnStatus xlossEmuCreateExecutor(const char *opName, const xlossEmuTensorDesc *operands, uint64_t operandNum, const void *plan, uint64_t planSize, xlossEmuKernel kernel, uint64_t workspaceSize, uint64_t *workspaceSizeOut, aclOpExecutor **executor);
+aclnnStatus xlossEmuRunExecutor(const char *opName, void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+void xlossEmuSetErrMsg(const char *fmt, ...);
 """
 
 # aclDataType
@@ -65,6 +93,8 @@ ACL_MEM_MALLOC_HUGE_FIRST = 0
 ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_DEVICE_TO_DEVICE = 0, 1, 2, 3
 # xlossEmuLiveKind (emulator only)
 LIVE_DEVICE_MEMORY, LIVE_TENSORS, LIVE_EXECUTORS, LIVE_STREAMS, LIVE_ALL = 0, 1, 2, 3, 4
+# xloss_aclnn_emu.h limits
+EMU_MAX_DIMS, EMU_MAX_OPERANDS, EMU_MAX_PLAN = 8, 16, 1 << 20
 
 #: NumPy dtype -> aclDataType
 ACL_DTYPES = {

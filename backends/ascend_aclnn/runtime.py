@@ -7,6 +7,13 @@ every non-zero status into :class:`~xloss.KernelError`. A
 device memory and copy inputs in, create tensors, run two-phase operators, synchronise, copy
 results out; leaving the ``with`` block destroys every tensor, frees every allocation,
 destroys the stream and resets the device, whether the block succeeded or not.
+
+A session's ``layout`` decides how :meth:`Session.put` and :meth:`Session.empty` lay tensors out
+in device memory: ``"contiguous"`` (offset 0, row-major) or ``"strided"`` (larger storage, a
+non-zero offset and a non-unit innermost stride, or a transposed 2-D+ view; the storage around
+the view holds poison), which makes a library that ignores strides or offsets visibly wrong. In
+strided mode the session also checks that the library wrote nothing outside the output views and
+nothing into the inputs.
 """
 
 from __future__ import annotations
@@ -28,12 +35,57 @@ RUNTIME_SYMBOLS = ("aclInit", "aclrtSetDevice", "aclrtResetDevice", "aclrtCreate
                    "aclDestroyTensor")
 
 
+LAYOUTS = ("contiguous", "strided")
+
+
 def contiguous_strides(shape) -> tuple:
     strides, acc = [], 1
     for d in reversed(shape):
         strides.append(acc)
         acc *= max(int(d), 1)
     return tuple(reversed(strides))
+
+
+def strided_layout(shape, k: int) -> tuple[tuple, int, int]:
+    """``(strides, offset, storage elements)`` of the ``k``-th strided tensor of a session.
+
+    Even ``k``: row-major order with innermost stride 2, one element of padding after every row,
+    offset 3. Odd ``k``: 2-D and up, transposed (the first axis is the fastest, stride 1, every
+    other axis padded by one element: the innermost stride is a column's length + 1); below 2-D,
+    innermost stride 3; offset 5. Two spare elements follow the view, so the storage always
+    extends past it. Deterministic: a replayed case gets the same layout.
+    """
+    shape = tuple(int(d) for d in shape)
+    nd = len(shape)
+    strides = [0] * nd
+    if nd >= 2 and k % 2:
+        order, acc = range(nd), 1
+    else:
+        order, acc = reversed(range(nd)), 2 if k % 2 == 0 else 3
+    for ax in order:
+        strides[ax] = acc
+        acc = acc * max(shape[ax], 1) + 1
+    offset = 3 if k % 2 == 0 else 5
+    reach = sum((d - 1) * st for d, st in zip(shape, strides)) if all(shape) else -1
+    return tuple(strides), offset, offset + reach + 1 + 2
+
+
+def view_indices(shape, strides, offset) -> np.ndarray:
+    """Flat storage indices of a view's elements, in row-major order of the view."""
+    shape = tuple(shape)
+    if math.prod(shape) == 0:
+        return np.zeros(0, np.int64)
+    idx = np.full(shape, offset, dtype=np.int64)
+    for ax, st in enumerate(strides):
+        idx += np.arange(shape[ax], dtype=np.int64).reshape([-1 if i == ax else 1 for i in range(len(shape))]) * st
+    return idx.reshape(-1)
+
+
+def _poison(dtype, output: bool) -> int:
+    """Fill byte around strided views: all-ones (NaN in every float type; -1 in integers) for
+    outputs and float inputs, 0xA5 for integer inputs (a large negative class index)."""
+    floating = C.ACL_DTYPES.get(np.dtype(dtype)) in (C.ACL_FLOAT, C.ACL_FLOAT16, C.ACL_BF16, C.ACL_DOUBLE)
+    return 0xFF if output or floating else 0xA5
 
 
 class AclRuntime:
@@ -84,9 +136,9 @@ class AclRuntime:
             atexit.register(_finalize, weakref.ref(self), status == C.ACL_SUCCESS)
             self._initialized = True
 
-    def session(self) -> "Session":
+    def session(self, layout: str = "contiguous") -> "Session":
         self.ensure_initialized()
-        return Session(self)
+        return Session(self, layout)
 
     # -- emulator-only helpers ------------------------------------------------------------
     def live(self, kind: int = C.LIVE_ALL) -> int | None:
@@ -109,26 +161,33 @@ def _finalize(ref, finalize: bool) -> None:
 
 
 class DeviceBuffer:
-    """A block of device memory owned by a session."""
+    """A block of device memory owned by a session. ``view``: for a strided output, its
+    ``(shape, strides, offset, storage as uploaded)``; ``download`` reads that view back."""
 
-    __slots__ = ("ptr", "nbytes")
+    __slots__ = ("ptr", "nbytes", "view")
 
     def __init__(self, ptr, nbytes: int):
         self.ptr = ptr
         self.nbytes = nbytes
+        self.view = None
 
 
 class Session:
     """One thread's device session; every resource it creates is released on exit."""
 
-    def __init__(self, rt: AclRuntime):
+    def __init__(self, rt: AclRuntime, layout: str = "contiguous"):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         self.rt = rt
         self.ffi = rt.ffi
         self.lib = rt.lib
+        self.layout = layout
         self.stream = None
         self._device_set = False
         self._buffers: list[DeviceBuffer] = []
         self._tensors: list = []
+        self._strided = 0  # tensors laid out so far (picks each one's layout)
+        self._inputs: list = []  # strided mode: (buffer, storage as uploaded) of every input
 
     def __enter__(self) -> "Session":
         try:
@@ -188,7 +247,23 @@ class Session:
         return buf
 
     def download(self, buf: DeviceBuffer, shape, dtype) -> np.ndarray:
-        """A new host array holding the device data."""
+        """A new host array holding the device data (for a strided output: its view, after checking
+        that nothing around the view was written)."""
+        if buf.view is not None:
+            vshape, strides, offset, before = buf.view
+            after = self._read(buf, before.size, before.dtype)
+            idx = view_indices(vshape, strides, offset)
+            outside = np.ones(before.size, bool)
+            outside[idx] = False
+            if not np.array_equal(after.view(np.uint8).reshape(before.size, -1)[outside],
+                                  before.view(np.uint8).reshape(before.size, -1)[outside]):
+                raise KernelError(f"layout=strided: the library wrote outside the output view (shape {vshape}, "
+                                  f"strides {strides}, offset {offset}) into the surrounding storage",
+                                  status=None, status_name="WRITE_OUTSIDE_VIEW")
+            return after[idx].reshape(shape).astype(dtype, copy=False)
+        return self._read(buf, shape, dtype)
+
+    def _read(self, buf: DeviceBuffer, shape, dtype) -> np.ndarray:
         out = np.empty(shape, dtype=dtype)
         if out.nbytes:
             self.rt.call("aclrtMemcpy", self.ffi.cast("void *", out.ctypes.data), out.nbytes, buf.ptr, out.nbytes,
@@ -214,19 +289,47 @@ class Session:
         self._tensors.append(t)
         return t
 
+    def _strided_storage(self, shape, dtype, output: bool):
+        strides, offset, size = strided_layout(shape, self._strided)
+        self._strided += 1
+        storage = np.full(size * np.dtype(dtype).itemsize, _poison(dtype, output), np.uint8).view(dtype)
+        return strides, offset, storage
+
     def put(self, arr: np.ndarray, dtype=None):
-        """Upload ``arr`` (optionally converted to ``dtype``) and wrap it in a contiguous aclTensor."""
+        """Upload ``arr`` (optionally converted to ``dtype``) and wrap it in an aclTensor laid out
+        as the session's ``layout`` says."""
         arr = np.asarray(arr)
         if dtype is not None and arr.dtype != np.dtype(dtype):
             arr = arr.astype(dtype)
-        buf = self.upload(arr)
-        return self.tensor(buf, arr.shape, arr.dtype), buf
+        if self.layout == "contiguous":
+            buf = self.upload(arr)
+            return self.tensor(buf, arr.shape, arr.dtype), buf
+        strides, offset, storage = self._strided_storage(arr.shape, arr.dtype, output=False)
+        storage[view_indices(arr.shape, strides, offset)] = arr.reshape(-1)
+        buf = self.upload(storage)
+        self._inputs.append((buf, storage))
+        return self.tensor(buf, arr.shape, arr.dtype, strides=strides, offset=offset,
+                           storage_shape=(storage.size,)), buf
 
     def empty(self, shape, dtype):
-        """A new device buffer of ``shape`` and ``dtype`` and its contiguous aclTensor."""
-        n = math.prod(shape) * np.dtype(dtype).itemsize
-        buf = self.malloc(n)
-        return self.tensor(buf, shape, dtype), buf
+        """A new output tensor of ``shape`` and ``dtype`` (laid out as the session's ``layout``
+        says) and its device buffer, for :meth:`download`."""
+        shape = tuple(int(d) for d in shape)
+        if self.layout == "contiguous":
+            buf = self.malloc(math.prod(shape) * np.dtype(dtype).itemsize)
+            return self.tensor(buf, shape, dtype), buf
+        strides, offset, storage = self._strided_storage(shape, dtype, output=True)
+        buf = self.upload(storage)
+        buf.view = (shape, strides, offset, storage)
+        return self.tensor(buf, shape, dtype, strides=strides, offset=offset, storage_shape=(storage.size,)), buf
+
+    def check_inputs(self) -> None:
+        """Strided mode: raise KernelError if the library wrote into an input's storage."""
+        for k, (buf, before) in enumerate(self._inputs):
+            after = self._read(buf, before.shape, before.dtype)
+            if after.tobytes() != before.tobytes():
+                raise KernelError(f"layout=strided: the library wrote into input tensor #{k} (a const aclTensor)",
+                                  status=None, status_name="WROTE_INPUT")
 
     # -- running ---------------------------------------------------------------------------
     def run(self, op: str, *args) -> int:
@@ -250,3 +353,5 @@ class Session:
 
     def synchronize(self) -> None:
         self.rt.call("aclrtSynchronizeStream", self.stream)
+        if self._inputs:
+            self.check_inputs()

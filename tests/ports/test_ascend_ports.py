@@ -1,10 +1,12 @@
 """`xloss check` against C ports in the Ascend aclnn convention (tests/ports/ascend/).
 
 One correct port implementing all five operator pairs, one that leaves an operator out, and one
-library per seeded bug, all built from the same sources (build.py). The harness must pass the
-correct port, report the missing operator as "not implemented", and fail every buggy port on the
-kernel (dtype, mode) where its bug lives and nowhere else, with an input that `xloss check
---replay` reproduces against the buggy port and that passes against the correct one.
+library per seeded bug, all built from the same sources (build.py) as separate libraries linked
+against the emulator's runtime library. The harness must pass the correct port, report the
+missing operator as "not implemented", and fail every buggy port on the kernel (dtype, mode) where
+its bug lives and nowhere else, with an input that `xloss check --replay` reproduces against the
+buggy port and that passes against the correct one. One bug (a stride/offset bug) is invisible
+to the default, compact tensors and must be caught with ``--option layout=strided``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 import pytest
 
 from xloss import cli, reference
-from xloss.backends.ascend_aclnn import make_backend
+from xloss.backends.ascend_aclnn import emulator_library_path, emulator_runtime_path, make_backend
 from xloss.conformance import descriptor, runner
 from xloss.conformance import targets as declared_targets
 from xloss.conformance.casefile import case_from_json
@@ -80,6 +82,10 @@ def seeded(variant) -> Bug:
     return SEEDED[variant] or _truncation()
 
 
+#: seeded bugs only a strided layout shows: (variant, the targets that must fail with layout=strided)
+STRIDED_ONLY = {"bce_contiguous_fast_path": {("bce_grad", dt, "clamp") for dt in FLOATS}}
+
+
 # ---- fixtures ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
@@ -98,13 +104,13 @@ def ports(tmp_path_factory, port_harness):
 def port_backend(ports):
     cache = {}
 
-    def get(variant):
-        if variant not in cache:
-            b = make_backend(lib=str(ports[variant]))
+    def get(variant, layout="contiguous"):
+        if (variant, layout) not in cache:
+            b = make_backend(lib=str(ports[variant]), layout=layout)
             ok, why = b.availability()
             assert ok, why
-            cache[variant] = b
-        return cache[variant]
+            cache[variant, layout] = b
+        return cache[variant, layout]
 
     return get
 
@@ -142,8 +148,11 @@ def test_correct_port_passes_everything_it_declares_through_the_cli(ports, port_
     assert not (tmp_path / "f").exists()
 
 
-def test_a_port_without_an_operator_reports_it_not_implemented(port_backend):
-    b = port_backend("no_focal_backward")
+def test_a_port_without_an_operator_reports_it_not_implemented(ports):
+    """With the runtime library after the port (what the porting guide says), nothing fills the gap;
+    with the full emulator after it, the gap is filled, and info() says where from."""
+    b = make_backend(lib=os.pathsep.join([str(ports["no_focal_backward"]), emulator_runtime_path()]))
+    assert b.availability() == (True, "")
     caps = b.capabilities()
     assert caps["focal_loss"].variants["mode"] == {"forward"}
     assert {"bce_grad", "nll_loss_grad", FLCE} <= set(caps)
@@ -156,11 +165,19 @@ def test_a_port_without_an_operator_reports_it_not_implemented(port_backend):
     assert status[("float64", "forward")] == status[("float64", "forward+grad")] == "refused"
     assert status[("float64", "grad")] == "not implemented"
     assert not [r for r in results if r.status in runner.FAILING]
+    assert "(not the first library given)" not in b.info()["operators"]
+
+    filled = make_backend(lib=os.pathsep.join([str(ports["no_focal_backward"]), emulator_library_path()]))
+    assert filled.capabilities()["focal_loss"].variants["mode"] == {"forward", "grad", "forward+grad"}
+    origin = filled.info()["operators"]
+    assert f"aclnnSigmoidFocalLossBackward from {emulator_library_path()} (not the first library given)" in origin
+    assert f"aclnnSigmoidFocalLoss, aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, " \
+           f"aclnnFusedLinearCrossEntropyLossGrad from {ports['no_focal_backward']}" in origin
 
 
 def test_port_executors_are_the_runtimes_and_views_go_through_the_accessors(port_backend):
-    """xloss check only ever hands a port contiguous, offset-0 tensors and single-use executors:
-    drive the ABI directly for the rest (repeatable and abandoned executors, a strided view)."""
+    """Drive the ABI directly for what xloss check does not do: repeatable and abandoned
+    executors, an executor run by another operator, a strided view."""
     b = port_backend("correct")
     lib, ffi = b.rt.lib, b.rt.ffi
     x = np.array([0.1, 0.5, 0.9, 0.3], np.float32)
@@ -247,3 +264,37 @@ def test_a_buggy_port_through_the_cli_saves_a_replay_that_tells_the_ports_apart(
     assert bad.returncode == 1 and "FAIL" in bad.stdout, bad.stdout + bad.stderr
     assert cli.main(["check", "--replay", replay, "--backend", "ascend", "--lib", str(ports["correct"])]) == 0
     assert "FAIL" not in capsys.readouterr().out
+
+
+# ---- a stride/offset bug: invisible to compact tensors, caught with layout=strided ------------------
+
+@pytest.mark.parametrize("variant", sorted(STRIDED_ONLY))
+def test_stride_bug_is_caught_only_with_layout_strided(variant, ports, port_backend, xloss_cli, tmp_path, capsys,
+                                                       port_findings):
+    compact = port_backend(variant)
+    for t in _sweep(compact, ("bce_grad",)):  # the default layout: the port looks right
+        r = runner.run_target(compact, *t, max_examples=MAX_EXAMPLES if t[0] == "bce_grad" else SPOT_EXAMPLES,
+                              seed=SEED)
+        assert r.status == "pass", (t, r.message)
+
+    out = xloss_cli("check", "--backend", "ascend", "--lib", ports[variant], "--option", "layout=strided",
+                    "--kernels", "bce", "--max-examples", MAX_EXAMPLES, "--seed", SEED, "--json", tmp_path / "r.json",
+                    "--failures-dir", tmp_path / "f", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["backend_info"]["layout"] == "strided"
+    failing = {(r["kernel"], r["dtype"], r["mode"]) for r in report["results"] if r["status"] == "fail"}
+    assert failing == STRIDED_ONLY[variant]
+    first = next(r for r in report["results"] if r["status"] == "fail")
+    port_findings.append(dict(vendor="ascend", port=f"{variant} (layout=strided)",
+                              target=(first["kernel"], first["dtype"], first["mode"]), first_failure=first["found_at"],
+                              examples=first["examples"], seconds=first["seconds"],
+                              sweep_seconds=sum(r["seconds"] for r in report["results"])))
+    for r in report["results"]:
+        if r["status"] == "fail":
+            replay = r["replay_file"]
+            # the saved case keeps the layout: the buggy port fails it again, the correct one passes it
+            assert xloss_cli("check", "--replay", replay, cwd=tmp_path).returncode == 1
+            assert cli.main(["check", "--replay", replay, "--backend", "ascend", "--lib", str(ports["correct"]),
+                             "--option", "layout=strided"]) == 0
+    capsys.readouterr()

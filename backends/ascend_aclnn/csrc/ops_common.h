@@ -1,11 +1,103 @@
-/* Phase-one helpers shared by the kernels. */
+/* The emulator's operator library (libxloss_aclnn.so): what its five operators share.
+ *
+ * The operators are built against the runtime library's exported API only, like any operator
+ * library: phase one describes each operand (xlossEmuDescribeTensor), validates, and hands the
+ * runtime a plan (emu_plan) and a kernel (xlossEmuCreateExecutor); phase two is
+ * xlossEmuRunExecutor, which calls the kernel with the plan. The runtime checks the very
+ * descriptors the kernel will use (view inside the storage, storage inside live device memory),
+ * so a kernel indexes only memory the runtime has validated and pinned. */
 #ifndef XLOSS_EMU_OPS_COMMON_H_
 #define XLOSS_EMU_OPS_COMMON_H_
 
 #include <math.h>
 #include <string.h>
 
-#include "emu_internal.h"
+#include "emu_common.h"
+
+#define EMU_MAX_OPERANDS 12
+#define EMU_REDUCE_BLOCK 4096 /* elements per partial sum of a reduction (one per "core") */
+
+/* the runtime keeps the message; the operators set it through the exported call */
+#define emu_set_error xlossEmuSetErrMsg
+
+/* One operand as the kernels see it: the runtime's descriptor plus derived facts. */
+typedef struct {
+    int present;
+    aclDataType dtype;
+    aclFormat format;
+    int ndim;
+    int64_t dims[EMU_MAX_DIMS];
+    int64_t strides[EMU_MAX_DIMS];
+    int64_t offset;
+    int64_t numel;         /* elements in the view */
+    int64_t storage_numel; /* elements in the storage */
+    size_t elsize;
+    char *data;            /* storage base */
+} emu_view;
+
+/* What phase one hands phase two (copied into the executor). */
+typedef struct emu_plan emu_plan;
+typedef aclnnStatus (*emu_kernel)(const emu_plan *p, char *workspace, uint64_t workspace_size);
+
+struct emu_plan {
+    const char *api; /* the phase-one function (messages) */
+    const char *op;  /* the phase-two function (keys the executor) */
+    int n;
+    emu_view t[EMU_MAX_OPERANDS];
+    const char *names[EMU_MAX_OPERANDS];
+    double gamma, alpha;
+    int64_t reduction;
+    int64_t ignore_index;
+    uint64_t workspace_size;
+    emu_kernel run;
+};
+
+/* Start of every phase one: outputs cleared so a failed call never leaves stale values. */
+void emu_phase_one_start(emu_plan *p, const char *api, const char *op, uint64_t *workspaceSize,
+                         aclOpExecutor **executor);
+/* Describe operand `name` into slot k (NULL tensor: absent); refuses private formats. */
+aclnnStatus emu_operand(emu_plan *p, int k, const char *name, const aclTensor *t);
+/* Phase one's last step: the runtime checks the operands' memory and makes the executor. */
+aclnnStatus emu_make_executor(const emu_plan *p, uint64_t *workspaceSize, aclOpExecutor **executor);
+/* Phase two of every operator. */
+aclnnStatus emu_launch(const char *op, void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                       aclrtStream stream);
+
+/* ---- element access (views were bounds-checked by the runtime at executor creation) --------- */
+/* Read n elements (element stride `stride`, starting at element index `start`) as float. */
+void emu_gather_f32(const emu_view *v, int64_t start, int64_t stride, int64_t n, float *dst);
+/* Write n floats, rounding to the view's dtype (round-to-nearest-even). */
+void emu_scatter_f32(const emu_view *v, int64_t start, int64_t stride, int64_t n, const float *src);
+float emu_load_f32(const emu_view *v, int64_t index);
+void emu_store_f32(const emu_view *v, int64_t index, float value);
+void emu_store_f64(const emu_view *v, int64_t index, double value); /* one rounding to the dtype */
+int64_t emu_load_i64(const emu_view *v, int64_t index);            /* INT64, INT32, UINT8, BOOL */
+float emu_round_to(aclDataType dt, float value);                     /* value rounded through dt */
+
+static inline int64_t emu_at1(const emu_view *v, int64_t i) { return v->offset + i * v->strides[0]; }
+static inline int64_t emu_at2(const emu_view *v, int64_t i, int64_t j)
+{
+    return v->offset + i * v->strides[0] + j * v->strides[1];
+}
+
+/* ---- shapes ---------------------------------------------------------------------------------- */
+int emu_same_shape(const emu_view *a, const emu_view *b);
+/* 1 if a's shape broadcasts to b's (right-aligned, each dim 1 or equal, a->ndim <= b->ndim). */
+int emu_broadcasts_to(const emu_view *a, const emu_view *b);
+int emu_one_element(const emu_view *v); /* shape () or (1) */
+const char *emu_shape_str(const emu_view *v, char *buf, size_t n);
+
+/* Elementwise driver over the shape of `shape_of`: operands broadcast to it (NULL or absent
+ * operands give NULL buffers). fn receives chunks of n values and the flat index of the first. */
+typedef void (*emu_ew_fn)(void *ctx, int64_t flat, int64_t n, float *const *in, float *const *out);
+void emu_elementwise(const emu_view *shape_of, const emu_view *const *in, int nin, const emu_view *const *out,
+                     int nout, emu_ew_fn fn, void *ctx);
+
+/* 1 if the byte ranges the two views span overlap (a conservative test: interleaved views that
+ * share no element still count). Empty views overlap nothing. */
+int emu_views_overlap(const emu_view *a, const emu_view *b);
+
+/* ---- phase-one checks ------------------------------------------------------------------------ */
 
 /* Return ACLNN_ERR_PARAM_NULLPTR if a required pointer is NULL. */
 #define EMU_REQUIRE(api, ptr, name)                                      \
@@ -23,29 +115,7 @@
             return st_;                  \
     } while (0)
 
-/* Formats without a private (fractal / C0-blocked) layout: the kernels treat them as ND. */
-static inline int emu_plain_format(aclFormat f)
-{
-    return f == ACL_FORMAT_ND || f == ACL_FORMAT_NCHW || f == ACL_FORMAT_NHWC || f == ACL_FORMAT_NCDHW ||
-           f == ACL_FORMAT_NDHWC || f == ACL_FORMAT_HWCN;
-}
-
-/* Snapshot operand `name` into slot k of the executor prototype. */
-static inline aclnnStatus emu_operand(aclOpExecutor *ex, int k, const char *name, const aclTensor *t)
-{
-    ex->names[k] = name;
-    if (k + 1 > ex->n)
-        ex->n = k + 1;
-    aclnnStatus st = emu_snapshot(ex->api, name, t, &ex->t[k]);
-    if (st == ACLNN_SUCCESS && ex->t[k].present && !emu_plain_format(ex->t[k].format)) {
-        emu_set_error("%s: %s has format %d; only ND-like formats (ND, NCHW, NHWC, NCDHW, NDHWC, HWCN) are "
-                      "supported", ex->api, name, (int)ex->t[k].format);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
-    return st;
-}
-
-static inline aclnnStatus emu_need_float(const aclOpExecutor *ex, int k)
+static inline aclnnStatus emu_need_float(const emu_plan *ex, int k)
 {
     const emu_view *v = &ex->t[k];
     if (v->present && !emu_is_float_type(v->dtype)) {
@@ -56,7 +126,7 @@ static inline aclnnStatus emu_need_float(const aclOpExecutor *ex, int k)
     return ACLNN_SUCCESS;
 }
 
-static inline aclnnStatus emu_need_dtype(const aclOpExecutor *ex, int k, aclDataType dt)
+static inline aclnnStatus emu_need_dtype(const emu_plan *ex, int k, aclDataType dt)
 {
     const emu_view *v = &ex->t[k];
     if (v->present && v->dtype != dt) {
@@ -67,7 +137,7 @@ static inline aclnnStatus emu_need_dtype(const aclOpExecutor *ex, int k, aclData
     return ACLNN_SUCCESS;
 }
 
-static inline aclnnStatus emu_need_ndim(const aclOpExecutor *ex, int k, int ndim)
+static inline aclnnStatus emu_need_ndim(const emu_plan *ex, int k, int ndim)
 {
     const emu_view *v = &ex->t[k];
     if (v->present && v->ndim != ndim) {
@@ -79,7 +149,7 @@ static inline aclnnStatus emu_need_ndim(const aclOpExecutor *ex, int k, int ndim
     return ACLNN_SUCCESS;
 }
 
-static inline aclnnStatus emu_need_broadcast(const aclOpExecutor *ex, int k, int to)
+static inline aclnnStatus emu_need_broadcast(const emu_plan *ex, int k, int to)
 {
     const emu_view *v = &ex->t[k];
     if (v->present && !emu_broadcasts_to(v, &ex->t[to])) {
@@ -91,7 +161,7 @@ static inline aclnnStatus emu_need_broadcast(const aclOpExecutor *ex, int k, int
     return ACLNN_SUCCESS;
 }
 
-static inline aclnnStatus emu_need_same_shape(const aclOpExecutor *ex, int k, int as)
+static inline aclnnStatus emu_need_same_shape(const emu_plan *ex, int k, int as)
 {
     const emu_view *v = &ex->t[k];
     if (v->present && !emu_same_shape(v, &ex->t[as])) {
@@ -103,25 +173,26 @@ static inline aclnnStatus emu_need_same_shape(const aclOpExecutor *ex, int k, in
     return ACLNN_SUCCESS;
 }
 
-static inline aclnnStatus emu_need_reduction(const aclOpExecutor *ex, int64_t reduction)
+/* An output must not overlap an operand whose device data the kernel validates and then indexes
+ * with (NLL's target, FLCE's targetMask and maskedTarget): writing the output would change the
+ * indices under the kernel's feet. */
+static inline aclnnStatus emu_need_no_overlap(const emu_plan *ex, int out, int index_operand)
+{
+    if (ex->t[out].present && ex->t[index_operand].present && emu_views_overlap(&ex->t[out], &ex->t[index_operand])) {
+        emu_set_error("%s: %s overlaps %s in device memory; an output may not alias the indices the kernel reads",
+                      ex->api, ex->names[out], ex->names[index_operand]);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    return ACLNN_SUCCESS;
+}
+
+static inline aclnnStatus emu_need_reduction(const emu_plan *ex, int64_t reduction)
 {
     if (reduction < 0 || reduction > 2) {
         emu_set_error("%s: reduction %lld is not 0 (none), 1 (mean) or 2 (sum)", ex->api, (long long)reduction);
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;
-}
-
-/* Start of every phase one: outputs cleared so a failed call never leaves stale values. */
-static inline void emu_phase_one_start(aclOpExecutor *proto, const char *api, uint64_t *workspaceSize,
-                                       aclOpExecutor **executor)
-{
-    memset(proto, 0, sizeof *proto);
-    proto->api = api;
-    if (workspaceSize)
-        *workspaceSize = 0;
-    if (executor)
-        *executor = NULL;
 }
 
 #endif

@@ -84,12 +84,12 @@ static void focal_backward_chunk(void *vctx, int64_t flat, int64_t n, float *con
         if (w)
             wt *= w[i];
         float dx = wt * (t.pmy * t.qg + c->gamma * t.qg * t.r * (1.0f - 2.0f * y[i]) * t.ce);
-        float gs = c->mean_div == 1.0 ? g[i] : (float)((double)g[i] / c->mean_div);
-        out[0][i] = dx * gs;
+        /* the scaled gradient in double, rounded once: g / n alone can be a float32 subnormal */
+        out[0][i] = (float)((double)dx * (double)g[i] / c->mean_div);
     }
 }
 
-static aclnnStatus focal_forward_run(aclOpExecutor *ex, char *ws)
+static aclnnStatus focal_forward_run(const emu_plan *ex, char *ws, uint64_t ws_size)
 {
     const emu_view *self = &ex->t[FOCAL_SELF], *out = &ex->t[FOCAL_OUT];
     focal_ctx c = {(float)ex->alpha, (float)ex->gamma, ex->reduction, NULL, 1.0};
@@ -100,6 +100,8 @@ static aclnnStatus focal_forward_run(aclOpExecutor *ex, char *ws)
         return ACLNN_SUCCESS;
     }
     int64_t blocks = (self->numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK;
+    if ((uint64_t)blocks * sizeof(double) > ws_size)
+        return ACLNN_ERR_INNER; /* phase one sized it; never write past it */
     c.partial = (double *)ws;
     for (int64_t b = 0; b < blocks; b++)
         c.partial[b] = 0.0;
@@ -113,9 +115,10 @@ static aclnnStatus focal_forward_run(aclOpExecutor *ex, char *ws)
     return ACLNN_SUCCESS;
 }
 
-static aclnnStatus focal_backward_run(aclOpExecutor *ex, char *ws)
+static aclnnStatus focal_backward_run(const emu_plan *ex, char *ws, uint64_t ws_size)
 {
     (void)ws;
+    (void)ws_size;
     const emu_view *self = &ex->t[FOCAL_SELF];
     focal_ctx c = {(float)ex->alpha, (float)ex->gamma, ex->reduction, NULL,
                    ex->reduction == 1 && self->numel ? (double)self->numel : 1.0};
@@ -126,7 +129,7 @@ static aclnnStatus focal_backward_run(aclOpExecutor *ex, char *ws)
 }
 
 /* Checks shared by the three operators: dtypes, broadcasting and the reduction. */
-static aclnnStatus check_elementwise(aclOpExecutor *ex, int has_grad)
+static aclnnStatus check_elementwise(emu_plan *ex, int has_grad)
 {
     static const int floats[] = {FOCAL_SELF, FOCAL_TARGET, FOCAL_WEIGHT, FOCAL_OUT, FOCAL_GRAD};
     for (int i = 0; i < 5; i++)
@@ -138,7 +141,7 @@ static aclnnStatus check_elementwise(aclOpExecutor *ex, int has_grad)
     return emu_need_reduction(ex, ex->reduction);
 }
 
-static aclnnStatus check_focal_attrs(const aclOpExecutor *ex)
+static aclnnStatus check_focal_attrs(const emu_plan *ex)
 {
     if (!isfinite(ex->gamma) || ex->gamma < 0.0) {
         emu_set_error("%s: gamma must be finite and >= 0; got %g", ex->api, ex->gamma);
@@ -158,8 +161,8 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *se
                                                              uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnSigmoidFocalLossGetWorkspaceSize";
-    aclOpExecutor ex;
-    emu_phase_one_start(&ex, api, workspaceSize, executor);
+    emu_plan ex;
+    emu_phase_one_start(&ex, api, "aclnnSigmoidFocalLoss", workspaceSize, executor);
     EMU_REQUIRE(api, self, "self");
     EMU_REQUIRE(api, target, "target");
     EMU_REQUIRE(api, out, "out");
@@ -169,7 +172,6 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *se
     EMU_CHECK(emu_operand(&ex, FOCAL_TARGET, "target", target));
     EMU_CHECK(emu_operand(&ex, FOCAL_WEIGHT, "weightOptional", weightOptional));
     EMU_CHECK(emu_operand(&ex, FOCAL_OUT, "out", out));
-    ex.op = EMU_OP_FOCAL_FORWARD;
     ex.gamma = gamma;
     ex.alpha = alpha;
     ex.reduction = reduction;
@@ -187,13 +189,13 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *se
         ex.workspace_size = emu_round_up((uint64_t)((ex.t[FOCAL_SELF].numel + EMU_REDUCE_BLOCK - 1) /
                                                     EMU_REDUCE_BLOCK) * sizeof(double));
     ex.run = focal_forward_run;
-    return emu_make_executor(api, &ex, workspaceSize, executor);
+    return emu_make_executor(&ex, workspaceSize, executor);
 }
 
 EMU_EXPORT aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                                              aclrtStream stream)
 {
-    return emu_launch("aclnnSigmoidFocalLoss", EMU_OP_FOCAL_FORWARD, workspace, workspaceSize, executor, stream);
+    return emu_launch("aclnnSigmoidFocalLoss", workspace, workspaceSize, executor, stream);
 }
 
 EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
@@ -201,8 +203,8 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
     double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnSigmoidFocalLossBackwardGetWorkspaceSize";
-    aclOpExecutor ex;
-    emu_phase_one_start(&ex, api, workspaceSize, executor);
+    emu_plan ex;
+    emu_phase_one_start(&ex, api, "aclnnSigmoidFocalLossBackward", workspaceSize, executor);
     EMU_REQUIRE(api, gradOutput, "gradOutput");
     EMU_REQUIRE(api, self, "self");
     EMU_REQUIRE(api, target, "target");
@@ -214,7 +216,6 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
     EMU_CHECK(emu_operand(&ex, FOCAL_WEIGHT, "weightOptional", weightOptional));
     EMU_CHECK(emu_operand(&ex, FOCAL_OUT, "out", out));
     EMU_CHECK(emu_operand(&ex, FOCAL_GRAD, "gradOutput", gradOutput));
-    ex.op = EMU_OP_FOCAL_BACKWARD;
     ex.gamma = gamma;
     ex.alpha = alpha;
     ex.reduction = reduction;
@@ -222,13 +223,13 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
     EMU_CHECK(check_focal_attrs(&ex));
     EMU_CHECK(emu_need_same_shape(&ex, FOCAL_OUT, FOCAL_SELF));
     ex.run = focal_backward_run;
-    return emu_make_executor(api, &ex, workspaceSize, executor);
+    return emu_make_executor(&ex, workspaceSize, executor);
 }
 
 EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
                                                      aclOpExecutor *executor, aclrtStream stream)
 {
-    return emu_launch("aclnnSigmoidFocalLossBackward", EMU_OP_FOCAL_BACKWARD, workspace, workspaceSize, executor,
+    return emu_launch("aclnnSigmoidFocalLossBackward", workspace, workspaceSize, executor,
                       stream);
 }
 
@@ -245,14 +246,14 @@ static void bce_backward_chunk(void *vctx, int64_t flat, int64_t n, float *const
         float v = (x[i] - y[i]) / d;
         if (w)
             v *= w[i];
-        float gs = mean_div == 1.0 ? g[i] : (float)((double)g[i] / mean_div);
-        out[0][i] = gs * v;
+        out[0][i] = (float)((double)g[i] * (double)v / mean_div); /* as in focal: one rounding */
     }
 }
 
-static aclnnStatus bce_backward_run(aclOpExecutor *ex, char *ws)
+static aclnnStatus bce_backward_run(const emu_plan *ex, char *ws, uint64_t ws_size)
 {
     (void)ws;
+    (void)ws_size;
     const emu_view *self = &ex->t[FOCAL_SELF];
     double mean_div = ex->reduction == 1 && self->numel ? (double)self->numel : 1.0;
     const emu_view *in[4] = {self, &ex->t[FOCAL_TARGET], &ex->t[FOCAL_WEIGHT], &ex->t[FOCAL_GRAD]};
@@ -266,8 +267,8 @@ EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(
     int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnBinaryCrossEntropyBackwardGetWorkspaceSize";
-    aclOpExecutor ex;
-    emu_phase_one_start(&ex, api, workspaceSize, executor);
+    emu_plan ex;
+    emu_phase_one_start(&ex, api, "aclnnBinaryCrossEntropyBackward", workspaceSize, executor);
     EMU_REQUIRE(api, gradOutput, "gradOutput");
     EMU_REQUIRE(api, self, "self");
     EMU_REQUIRE(api, target, "target");
@@ -279,17 +280,16 @@ EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(
     EMU_CHECK(emu_operand(&ex, FOCAL_WEIGHT, "weightOptional", weightOptional));
     EMU_CHECK(emu_operand(&ex, FOCAL_OUT, "out", out));
     EMU_CHECK(emu_operand(&ex, FOCAL_GRAD, "gradOutput", gradOutput));
-    ex.op = EMU_OP_BCE_BACKWARD;
     ex.reduction = reduction;
     EMU_CHECK(check_elementwise(&ex, 1));
     EMU_CHECK(emu_need_same_shape(&ex, FOCAL_OUT, FOCAL_SELF));
     ex.run = bce_backward_run;
-    return emu_make_executor(api, &ex, workspaceSize, executor);
+    return emu_make_executor(&ex, workspaceSize, executor);
 }
 
 EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyBackward(void *workspace, uint64_t workspaceSize,
                                                        aclOpExecutor *executor, aclrtStream stream)
 {
-    return emu_launch("aclnnBinaryCrossEntropyBackward", EMU_OP_BCE_BACKWARD, workspace, workspaceSize, executor,
+    return emu_launch("aclnnBinaryCrossEntropyBackward", workspace, workspaceSize, executor,
                       stream);
 }

@@ -53,7 +53,7 @@ static float dot_f32(const float *a, const float *b, int64_t n)
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + t;
 }
 
-static aclnnStatus flce_run(aclOpExecutor *ex, char *ws)
+static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
 {
     const emu_view *grad = &ex->t[FL_GRAD], *input = &ex->t[FL_INPUT], *weight = &ex->t[FL_WEIGHT],
                    *mask = &ex->t[FL_MASK], *mt = &ex->t[FL_MT], *sm = &ex->t[FL_SOFTMAX],
@@ -75,13 +75,14 @@ static aclnnStatus flce_run(aclOpExecutor *ex, char *ws)
     }
 
     flce_layout l;
-    if (flce_workspace(v, h, &l) != 0)
-        return ACLNN_ERR_INNER; /* phase one checked this */
+    if (flce_workspace(v, h, &l) != 0 || l.total > ws_size)
+        return ACLNN_ERR_INNER; /* phase one sized it; never write past it */
     static float dummy[8];
     char *base = ws ? ws : (char *)dummy; /* a zero-byte workspace may be NULL */
     float *wf = (float *)(base + l.wf), *wg = (float *)(base + l.wg), *grow = (float *)(base + l.grow),
           *xrow = (float *)(base + l.xrow), *acc = (float *)(base + l.acc);
 
+    int changed = 0;
     for (int64_t r = 0; r < v; r++)
         emu_gather_f32(weight, emu_at2(weight, r, 0), weight->strides[1], h, wf + r * h);
     for (int64_t k = 0; k < v * h; k++)
@@ -97,8 +98,13 @@ static aclnnStatus flce_run(aclOpExecutor *ex, char *ws)
             for (int64_t r = 0; r < v; r++)
                 grow[r] = expf(dot_f32(xrow, wf + r * h, h) - m) / se;
         }
-        if (!mask_bit(mask, i))
-            grow[emu_load_i64(mt, emu_at1(mt, i))] -= 1.0f;
+        if (!mask_bit(mask, i)) {
+            int64_t t = emu_load_i64(mt, emu_at1(mt, i));
+            if (t >= 0 && t < v)
+                grow[t] -= 1.0f;
+            else /* checked above; only a concurrent writer can change it: never index with it */
+                changed = 1;
+        }
         for (int64_t r = 0; r < v; r++)
             grow[r] = emu_round_to(dt, grow[r] * gi); /* G in the input dtype before the matmuls */
 
@@ -119,10 +125,15 @@ static aclnnStatus flce_run(aclOpExecutor *ex, char *ws)
     }
     for (int64_t r = 0; r < v; r++)
         emu_scatter_f32(wgrad, emu_at2(wgrad, r, 0), wgrad->strides[1], h, wg + r * h);
+    if (changed) {
+        emu_set_error("aclnnFusedLinearCrossEntropyLossGrad: targetMask or maskedTarget changed while the kernel ran "
+                      "(another writer of their device memory)");
+        return ACLNN_ERR_RUNTIME_ERROR;
+    }
     return ACLNN_SUCCESS;
 }
 
-static aclnnStatus need_shape(const aclOpExecutor *ex, int k, int ndim, int64_t d0, int64_t d1)
+static aclnnStatus need_shape(const emu_plan *ex, int k, int ndim, int64_t d0, int64_t d1)
 {
     const emu_view *t = &ex->t[k];
     if (!t->present)
@@ -146,8 +157,8 @@ EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
     aclTensor *weightGradOut, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize";
-    aclOpExecutor ex;
-    emu_phase_one_start(&ex, api, workspaceSize, executor);
+    emu_plan ex;
+    emu_phase_one_start(&ex, api, "aclnnFusedLinearCrossEntropyLossGrad", workspaceSize, executor);
     EMU_REQUIRE(api, grad, "grad");
     EMU_REQUIRE(api, input, "input");
     EMU_REQUIRE(api, weight, "weight");
@@ -161,7 +172,6 @@ EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
     EMU_REQUIRE(api, weightGradOut, "weightGradOut");
     EMU_REQUIRE(api, workspaceSize, "workspaceSize");
     EMU_REQUIRE(api, executor, "executor");
-    ex.op = EMU_OP_FLCE_GRAD;
     EMU_CHECK(emu_operand(&ex, FL_GRAD, "grad", grad));
     EMU_CHECK(emu_operand(&ex, FL_INPUT, "input", input));
     EMU_CHECK(emu_operand(&ex, FL_WEIGHT, "weight", weight));
@@ -224,6 +234,10 @@ EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
         return ACLNN_ERR_PARAM_INVALID;
     }
 
+    static const int outs[] = {FL_IGRAD, FL_WGRAD}, idx[] = {FL_MASK, FL_MT};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            EMU_CHECK(emu_need_no_overlap(&ex, outs[i], idx[j]));
     flce_layout l;
     if (flce_workspace(v, h, &l) != 0) {
         emu_set_error("%s: V=%lld, H=%lld is too large", api, (long long)v, (long long)h);
@@ -231,12 +245,12 @@ EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
     }
     ex.workspace_size = l.total;
     ex.run = flce_run;
-    return emu_make_executor(api, &ex, workspaceSize, executor);
+    return emu_make_executor(&ex, workspaceSize, executor);
 }
 
 EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize,
                                                             aclOpExecutor *executor, aclrtStream stream)
 {
-    return emu_launch("aclnnFusedLinearCrossEntropyLossGrad", EMU_OP_FLCE_GRAD, workspace, workspaceSize, executor,
+    return emu_launch("aclnnFusedLinearCrossEntropyLossGrad", workspace, workspaceSize, executor,
                       stream);
 }

@@ -3,9 +3,10 @@
 
 enum { NLL_GRAD, NLL_SELF, NLL_TARGET, NLL_WEIGHT, NLL_TOTAL, NLL_OUT };
 
-static aclnnStatus nll_run(aclOpExecutor *ex, char *ws)
+static aclnnStatus nll_run(const emu_plan *ex, char *ws, uint64_t ws_size)
 {
     (void)ws;
+    (void)ws_size;
     const emu_view *self = &ex->t[NLL_SELF], *target = &ex->t[NLL_TARGET], *weight = &ex->t[NLL_WEIGHT],
                    *grad = &ex->t[NLL_GRAD], *out = &ex->t[NLL_OUT];
     int two_d = self->ndim == 2;
@@ -33,16 +34,26 @@ static aclnnStatus nll_run(aclOpExecutor *ex, char *ws)
     int per_row = ex->reduction == 0 && two_d;
     float g0 = per_row || grad->numel == 0 ? 0.0f : emu_load_f32(grad, grad->offset);
     float tw = ex->reduction == 1 ? emu_load_f32(&ex->t[NLL_TOTAL], ex->t[NLL_TOTAL].offset) : 1.0f;
+    int changed = 0;
     for (int64_t i = 0; i < rows; i++) {
         int64_t t = emu_load_i64(target, two_d ? emu_at1(target, i) : target->offset);
         if (t == ex->ignore_index)
             continue;
+        if (t < 0 || t >= classes) { /* checked above; only a concurrent writer can change it: never index with it */
+            changed = 1;
+            continue;
+        }
         float g = per_row ? emu_load_f32(grad, emu_at1(grad, i)) : g0;
         if (ex->reduction == 1)
             g = g / tw; /* total weight 0 gives inf/NaN, as PyTorch */
         float w = emu_load_f32(weight, emu_at1(weight, t));
         int64_t at = two_d ? emu_at2(out, i, t) : emu_at1(out, t);
         emu_store_f32(out, at, w * -g);
+    }
+    if (changed) {
+        emu_set_error("aclnnNLLLossBackward: the targets changed while the kernel ran (another writer of their "
+                      "device memory)");
+        return ACLNN_ERR_RUNTIME_ERROR;
     }
     return ACLNN_SUCCESS;
 }
@@ -54,9 +65,9 @@ EMU_EXPORT aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gra
                                                             uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnNLLLossBackwardGetWorkspaceSize";
-    aclOpExecutor ex;
+    emu_plan ex;
     char a[160], b[160];
-    emu_phase_one_start(&ex, api, workspaceSize, executor);
+    emu_phase_one_start(&ex, api, "aclnnNLLLossBackward", workspaceSize, executor);
     EMU_REQUIRE(api, gradOutput, "gradOutput");
     EMU_REQUIRE(api, self, "self");
     EMU_REQUIRE(api, target, "target");
@@ -71,7 +82,6 @@ EMU_EXPORT aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gra
     EMU_CHECK(emu_operand(&ex, NLL_WEIGHT, "weight", weight));
     EMU_CHECK(emu_operand(&ex, NLL_TOTAL, "totalWeight", totalWeight));
     EMU_CHECK(emu_operand(&ex, NLL_OUT, "out", out));
-    ex.op = EMU_OP_NLL_BACKWARD;
     ex.reduction = reduction;
     ex.ignore_index = ignoreIndex;
 
@@ -120,12 +130,13 @@ EMU_EXPORT aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gra
         return ACLNN_ERR_PARAM_INVALID;
     }
     EMU_CHECK(emu_need_same_shape(&ex, NLL_OUT, NLL_SELF));
+    EMU_CHECK(emu_need_no_overlap(&ex, NLL_OUT, NLL_TARGET));
     ex.run = nll_run;
-    return emu_make_executor(api, &ex, workspaceSize, executor);
+    return emu_make_executor(&ex, workspaceSize, executor);
 }
 
 EMU_EXPORT aclnnStatus aclnnNLLLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                                             aclrtStream stream)
 {
-    return emu_launch("aclnnNLLLossBackward", EMU_OP_NLL_BACKWARD, workspace, workspaceSize, executor, stream);
+    return emu_launch("aclnnNLLLossBackward", workspace, workspaceSize, executor, stream);
 }

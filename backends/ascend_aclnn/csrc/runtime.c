@@ -22,13 +22,29 @@ void emu_unlock(void) { pthread_mutex_unlock(&g_mutex); }
 static _Thread_local char tls_msg[1024];
 static _Thread_local int tls_has_msg;
 
+static void set_error_v(const char *fmt, va_list ap)
+{
+    vsnprintf(tls_msg, sizeof tls_msg, fmt, ap);
+    tls_has_msg = 1;
+}
+
 void emu_set_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tls_msg, sizeof tls_msg, fmt, ap);
+    set_error_v(fmt, ap);
     va_end(ap);
-    tls_has_msg = 1;
+}
+
+/* The operator libraries' way to set the message (they cannot see emu_set_error). */
+EMU_EXPORT void xlossEmuSetErrMsg(const char *fmt, ...)
+{
+    if (!fmt)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    set_error_v(fmt, ap);
+    va_end(ap);
 }
 
 /* The message is consumed by the read (a later call returns NULL until the next error); the
@@ -39,44 +55,6 @@ EMU_EXPORT const char *aclGetRecentErrMsg(void)
         return NULL;
     tls_has_msg = 0;
     return tls_msg;
-}
-
-const char *emu_dtype_name(aclDataType dt)
-{
-    switch (dt) {
-    case ACL_FLOAT: return "FLOAT";
-    case ACL_FLOAT16: return "FLOAT16";
-    case ACL_INT8: return "INT8";
-    case ACL_INT32: return "INT32";
-    case ACL_UINT8: return "UINT8";
-    case ACL_INT16: return "INT16";
-    case ACL_UINT16: return "UINT16";
-    case ACL_UINT32: return "UINT32";
-    case ACL_INT64: return "INT64";
-    case ACL_UINT64: return "UINT64";
-    case ACL_DOUBLE: return "DOUBLE";
-    case ACL_BOOL: return "BOOL";
-    case ACL_STRING: return "STRING";
-    case ACL_COMPLEX64: return "COMPLEX64";
-    case ACL_COMPLEX128: return "COMPLEX128";
-    case ACL_BF16: return "BF16";
-    case ACL_INT4: return "INT4";
-    case ACL_UINT1: return "UINT1";
-    case ACL_COMPLEX32: return "COMPLEX32";
-    default: return "UNKNOWN";
-    }
-}
-
-size_t emu_dtype_size(aclDataType dt)
-{
-    switch (dt) {
-    case ACL_INT8: case ACL_UINT8: case ACL_BOOL: return 1;
-    case ACL_FLOAT16: case ACL_BF16: case ACL_INT16: case ACL_UINT16: return 2;
-    case ACL_FLOAT: case ACL_INT32: case ACL_UINT32: case ACL_COMPLEX32: return 4;
-    case ACL_INT64: case ACL_UINT64: case ACL_DOUBLE: case ACL_COMPLEX64: return 8;
-    case ACL_COMPLEX128: return 16;
-    default: return 0; /* STRING, INT4, UINT1 (sub-byte or variable) and unknown values */
-    }
 }
 
 EMU_EXPORT size_t aclDataTypeSize(aclDataType dataType) { return emu_dtype_size(dataType); }
@@ -166,6 +144,65 @@ int emu_ptrset_remove(emu_ptrset *s, const void *p)
     return 1;
 }
 
+/* ---- retired objects -------------------------------------------------------------------------- */
+
+static void *g_quarantine[EMU_QUARANTINE];
+static size_t g_quarantine_next;
+
+void emu_retire_locked(void *object)
+{
+    void *oldest = g_quarantine[g_quarantine_next];
+    g_quarantine[g_quarantine_next] = object;
+    g_quarantine_next = (g_quarantine_next + 1) % EMU_QUARANTINE;
+    free(oldest);
+}
+
+/* Device memory, likewise: a freed block's address stays out of reuse while the last
+ * EMU_MEM_QUARANTINE blocks (at most EMU_MEM_QUARANTINE_BYTES) wait, so aclrtFree of a stale
+ * pointer, and a stale tensor over freed memory, are reported instead of hitting a newer block. */
+#define EMU_MEM_QUARANTINE 256
+#define EMU_MEM_QUARANTINE_BYTES ((size_t)16 << 20)
+
+static struct {
+    char *base;
+    size_t size;
+} g_mem_q[EMU_MEM_QUARANTINE];
+static size_t g_mem_q_head, g_mem_q_len, g_mem_q_bytes;
+
+static void mem_evict_locked(void)
+{
+    free(g_mem_q[g_mem_q_head].base);
+    g_mem_q_bytes -= g_mem_q[g_mem_q_head].size;
+    g_mem_q_head = (g_mem_q_head + 1) % EMU_MEM_QUARANTINE;
+    g_mem_q_len--;
+}
+
+static void mem_retire_locked(char *base, size_t size)
+{
+    if (size > EMU_MEM_QUARANTINE_BYTES) {
+        free(base);
+        return;
+    }
+    while (g_mem_q_len == EMU_MEM_QUARANTINE || g_mem_q_bytes + size > EMU_MEM_QUARANTINE_BYTES)
+        mem_evict_locked();
+    size_t at = (g_mem_q_head + g_mem_q_len) % EMU_MEM_QUARANTINE;
+    g_mem_q[at].base = base;
+    g_mem_q[at].size = size;
+    g_mem_q_len++;
+    g_mem_q_bytes += size;
+}
+
+static void flush_quarantine_locked(void)
+{
+    for (size_t i = 0; i < EMU_QUARANTINE; i++) {
+        free(g_quarantine[i]);
+        g_quarantine[i] = NULL;
+    }
+    g_quarantine_next = 0;
+    while (g_mem_q_len)
+        mem_evict_locked();
+}
+
 /* ---- runtime state --------------------------------------------------------------------------- */
 
 static int g_initialized;
@@ -227,6 +264,7 @@ EMU_EXPORT aclError aclFinalize(void)
     g_initialized = 0;
     g_device_refs = 0;
     g_device_gen++;
+    flush_quarantine_locked(); /* a program that finalizes leaves nothing allocated behind */
     emu_unlock();
     return ACL_SUCCESS;
 }
@@ -333,7 +371,7 @@ EMU_EXPORT aclError aclrtDestroyStream(aclrtStream stream)
         st = ACL_ERROR_INVALID_PARAM;
     } else {
         ((emu_stream *)stream)->magic = 0;
-        free(stream);
+        emu_retire_locked(stream);
     }
     emu_unlock();
     return st;
@@ -396,7 +434,7 @@ void emu_pin_locked(emu_alloc *a) { a->pins++; }
 void emu_unpin_locked(emu_alloc *a)
 {
     if (--a->pins == 0 && a->freed) {
-        free(a->base);
+        mem_retire_locked(a->base, (size_t)emu_round_up(a->size));
         free(a);
     }
 }
@@ -492,7 +530,7 @@ EMU_EXPORT aclError aclrtFree(void *devPtr)
     if (a->pins) {
         a->freed = 1; /* a kernel or copy still uses it: the last unpin frees it */
     } else {
-        free(a->base);
+        mem_retire_locked(a->base, (size_t)emu_round_up(a->size));
         free(a);
     }
     emu_unlock();
@@ -622,4 +660,4 @@ EMU_EXPORT int64_t xlossEmuLiveAllocations(int32_t kind)
     }
 }
 
-EMU_EXPORT const char *xlossEmuVersion(void) { return "xloss aclnn host emulator 0.1.0"; }
+EMU_EXPORT const char *xlossEmuVersion(void) { return "xloss aclnn host emulator 0.2.0"; }

@@ -1,4 +1,5 @@
-/* aclTensor objects, the phase-one operand snapshot, shape helpers and the elementwise driver. */
+/* aclTensor objects: creation and destruction, CANN's public accessors, and the emulator's
+ * one-read description of a tensor (xlossEmuDescribeTensor). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,14 +58,21 @@ EMU_EXPORT aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
     if (storage_numel > (uint64_t)INT64_MAX || emu_mul_u64(storage_numel, elsize, &storage_bytes) ||
         storage_bytes > (uint64_t)INT64_MAX)
         return create_fail("storage too large");
+    int empty = 0;
     for (uint64_t i = 0; i < viewDimsNum; i++) {
         if (viewDims[i] < 0)
             return create_fail("viewDims has a negative dimension");
         if (stride[i] < 0)
             return create_fail("negative strides are not supported");
-        if (emu_mul_u64(view_numel, (uint64_t)viewDims[i], &view_numel))
-            return create_fail("view too large");
+        empty |= viewDims[i] == 0;
     }
+    /* the element count is the mathematical product: any zero dim makes it 0, whatever the others */
+    for (uint64_t i = 0; i < viewDimsNum && !empty; i++) {
+        if (emu_mul_u64(view_numel, (uint64_t)viewDims[i], &view_numel) || view_numel > (uint64_t)INT64_MAX)
+            return create_fail("view too large: its element count overflows int64");
+    }
+    if (empty)
+        view_numel = 0;
     if (view_numel) {
         /* the largest element index the view reaches must lie inside the storage */
         for (uint64_t i = 0; i < viewDimsNum; i++) {
@@ -101,6 +109,7 @@ EMU_EXPORT aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
     if (storageDimsNum)
         memcpy(t->storage_dims, storageDims, storageDimsNum * sizeof(int64_t));
     t->offset = offset;
+    t->view_numel = (int64_t)view_numel;
     t->storage_numel = (int64_t)storage_numel;
     t->data = tensorData;
 
@@ -122,163 +131,131 @@ EMU_EXPORT aclnnStatus aclDestroyTensor(const aclTensor *tensor)
     }
     emu_lock();
     int removed = emu_ptrset_remove(&emu_tensors, tensor);
+    if (removed) {
+        aclTensor *t = (aclTensor *)tensor;
+        t->magic = 0;
+        emu_retire_locked(t);
+    }
     emu_unlock();
     if (!removed) {
         emu_set_error("aclDestroyTensor: %p is not a live aclTensor (destroyed twice?)", (const void *)tensor);
         return ACLNN_ERR_PARAM_INVALID;
     }
-    aclTensor *t = (aclTensor *)tensor;
-    t->magic = 0;
-    free(t);
     return ACLNN_SUCCESS;
 }
 
-aclnnStatus emu_snapshot(const char *api, const char *name, const aclTensor *t, emu_view *v)
+/* ---- CANN's accessors ----------------------------------------------------------------------- */
+
+enum { DIMS_VIEW, DIMS_STRIDES, DIMS_STORAGE };
+
+/* A live tensor under the lock, or an error status (the lock is then not held). */
+static aclnnStatus lock_live(const char *api, const aclTensor *t)
 {
-    memset(v, 0, sizeof *v);
-    if (!t)
-        return ACLNN_SUCCESS;
     emu_lock();
     if (!emu_ptrset_has(&emu_tensors, t)) {
         emu_unlock();
-        emu_set_error("%s: %s (%p) is not a live aclTensor", api, name, (const void *)t);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
-    if (t->view_ndim > EMU_MAX_DIMS) {
-        int nd = (int)t->view_ndim;
-        emu_unlock();
-        emu_set_error("%s: %s has %d dimensions; at most %d are supported", api, name, nd, EMU_MAX_DIMS);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
-    v->present = 1;
-    v->dtype = t->dtype;
-    v->format = t->format;
-    v->ndim = (int)t->view_ndim;
-    v->offset = t->offset;
-    v->elsize = emu_dtype_size(t->dtype);
-    v->data = t->data;
-    v->numel = 1;
-    for (int i = 0; i < v->ndim; i++) {
-        v->dims[i] = t->view_dims[i];
-        v->strides[i] = t->strides[i];
-        v->numel *= v->dims[i]; /* cannot overflow: checked at creation */
-    }
-    v->span_bytes = v->numel ? (uint64_t)t->storage_numel * v->elsize : 0;
-    emu_unlock();
-
-    if (!v->numel)
-        return ACLNN_SUCCESS; /* an empty view touches no memory */
-    if ((uintptr_t)v->data % EMU_ALIGN) {
-        emu_set_error("%s: %s data %p is not %d-byte aligned device memory", api, name, (void *)v->data, EMU_ALIGN);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
-    emu_lock();
-    emu_alloc *a = emu_find_alloc_locked(v->data, v->span_bytes);
-    emu_unlock();
-    if (!a) {
-        emu_set_error("%s: %s storage (%p, %llu bytes) does not lie in live device memory (aclrtMalloc)", api, name,
-                      (void *)v->data, (unsigned long long)v->span_bytes);
+        emu_set_error("%s: %p is not a live aclTensor", api, (const void *)t);
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;
 }
 
-/* ---- shapes ------------------------------------------------------------------------------------ */
-
-int emu_same_shape(const emu_view *a, const emu_view *b)
+/* Copies one of the tensor's arrays into a new malloc'd one; outputs untouched on error. */
+static aclnnStatus copy_dims(const char *api, const aclTensor *t, int which, int64_t **out, uint64_t *num)
 {
-    if (a->ndim != b->ndim)
-        return 0;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->dims[i] != b->dims[i])
-            return 0;
-    return 1;
+    if (!t || !out || !num) {
+        emu_set_error("%s: %s is NULL", api, !t ? "tensor" : !out ? "the array pointer" : "the count pointer");
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    aclnnStatus st = lock_live(api, t);
+    if (st != ACLNN_SUCCESS)
+        return st;
+    uint64_t n = which == DIMS_STORAGE ? t->storage_ndim : t->view_ndim;
+    const int64_t *src = which == DIMS_VIEW ? t->view_dims : which == DIMS_STRIDES ? t->strides : t->storage_dims;
+    int64_t *dst = malloc((n ? n : 1) * sizeof *dst); /* never malloc(0): the caller frees a real block */
+    if (dst && n)
+        memcpy(dst, src, n * sizeof *dst);
+    emu_unlock();
+    if (!dst) {
+        emu_set_error("%s: out of memory", api);
+        return ACLNN_ERR_INNER;
+    }
+    *out = dst;
+    *num = n;
+    return ACLNN_SUCCESS;
 }
 
-int emu_broadcasts_to(const emu_view *a, const emu_view *b)
+EMU_EXPORT aclnnStatus aclGetViewShape(const aclTensor *tensor, int64_t **viewDims, uint64_t *viewDimsNum)
 {
-    if (a->ndim > b->ndim)
-        return 0;
-    for (int i = 1; i <= a->ndim; i++) {
-        int64_t da = a->dims[a->ndim - i], db = b->dims[b->ndim - i];
-        if (da != 1 && da != db)
-            return 0;
-    }
-    return 1;
+    return copy_dims("aclGetViewShape", tensor, DIMS_VIEW, viewDims, viewDimsNum);
 }
 
-int emu_one_element(const emu_view *v) { return v->ndim == 0 || (v->ndim == 1 && v->dims[0] == 1); }
-
-const char *emu_shape_str(const emu_view *v, char *buf, size_t n)
+EMU_EXPORT aclnnStatus aclGetViewStrides(const aclTensor *tensor, int64_t **stridesValue, uint64_t *stridesNum)
 {
-    size_t k = (size_t)snprintf(buf, n, "(");
-    for (int i = 0; i < v->ndim && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)v->dims[i]);
-    if (k < n)
-        snprintf(buf + k, n - k, v->ndim == 1 ? ",)" : ")");
-    return buf;
+    return copy_dims("aclGetViewStrides", tensor, DIMS_STRIDES, stridesValue, stridesNum);
 }
 
-/* ---- elementwise driver --------------------------------------------------------------------- */
-
-#define EMU_CHUNK 256
-
-void emu_elementwise(const emu_view *shape_of, const emu_view *const *in, int nin, const emu_view *const *out,
-                     int nout, emu_ew_fn fn, void *ctx)
+EMU_EXPORT aclnnStatus aclGetStorageShape(const aclTensor *tensor, int64_t **storageDims, uint64_t *storageDimsNum)
 {
-    if (shape_of->numel == 0)
-        return;
-    int nd = shape_of->ndim ? shape_of->ndim : 1;
-    int64_t dims[EMU_MAX_DIMS];
-    if (shape_of->ndim)
-        memcpy(dims, shape_of->dims, sizeof(int64_t) * (size_t)nd);
-    else
-        dims[0] = 1;
+    return copy_dims("aclGetStorageShape", tensor, DIMS_STORAGE, storageDims, storageDimsNum);
+}
 
-    int nops = nin + nout;
-    const emu_view *ops[EMU_MAX_OPERANDS];
-    int64_t st[EMU_MAX_OPERANDS][EMU_MAX_DIMS];
-    for (int k = 0; k < nops; k++) {
-        const emu_view *v = k < nin ? in[k] : out[k - nin];
-        ops[k] = (v && v->present) ? v : NULL;
-        for (int d = 0; d < nd; d++) {
-            int od = d - (nd - (ops[k] ? ops[k]->ndim : 0));
-            st[k][d] = (!ops[k] || od < 0 || ops[k]->dims[od] == 1) ? 0 : ops[k]->strides[od];
-        }
+#define SCALAR_GETTER(fn, type, arg, field)                                  \
+    EMU_EXPORT aclnnStatus fn(const aclTensor *tensor, type *arg)            \
+    {                                                                        \
+        if (!tensor || !arg) {                                               \
+            emu_set_error(#fn ": %s is NULL", !tensor ? "tensor" : #arg);    \
+            return ACLNN_ERR_PARAM_NULLPTR;                                  \
+        }                                                                    \
+        aclnnStatus st = lock_live(#fn, tensor);                             \
+        if (st == ACLNN_SUCCESS) {                                           \
+            *arg = tensor->field;                                            \
+            emu_unlock();                                                    \
+        }                                                                    \
+        return st;                                                           \
     }
 
-    static _Thread_local float bufs[EMU_MAX_OPERANDS][EMU_CHUNK];
-    float *inp[EMU_MAX_OPERANDS], *outp[EMU_MAX_OPERANDS];
-    for (int k = 0; k < nin; k++)
-        inp[k] = ops[k] ? bufs[k] : NULL;
-    for (int k = 0; k < nout; k++)
-        outp[k] = ops[nin + k] ? bufs[nin + k] : NULL;
+SCALAR_GETTER(aclGetViewOffset, int64_t, offset, offset)
+SCALAR_GETTER(aclGetDataType, aclDataType, dataType, dtype)
+SCALAR_GETTER(aclGetFormat, aclFormat, format, format)
+SCALAR_GETTER(aclGetRawTensorAddr, void *, addr, data)
 
-    int64_t inner = dims[nd - 1], outer = shape_of->numel / inner;
-    int64_t idx[EMU_MAX_DIMS] = {0};
-    for (int64_t o = 0; o < outer; o++) {
-        int64_t base[EMU_MAX_OPERANDS];
-        for (int k = 0; k < nops; k++) {
-            if (!ops[k])
-                continue;
-            base[k] = ops[k]->offset;
-            for (int d = 0; d < nd - 1; d++)
-                base[k] += idx[d] * st[k][d];
-        }
-        for (int64_t j0 = 0; j0 < inner; j0 += EMU_CHUNK) {
-            int64_t n = inner - j0 < EMU_CHUNK ? inner - j0 : EMU_CHUNK;
-            for (int k = 0; k < nin; k++)
-                if (ops[k])
-                    emu_gather_f32(ops[k], base[k] + j0 * st[k][nd - 1], st[k][nd - 1], n, bufs[k]);
-            fn(ctx, o * inner + j0, n, inp, outp);
-            for (int k = nin; k < nops; k++)
-                if (ops[k])
-                    emu_scatter_f32(ops[k], base[k] + j0 * st[k][nd - 1], st[k][nd - 1], n, bufs[k]);
-        }
-        for (int d = nd - 2; d >= 0; d--) {
-            if (++idx[d] < dims[d])
-                break;
-            idx[d] = 0;
-        }
+/* ---- the emulator's description ------------------------------------------------------------- */
+
+EMU_EXPORT aclnnStatus xlossEmuDescribeTensor(const aclTensor *tensor, const char *name, xlossEmuTensorDesc *desc)
+{
+    const char *who = name ? name : "tensor";
+    if (!tensor || !desc) {
+        emu_set_error("xlossEmuDescribeTensor: %s is NULL", !tensor ? who : "desc");
+        return ACLNN_ERR_PARAM_NULLPTR;
     }
+    emu_lock();
+    if (!emu_ptrset_has(&emu_tensors, tensor)) {
+        emu_unlock();
+        emu_set_error("%s (%p) is not a live aclTensor", who, (const void *)tensor);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    if (tensor->view_ndim > XLOSS_EMU_MAX_DIMS) {
+        int nd = (int)tensor->view_ndim;
+        emu_unlock();
+        emu_set_error("%s has %d dimensions; at most %d are supported", who, nd, XLOSS_EMU_MAX_DIMS);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    xlossEmuTensorDesc d;
+    memset(&d, 0, sizeof d);
+    d.dataType = tensor->dtype;
+    d.format = tensor->format;
+    d.viewDimsNum = tensor->view_ndim;
+    if (d.viewDimsNum) {
+        memcpy(d.viewDims, tensor->view_dims, d.viewDimsNum * sizeof(int64_t));
+        memcpy(d.strides, tensor->strides, d.viewDimsNum * sizeof(int64_t));
+    }
+    d.offset = tensor->offset;
+    d.numel = tensor->view_numel;
+    d.storageNumel = tensor->storage_numel;
+    d.data = tensor->data;
+    d.name = name;
+    emu_unlock();
+    *desc = d;
+    return ACLNN_SUCCESS;
 }

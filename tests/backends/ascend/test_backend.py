@@ -23,14 +23,17 @@ BF16 = ml_dtypes.bfloat16
 
 
 @pytest.fixture(scope="module")
-def vendor_like(tmp_path_factory, helpers):
+def vendor_like(tmp_path_factory, helpers, emu):
     """The emulator built as a "vendor" library would look: no focal operators (they are xloss's
-    own), none of the emulator-only helpers, no aclGetRecentErrMsg."""
+    own), none of the emulator-only helpers, no aclGetRecentErrMsg. Self-contained (its own runtime
+    copy): loaded after the emulator (``emu``), so that in this process's global symbol scope
+    (xloss.clib loads with RTLD_GLOBAL) libxloss_aclrt.so comes first and libraries linked against
+    it keep binding to it."""
     d = tmp_path_factory.mktemp("vendor")
     script = d / "hide.map"
     script.write_text("{ local: aclnnSigmoidFocalLoss*; xlossEmu*; aclGetRecentErrMsg; };\n")
     out = d / "libvendor_like.so"
-    cmd = helpers.build.compile_command(out)[1:] + [f"-Wl,--version-script={script}"]
+    cmd = helpers.build.combined_command(out)[1:] + [f"-Wl,--version-script={script}"]
     helpers.compile_c(cmd)
     return str(out)
 
@@ -41,6 +44,13 @@ def test_registered_and_shows_its_library(emu):
     assert infos["ascend"].info["library"] == ascend_aclnn.library_path()
     assert emu.info()["library"] == ascend_aclnn.emulator_library_path()
     assert emu.info()["implementation"].startswith("xloss aclnn host emulator")
+    # every operator comes from the operator library itself (dladdr), none from elsewhere
+    assert emu.info()["operators"] == ("aclnnSigmoidFocalLoss, aclnnSigmoidFocalLossBackward, "
+                                       "aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, "
+                                       f"aclnnFusedLinearCrossEntropyLossGrad from {ascend_aclnn.emulator_library_path()}")
+    # the runtime library alone: a working runtime with no operator at all
+    bare = ascend_aclnn.make_backend(lib=ascend_aclnn.emulator_runtime_path())
+    assert bare.availability() == (True, "") and bare.capabilities() == {} and "operators" not in bare.info()
     assert os.path.isfile(os.path.join(ascend_aclnn.include_dir(), "aclnnop", "aclnn_nll_loss_backward.h"))
     assert set(emu.capabilities()) == {"focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad"}
 
@@ -66,6 +76,7 @@ def test_only_vendor_supported_requests_are_declared(emu):
 def test_vendor_override_by_environment_and_argument(emu, tmp_path, monkeypatch):
     vendor = tmp_path / "libascend_vendor.so"
     shutil.copy(ascend_aclnn.emulator_library_path(), vendor)
+    shutil.copy(ascend_aclnn.emulator_runtime_path(), tmp_path)  # found through RUNPATH $ORIGIN
     monkeypatch.setenv(ascend_aclnn.ENV_VAR, str(vendor))
     assert ascend_aclnn.library_path() == str(vendor)
     b = ascend_aclnn.make_backend()
@@ -114,8 +125,10 @@ def test_unusable_libraries_make_the_backend_unavailable(tmp_path):
     libm = subprocess.run(["gcc", "-print-file-name=libm.so.6"], capture_output=True, text=True).stdout.strip()
     ok, why = ascend_aclnn.make_backend(lib=libm).availability()
     assert not ok and "lacks runtime symbols: aclInit" in why
-    with pytest.raises(TypeError, match="lib= and device="):
+    with pytest.raises(TypeError, match="lib=, device= and layout="):
         ascend_aclnn.make_backend(memory="private")
+    with pytest.raises(xloss.XLossError, match="layout must be one of contiguous, strided"):
+        ascend_aclnn.make_backend(layout="diagonal")
 
 
 def test_status_codes_become_kernel_errors(emu):
@@ -256,3 +269,58 @@ def test_torch_tensors_and_combined_mode(emu):
     assert isinstance(loss, torch.Tensor) and loss.dtype == torch.bfloat16 and dx.shape == (3, 4)
     assert torch.equal(loss, xloss.focal_loss(x, y, reduction="mean", backend=emu))
     assert torch.equal(dx, xloss.focal_loss_grad(x, y, reduction="mean", backend=emu))
+
+
+# ---- layout="strided" ---------------------------------------------------------------------------------
+
+
+def test_strided_layout_puts_every_view_at_an_offset_with_gaps():
+    from xloss.backends.ascend_aclnn.runtime import strided_layout, view_indices
+
+    for shape in [(), (0,), (1,), (7,), (3, 4), (4, 1), (0, 5), (2, 3, 4), (1, 1, 1, 6)]:
+        for k in range(4):
+            strides, offset, size = strided_layout(shape, k)
+            idx = view_indices(shape, strides, offset)
+            assert offset > 0 and len(strides) == len(shape)
+            if shape:
+                assert strides[-1] != 1, (shape, k)  # the innermost stride is never unit
+            if len(shape) >= 2 and k % 2:
+                assert strides[0] == 1  # transposed: the first axis is the fastest
+            assert len(np.unique(idx)) == idx.size == int(np.prod(shape))  # no two elements share a place
+            assert idx.size == 0 or (idx.min() == offset and idx.max() + 2 < size)  # storage extends past the view
+
+
+def test_emulator_passes_every_declared_target_with_strided_layout():
+    from xloss.conformance import runner, targets
+
+    b = ascend_aclnn.make_backend(lib=ascend_aclnn.emulator_library_path(), layout="strided")
+    assert b.options["layout"] == "strided" and b.info()["layout"] == "strided"
+    results = [runner.run_target(b, *t, max_examples=2, seed=1) for t in targets(b)]  # mostly the edge cases
+    assert len(results) == 19 and {r.status for r in results} == {"pass"}, \
+        [(r.kernel, r.dtype, r.mode, r.message) for r in results if r.status != "pass"]
+
+
+def test_strided_session_catches_writes_outside_output_views_and_into_inputs(emu, abi):
+    x = np.array([0.2, 0.4, 0.6], np.float32)
+    with emu.session(layout="strided") as s:
+        g = s.put(np.asarray(1.0, np.float32))[0]
+        tx, bx = s.put(x)
+        ty = s.put(np.zeros(3, np.float32))[0]
+        to, bo = s.empty((3,), np.float32)
+        s.run("aclnnBinaryCrossEntropyBackward", g, tx, ty, s.ffi.NULL, 0, to)
+        s.synchronize()
+        np.testing.assert_allclose(s.download(bo, (3,), np.float32), x / (x * (1 - x)), rtol=1e-6)
+        # a library writing past the view: an output tensor over the whole storage, read as the view
+        whole = s.tensor(bo, (bo.view[3].size,), np.float32)
+        s.run("aclnnBinaryCrossEntropyBackward", g, s.put(np.full(bo.view[3].size, 0.5, np.float32))[0],
+              s.put(np.zeros(bo.view[3].size, np.float32))[0], s.ffi.NULL, 0, whole)
+        with pytest.raises(xloss.KernelError, match="wrote outside the output view") as info:
+            s.download(bo, (3,), np.float32)
+        assert info.value.status_name == "WRITE_OUTSIDE_VIEW"
+        # a library writing into an input: an output tensor aliasing x's storage
+        alias = s.tensor(bx, (3,), np.float32)
+        s.run("aclnnBinaryCrossEntropyBackward", g, ty, ty, s.ffi.NULL, 0, alias)
+        with pytest.raises(xloss.KernelError, match="wrote into input tensor #1") as info:
+            s.synchronize()
+        assert info.value.status_name == "WROTE_INPUT"
+    assert abi.live() == 0

@@ -1,17 +1,22 @@
-"""Build the Ascend (aclnn) test ports: one shared library per variant.
+"""Build the Ascend (aclnn) test ports: one shared library per variant, each linked against the
+emulator's runtime library ``libxloss_aclrt.so``.
 
-Each library is the emulator's runtime (``backends/ascend_aclnn/csrc/{runtime,tensor,executor,cast}.c``,
-not its operators) + ``port_rt.c`` (the CANN tensor accessors and the executor interface a port
-is written against) + the port's operators (``port_*.c``) compiled with the variant's ``-D``
-switches. It exports the CANN runtime ABI and whichever operators the variant implements, so
-``xloss check --backend ascend --lib libport_<variant>.so`` tests it like any vendor library.
+A port library holds only the port's operators (``port_*.c``, compiled with the variant's ``-D``
+switches): it exports whichever ``aclnn*`` operator pairs the variant implements and takes the CANN
+runtime (device memory, tensors and their accessors, executors) from ``libxloss_aclrt.so``, which
+it records as ``DT_NEEDED`` with the runtime's folder as ``RUNPATH``. So
+``xloss check --backend ascend --lib libport_<variant>.so`` tests it like any vendor library, and
+an operator the variant lacks is "not implemented" (nothing fills it in).
 
-Runtime objects are compiled once; an operator source is recompiled for a variant only if one of
+The runtime is the one the installed ``ascend`` backend loads (``emulator_runtime_path()``; in an
+editable install, the checkout's, built if missing); with ``--sanitize`` a sanitized runtime is built
+into the output folder and the ports link that one. Objects are compiled once; an operator source is recompiled for a variant only if one of
 the variant's switches appears in it (or in ``port.h``, which all of them include)::
 
     python tests/ports/ascend/build.py --out DIR [--sanitize] [VARIANT ...]   # default: every variant
 
-``--sanitize`` adds ASan/UBSan (load the result with libasan and libubsan preloaded).
+``--sanitize`` adds ASan/UBSan (load the result with libasan and libubsan preloaded, in a process
+that loads no other build of the runtime).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -28,19 +34,16 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 EMU = ROOT / "backends" / "ascend_aclnn"
 INCLUDE = EMU / "include"
-CSRC = EMU / "csrc"
 
-RUNTIME_SOURCES = [CSRC / n for n in ("runtime.c", "tensor.c", "executor.c", "cast.c")] + [HERE / "port_rt.c"]
 PORT_SOURCES = [HERE / n for n in ("port_common.c", "port_focal.c", "port_bce.c", "port_nll.c", "port_flce.c")]
-PORT_HEADERS = [HERE / "port.h", HERE / "port_rt.h"]
+PORT_HEADERS = [HERE / "port.h"]
 
-# The emulator's own flags (build.py): FUNC_VISIBILITY + -fvisibility=hidden export exactly the
-# ACL_FUNC_VISIBILITY symbols. -Bsymbolic keeps each library's calls inside it, so several ports
-# (each with its own runtime state) can be loaded into one process.
+# The emulator's flags: FUNC_VISIBILITY + -fvisibility=hidden export exactly the ACL_FUNC_VISIBILITY
+# symbols (the operators). --no-undefined: every runtime symbol a port uses must be in libxloss_aclrt.
 DEFINES = ["-DFUNC_VISIBILITY", "-D_POSIX_C_SOURCE=200809L"]
-CFLAGS = ["-O2", "-std=c11", "-pthread", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra",
+CFLAGS = ["-O2", "-std=c11", "-pthread", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
           "-Wno-unused-parameter", "-Wno-unused-const-variable"]
-LDFLAGS = ["-shared", "-Wl,-Bsymbolic", "-Wl,--no-undefined", "-lm", "-pthread"]
+LDFLAGS = ["-shared", "-Wl,--no-undefined", "-lm", "-pthread"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
 
 #: variant -> preprocessor switches. "correct" implements all five operators without a bug.
@@ -54,6 +57,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "nll_ignore_by_range": ("BUG_NLL_IGNORE_BY_RANGE",),
     "flce_mask_from_target": ("BUG_FLCE_MASK_FROM_TARGET",),
     "half_output_trunc": ("BUG_HALF_OUTPUT_TRUNC",),
+    "bce_contiguous_fast_path": ("BUG_BCE_CONTIGUOUS_FAST_PATH",),
 }
 
 
@@ -65,6 +69,35 @@ def _cc() -> str:
     return os.environ.get("CC", "gcc")
 
 
+def _emulator_build():
+    spec = importlib.util.spec_from_file_location("ascend_emulator_build_for_ports", EMU / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def runtime_library(out_dir: Path, sanitize: bool) -> Path:
+    """The libxloss_aclrt.so the ports link: the one the installed ``ascend`` backend loads (so a
+    process holds one runtime file), else the checkout's (built if missing), or with ``sanitize``
+    a sanitized one in ``out_dir``."""
+    emu = _emulator_build()
+    if not sanitize:
+        try:
+            from xloss.backends.ascend_aclnn import emulator_runtime_path
+
+            installed = Path(emulator_runtime_path())
+        except ImportError:
+            installed = None
+        if installed is not None and installed.exists():
+            return installed
+        if not emu.RUNTIME_LIBRARY.exists():
+            emu.build()
+        return emu.RUNTIME_LIBRARY
+    target = out_dir / emu.RUNTIME_FILENAME
+    emu._replace(lambda tmp: subprocess.run(emu.runtime_command(tmp, sanitize=True), check=True), target)
+    return target
+
+
 def _relevant(source: Path, switches) -> tuple[str, ...]:
     """The switches that can change ``source``'s object (named in it or in a port header)."""
     text = source.read_text() + "".join(h.read_text() for h in PORT_HEADERS)
@@ -74,14 +107,14 @@ def _relevant(source: Path, switches) -> tuple[str, ...]:
 def _object_path(obj_dir: Path, source: Path, switches, extra=()) -> Path:
     """Named by everything that goes into the object, so a reused --out folder never serves stale code."""
     h = hashlib.sha1(" ".join((_cc(), *DEFINES, *CFLAGS, *extra, *switches)).encode())
-    for f in [source, *PORT_HEADERS, *sorted(CSRC.glob("*.h")), *sorted(INCLUDE.rglob("*.h"))]:
+    for f in [source, *PORT_HEADERS, *sorted(INCLUDE.rglob("*.h"))]:
         h.update(f.read_bytes())
     return obj_dir / f"{source.stem}-{h.hexdigest()[:12]}.o"
 
 
-def _compile(source: Path, obj: Path, switches, includes, werror: bool, extra) -> None:
-    cmd = [_cc(), "-c", *DEFINES, *CFLAGS, *extra, *(["-Werror"] if werror else []), *[f"-D{s}" for s in switches],
-           *[f"-I{i}" for i in includes], str(source), "-o", str(obj)]
+def _compile(source: Path, obj: Path, switches, extra) -> None:
+    cmd = [_cc(), "-c", *DEFINES, *CFLAGS, *extra, *[f"-D{s}" for s in switches], f"-I{INCLUDE}", f"-I{HERE}",
+           str(source), "-o", str(obj)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"compiling {source.name} {' '.join(switches)} failed:\n{res.stderr}")
@@ -97,32 +130,28 @@ def build(out_dir, variants=None, jobs: int | None = None, sanitize: bool = Fals
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown port variants {unknown}; choose from {sorted(VARIANTS)}")
+    runtime = runtime_library(out_dir, sanitize)
 
-    # (source, switches) -> object; the runtime's own sources see its internal headers (csrc),
-    # the port's operators only the public headers and port_rt.h
-    work = {}
-    for src in RUNTIME_SOURCES:
-        work[_object_path(obj_dir, src, (), extra)] = (src, (), [INCLUDE, CSRC, HERE], src.parent == HERE)
-    links = {}
+    work, links = {}, {}
     for v in names:
-        objs = [_object_path(obj_dir, src, (), extra) for src in RUNTIME_SOURCES]
+        objs = []
         for src in PORT_SOURCES:
             sw = _relevant(src, VARIANTS[v])
             obj = _object_path(obj_dir, src, sw, extra)
-            work[obj] = (src, sw, [INCLUDE, HERE], True)
+            work[obj] = (src, sw)
             objs.append(obj)
         links[v] = objs
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        futures = [pool.submit(_compile, src, obj, sw, inc, werror, extra)
-                   for obj, (src, sw, inc, werror) in work.items() if not obj.exists()]
+        futures = [pool.submit(_compile, src, obj, sw, extra) for obj, (src, sw) in work.items() if not obj.exists()]
         for f in futures:
             f.result()
 
         def link(v):
             lib = out_dir / library_name(v)
             tmp = out_dir / f".{lib.name}.tmp"
-            res = subprocess.run([_cc(), *map(str, links[v]), "-o", str(tmp), *LDFLAGS, *extra],
-                                 capture_output=True, text=True, check=False)
+            cmd = [_cc(), *map(str, links[v]), "-o", str(tmp), f"-L{runtime.parent}", "-lxloss_aclrt",
+                   f"-Wl,-rpath,{runtime.parent}", *LDFLAGS, *extra]
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if res.returncode != 0:
                 raise RuntimeError(f"linking {lib.name} failed:\n{res.stderr}")
             os.replace(tmp, lib)  # a process that has the old library mapped keeps a valid copy

@@ -1,10 +1,12 @@
 /* Shared pieces of the test port: operand descriptors read through the CANN accessors, element
  * access with the port's own 16-bit conversions, and a broadcast walker.
  *
- * The port is what an engineer porting xloss's kernels would write against a vendor runtime: the
- * operators (aclnnXxxGetWorkspaceSize + aclnnXxx) validate with the public accessors, describe
- * their operands in a flat plan, and hand it to the runtime's executor (port_rt.h). Seeded bugs are
- * compiled in with -DBUG_<NAME>; each lives in exactly one place, marked "BUG:". */
+ * The port is what an engineer porting xloss's kernels would write against the emulator's runtime
+ * library (libxloss_aclrt.so): the operators (aclnnXxxGetWorkspaceSize + aclnnXxx) validate with
+ * CANN's public accessors (aclnn/acl_meta.h), describe their operands in a flat plan, and hand it
+ * to the runtime's executor interface (xloss_aclnn_emu.h) with the descriptors of the views the
+ * kernel will use. Seeded bugs are compiled in with -DBUG_<NAME>; each lives in exactly one
+ * place, marked "BUG:". */
 #ifndef XLOSS_TEST_PORT_H_
 #define XLOSS_TEST_PORT_H_
 
@@ -14,7 +16,7 @@
 
 #include "acl/acl.h"
 #include "aclnn/acl_meta.h"
-#include "port_rt.h"
+#include "xloss_aclnn_emu.h"
 
 #define PORT_MAX_DIMS 8
 
@@ -27,7 +29,8 @@ typedef struct {
     int64_t strides[PORT_MAX_DIMS];
     int64_t offset;
     int64_t numel;
-    char *base; /* device storage base (aclGetRawTensorAddr) */
+    int64_t storage_numel; /* aclGetStorageShape's element count */
+    char *base;            /* device storage base (aclGetRawTensorAddr) */
 } port_tensor;
 
 /* Rounding of a float32 result to a 16-bit output: AscendC Cast's CAST_RINT and CAST_TRUNC. */
@@ -44,7 +47,7 @@ typedef enum { PORT_ROUND_RINT, PORT_ROUND_TRUNC } port_round;
 #define PORT_NOT_NULL(api, ptr, name)                                   \
     do {                                                                \
         if (!(ptr)) {                                                   \
-            portSetError("%s: %s is a null pointer", (api), (name));    \
+            xlossEmuSetErrMsg("%s: %s is a null pointer", (api), (name)); \
             return ACLNN_ERR_PARAM_NULLPTR;                             \
         }                                                               \
     } while (0)
@@ -77,6 +80,11 @@ aclnnStatus port_need_same_shape(const char *api, const char *name, const port_t
 aclnnStatus port_need_reduction(const char *api, int64_t reduction);
 int port_one_element(const port_tensor *t); /* shape () or (1,) */
 uint64_t port_align32(uint64_t bytes);
+/* Phase one's last step: the runtime checks the views of the present operands (as the kernel will
+ * index them) and makes an executor running kernel(plan) under opName's phase two. */
+aclnnStatus port_create_executor(const char *opName, const port_tensor *operands, const char *const *names, int n,
+                                 const void *plan, size_t planSize, xlossEmuKernel kernel, uint64_t workspaceSize,
+                                 uint64_t *workspaceSizeOut, aclOpExecutor **executor);
 
 /* ---- elements (phase two) ---------------------------------------------------------------------- */
 float port_half_to_float(uint16_t h);

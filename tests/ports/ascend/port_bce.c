@@ -1,6 +1,7 @@
 /* aclnnBinaryCrossEntropyBackward: grad * weight * (x - y) / max(x(1-x), 1e-12), / n for mean.
  *
- * Seeded bug here: BUG_BCE_EPS_ADDED (BUG_HALF_OUTPUT_TRUNC, in port.h, reaches its output cast). */
+ * Seeded bugs here: BUG_BCE_EPS_ADDED, BUG_BCE_CONTIGUOUS_FAST_PATH (a stride/offset bug: only
+ * strided tensors show it); BUG_HALF_OUTPUT_TRUNC, in port.h, reaches its output cast. */
 #include "port.h"
 
 #define BCE_EPS 1e-12f /* the vendor's fixed clamp, as PyTorch's */
@@ -12,6 +13,18 @@ typedef struct {
     int64_t reduction;
 } bce_plan;
 
+#ifdef BUG_BCE_CONTIGUOUS_FAST_PATH
+static int same_dims(const port_tensor *a, const port_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->dims[i] != b->dims[i])
+            return 0;
+    return 1;
+}
+#endif
+
 static aclnnStatus bce_kernel(const void *vplan, void *workspace, uint64_t workspaceSize)
 {
     (void)workspace;
@@ -22,7 +35,20 @@ static aclnnStatus bce_kernel(const void *vplan, void *workspace, uint64_t works
     port_walk w;
     port_walk_init(&w, x, ops, 5);
     int64_t n = x->numel;
+#ifdef BUG_BCE_CONTIGUOUS_FAST_PATH
+    /* BUG: a fast path for the common call, where target and out have self's shape: the three are
+     * indexed as contiguous runs from their view offsets. Right for compact tensors (all xloss check
+     * passes by default); wrong for any other stride. */
+    int fast = same_dims(&p->t[B_TARGET], x) && same_dims(&p->t[B_OUT], x);
+#endif
     for (int64_t i = 0; i < n; i++, port_walk_next(&w)) {
+#ifdef BUG_BCE_CONTIGUOUS_FAST_PATH
+        if (fast) {
+            w.at[B_SELF] = x->offset + i;
+            w.at[B_TARGET] = p->t[B_TARGET].offset + i;
+            w.at[B_OUT] = p->t[B_OUT].offset + i;
+        }
+#endif
         float xv = port_load(x, w.at[B_SELF]), yv = port_load(&p->t[B_TARGET], w.at[B_TARGET]);
 #ifdef BUG_BCE_EPS_ADDED
         /* BUG: the epsilon is added (the FT78NE manual's form) where the op declares a clamp. */
@@ -34,9 +60,9 @@ static aclnnStatus bce_kernel(const void *vplan, void *workspace, uint64_t works
         if (p->t[B_WEIGHT].present)
             v *= port_load(&p->t[B_WEIGHT], w.at[B_WEIGHT]);
         float g = port_load(&p->t[B_GRAD], w.at[B_GRAD]);
-        if (p->reduction == 1)
-            g = (float)((double)g / (double)n);
-        port_store(&p->t[B_OUT], w.at[B_OUT], g * v, ELEMENTWISE_OUT_ROUND);
+        /* mean: (g / n) * value in double, one rounding (g / n alone can be a float32 subnormal) */
+        double scale = p->reduction == 1 ? (double)n : 1.0;
+        port_store(&p->t[B_OUT], w.at[B_OUT], (float)((double)g * (double)v / scale), ELEMENTWISE_OUT_ROUND);
     }
     return ACLNN_SUCCESS;
 }
@@ -67,13 +93,13 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(
     PORT_TRY(port_need_same_shape(api, "out", &p.t[B_OUT], &p.t[B_SELF]));
     PORT_TRY(port_need_reduction(api, reduction));
     p.reduction = reduction;
-    return portCreateExecutor(api, PORT_OP_BINARY_CROSS_ENTROPY_BACKWARD, tensors, 5, &p, sizeof p, bce_kernel, 0,
-                              workspaceSize, executor);
+    return port_create_executor("aclnnBinaryCrossEntropyBackward", p.t, names, 5, &p, sizeof p, bce_kernel, 0,
+                                workspaceSize, executor);
 }
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnBinaryCrossEntropyBackward(void *workspace, uint64_t workspaceSize,
                                                                 aclOpExecutor *executor, aclrtStream stream)
 {
-    return portRunExecutor("aclnnBinaryCrossEntropyBackward", PORT_OP_BINARY_CROSS_ENTROPY_BACKWARD, workspace,
+    return xlossEmuRunExecutor("aclnnBinaryCrossEntropyBackward", workspace,
                            workspaceSize, executor, stream);
 }

@@ -15,13 +15,15 @@ aclnnStatus port_describe(const char *api, const char *name, const aclTensor *t,
     memset(d, 0, sizeof *d);
     if (!t)
         return ACLNN_SUCCESS; /* an absent optional operand */
-    int64_t *dims = NULL, *strides = NULL;
-    uint64_t nd = 0, ns = 0;
+    int64_t *dims = NULL, *strides = NULL, *storage = NULL;
+    uint64_t nd = 0, ns = 0, nstorage = 0;
     aclFormat fmt = ACL_FORMAT_ND;
     void *addr = NULL;
     aclnnStatus st = aclGetViewShape(t, &dims, &nd);
     if (st == ACLNN_SUCCESS)
         st = aclGetViewStrides(t, &strides, &ns);
+    if (st == ACLNN_SUCCESS)
+        st = aclGetStorageShape(t, &storage, &nstorage);
     if (st == ACLNN_SUCCESS)
         st = aclGetViewOffset(t, &d->offset);
     if (st == ACLNN_SUCCESS)
@@ -31,13 +33,13 @@ aclnnStatus port_describe(const char *api, const char *name, const aclTensor *t,
     if (st == ACLNN_SUCCESS)
         st = aclGetRawTensorAddr(t, &addr);
     if (st != ACLNN_SUCCESS) {
-        portSetError("%s: %s is not a valid aclTensor", api, name);
+        xlossEmuSetErrMsg("%s: %s is not a valid aclTensor", api, name);
     } else if (nd > PORT_MAX_DIMS || ns != nd) {
-        portSetError("%s: %s has %llu dimensions; at most %d are supported", api, name, (unsigned long long)nd,
+        xlossEmuSetErrMsg("%s: %s has %llu dimensions; at most %d are supported", api, name, (unsigned long long)nd,
                      PORT_MAX_DIMS);
         st = ACLNN_ERR_PARAM_INVALID;
     } else if (!plain_format(fmt)) {
-        portSetError("%s: %s has format %d; only ND-like formats are supported", api, name, (int)fmt);
+        xlossEmuSetErrMsg("%s: %s has format %d; only ND-like formats are supported", api, name, (int)fmt);
         st = ACLNN_ERR_PARAM_INVALID;
     } else {
         d->present = 1;
@@ -48,11 +50,42 @@ aclnnStatus port_describe(const char *api, const char *name, const aclTensor *t,
             d->strides[i] = strides[i];
             d->numel *= dims[i]; /* the runtime bounded the view at aclCreateTensor */
         }
+        d->storage_numel = 1;
+        for (uint64_t i = 0; i < nstorage; i++)
+            d->storage_numel *= storage[i];
         d->base = addr;
     }
     free(dims);
     free(strides);
+    free(storage);
     return st;
+}
+
+aclnnStatus port_create_executor(const char *opName, const port_tensor *operands, const char *const *names, int n,
+                                 const void *plan, size_t planSize, xlossEmuKernel kernel, uint64_t workspaceSize,
+                                 uint64_t *workspaceSizeOut, aclOpExecutor **executor)
+{
+    xlossEmuTensorDesc descs[XLOSS_EMU_MAX_OPERANDS];
+    uint64_t k = 0;
+    for (int i = 0; i < n && k < XLOSS_EMU_MAX_OPERANDS; i++) {
+        const port_tensor *t = &operands[i];
+        if (!t->present)
+            continue;
+        xlossEmuTensorDesc *d = &descs[k++];
+        memset(d, 0, sizeof *d);
+        d->dataType = t->dtype;
+        d->format = ACL_FORMAT_ND;
+        d->viewDimsNum = (uint64_t)t->ndim;
+        memcpy(d->viewDims, t->dims, sizeof(int64_t) * (size_t)t->ndim);
+        memcpy(d->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
+        d->offset = t->offset;
+        d->numel = t->numel;
+        d->storageNumel = t->storage_numel;
+        d->data = t->base;
+        d->name = names[i];
+    }
+    return xlossEmuCreateExecutor(opName, descs, k, plan, planSize, kernel, workspaceSize, workspaceSizeOut,
+                                  executor);
 }
 
 const char *port_dtype_name(aclDataType dt)
@@ -85,7 +118,7 @@ int port_is_float(aclDataType dt) { return dt == ACL_FLOAT || dt == ACL_FLOAT16 
 aclnnStatus port_need_float(const char *api, const char *name, const port_tensor *t)
 {
     if (t->present && !port_is_float(t->dtype)) {
-        portSetError("%s: %s has dtype %s; expected FLOAT, FLOAT16 or BF16", api, name, port_dtype_name(t->dtype));
+        xlossEmuSetErrMsg("%s: %s has dtype %s; expected FLOAT, FLOAT16 or BF16", api, name, port_dtype_name(t->dtype));
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;
@@ -94,7 +127,7 @@ aclnnStatus port_need_float(const char *api, const char *name, const port_tensor
 aclnnStatus port_need_dtype(const char *api, const char *name, const port_tensor *t, aclDataType dt)
 {
     if (t->present && t->dtype != dt) {
-        portSetError("%s: %s has dtype %s; expected %s", api, name, port_dtype_name(t->dtype), port_dtype_name(dt));
+        xlossEmuSetErrMsg("%s: %s has dtype %s; expected %s", api, name, port_dtype_name(t->dtype), port_dtype_name(dt));
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;
@@ -111,7 +144,7 @@ aclnnStatus port_need_broadcast(const char *api, const char *name, const port_te
     }
     if (!ok) {
         char s1[160], s2[160];
-        portSetError("%s: %s of shape %s does not broadcast to %s", api, name, port_shape(t, s1, sizeof s1),
+        xlossEmuSetErrMsg("%s: %s of shape %s does not broadcast to %s", api, name, port_shape(t, s1, sizeof s1),
                      port_shape(to, s2, sizeof s2));
         return ACLNN_ERR_PARAM_INVALID;
     }
@@ -125,7 +158,7 @@ aclnnStatus port_need_same_shape(const char *api, const char *name, const port_t
         ok = t->dims[i] == as->dims[i];
     if (!ok) {
         char s1[160], s2[160];
-        portSetError("%s: %s has shape %s; expected %s", api, name, port_shape(t, s1, sizeof s1),
+        xlossEmuSetErrMsg("%s: %s has shape %s; expected %s", api, name, port_shape(t, s1, sizeof s1),
                      port_shape(as, s2, sizeof s2));
         return ACLNN_ERR_PARAM_INVALID;
     }
@@ -135,7 +168,7 @@ aclnnStatus port_need_same_shape(const char *api, const char *name, const port_t
 aclnnStatus port_need_reduction(const char *api, int64_t reduction)
 {
     if (reduction < 0 || reduction > 2) {
-        portSetError("%s: reduction %lld is not 0 (none), 1 (mean) or 2 (sum)", api, (long long)reduction);
+        xlossEmuSetErrMsg("%s: reduction %lld is not 0 (none), 1 (mean) or 2 (sum)", api, (long long)reduction);
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;

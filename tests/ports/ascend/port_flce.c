@@ -60,7 +60,7 @@ static aclnnStatus flce_kernel(const void *vplan, void *workspace, uint64_t work
     for (int64_t i = 0; i < bt; i++) {
         int64_t t;
         if (!token_masked(mask, i) && ((t = local_target(mt, i)) < 0 || t >= v)) {
-            portSetError("aclnnFusedLinearCrossEntropyLossGrad: maskedTarget[%lld] = %lld is outside [0, %lld)",
+            xlossEmuSetErrMsg("aclnnFusedLinearCrossEntropyLossGrad: maskedTarget[%lld] = %lld is outside [0, %lld)",
                          (long long)i, (long long)t, (long long)v);
             return ACLNN_ERR_RUNTIME_ERROR;
         }
@@ -133,9 +133,9 @@ static aclnnStatus need_shape(const char *api, const char *name, const port_tens
         return ACLNN_SUCCESS;
     char s[160];
     if (ndim == 1)
-        portSetError("%s: %s must have shape (%lld,); got %s", api, name, (long long)d0, port_shape(t, s, sizeof s));
+        xlossEmuSetErrMsg("%s: %s must have shape (%lld,); got %s", api, name, (long long)d0, port_shape(t, s, sizeof s));
     else
-        portSetError("%s: %s must have shape (%lld, %lld); got %s", api, name, (long long)d0, (long long)d1,
+        xlossEmuSetErrMsg("%s: %s must have shape (%lld, %lld); got %s", api, name, (long long)d0, (long long)d1,
                      port_shape(t, s, sizeof s));
     return ACLNN_ERR_PARAM_INVALID;
 }
@@ -172,12 +172,12 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspace
         PORT_TRY(port_describe(api, names[k], tensors[k], &p.t[k]));
 
     if (labelSmoothing != 0.0f) { /* NaN too */
-        portSetError("%s: labelSmoothing must be 0; got %g", api, (double)labelSmoothing);
+        xlossEmuSetErrMsg("%s: labelSmoothing must be 0; got %g", api, (double)labelSmoothing);
         return ACLNN_ERR_PARAM_INVALID;
     }
     aclDataType dt = p.t[L_INPUT].dtype;
     if (dt != ACL_FLOAT16 && dt != ACL_BF16) {
-        portSetError("%s: input has dtype %s; expected FLOAT16 or BF16", api, port_dtype_name(dt));
+        xlossEmuSetErrMsg("%s: input has dtype %s; expected FLOAT16 or BF16", api, port_dtype_name(dt));
         return ACLNN_ERR_PARAM_INVALID;
     }
     static const int same[3] = {L_WEIGHT, L_IGRAD, L_WGRAD};
@@ -188,13 +188,13 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspace
         PORT_TRY(port_need_dtype(api, names[f32[k]], &p.t[f32[k]], ACL_FLOAT));
     aclDataType mdt = p.t[L_MASK].dtype, tdt = p.t[L_MT].dtype;
     if ((mdt != ACL_BOOL && mdt != ACL_UINT8) || (tdt != ACL_INT32 && tdt != ACL_INT64)) {
-        portSetError("%s: targetMask must be BOOL or UINT8 and maskedTarget INT32 or INT64; got %s and %s", api,
+        xlossEmuSetErrMsg("%s: targetMask must be BOOL or UINT8 and maskedTarget INT32 or INT64; got %s and %s", api,
                      port_dtype_name(mdt), port_dtype_name(tdt));
         return ACLNN_ERR_PARAM_INVALID;
     }
     const port_tensor *g = &p.t[L_GRAD], *x = &p.t[L_INPUT], *w = &p.t[L_WEIGHT], *m = &p.t[L_MASK];
     if (g->ndim != 1 || x->ndim != 2 || w->ndim != 2) {
-        portSetError("%s: grad must be 1-D, input and weight 2-D", api);
+        xlossEmuSetErrMsg("%s: grad must be 1-D, input and weight 2-D", api);
         return ACLNN_ERR_PARAM_INVALID;
     }
     int64_t bt = g->dims[0], h = x->dims[1], v = w->dims[0];
@@ -210,22 +210,21 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspace
         PORT_TRY(need_shape(api, "targetMask", m, 1, bt, 0));
     } else if (m->ndim != 1 || m->dims[0] < (bt + 7) / 8) {
         char s[160];
-        portSetError("%s: a bit-packed targetMask needs %lld bytes for BT=%lld; got %s", api,
+        xlossEmuSetErrMsg("%s: a bit-packed targetMask needs %lld bytes for BT=%lld; got %s", api,
                      (long long)((bt + 7) / 8), (long long)bt, port_shape(m, s, sizeof s));
         return ACLNN_ERR_PARAM_INVALID;
     }
     flce_layout l;
     if (flce_layout_of(v, h, &l) != 0) {
-        portSetError("%s: V=%lld, H=%lld is too large", api, (long long)v, (long long)h);
+        xlossEmuSetErrMsg("%s: V=%lld, H=%lld is too large", api, (long long)v, (long long)h);
         return ACLNN_ERR_PARAM_INVALID;
     }
-    return portCreateExecutor(api, PORT_OP_FUSED_LINEAR_CROSS_ENTROPY_LOSS_GRAD, tensors, L_COUNT, &p, sizeof p,
-                              flce_kernel, l.total, workspaceSize, executor);
+    return port_create_executor("aclnnFusedLinearCrossEntropyLossGrad", p.t, names, L_COUNT, &p, sizeof p,
+                                flce_kernel, l.total, workspaceSize, executor);
 }
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize,
                                                                      aclOpExecutor *executor, aclrtStream stream)
 {
-    return portRunExecutor("aclnnFusedLinearCrossEntropyLossGrad", PORT_OP_FUSED_LINEAR_CROSS_ENTROPY_LOSS_GRAD,
-                           workspace, workspaceSize, executor, stream);
+    return xlossEmuRunExecutor("aclnnFusedLinearCrossEntropyLossGrad", workspace, workspaceSize, executor, stream);
 }

@@ -9,6 +9,7 @@
 #define FOCAL_TILE 2048
 
 enum { F_SELF, F_TARGET, F_WEIGHT, F_GRAD, F_OUT };
+static const char *const operand_names[5] = {"self", "target", "weightOptional", "gradOutput", "out"};
 
 typedef struct {
     port_tensor t[5]; /* indexed by the enum above; F_GRAD absent in the forward plan */
@@ -127,9 +128,9 @@ static aclnnStatus focal_backward_kernel(const void *vplan, void *workspace, uin
         }
         float dx = class_weight(yv, p->alpha) * weight_at(p, &w, i) * (pmy * qg + mod);
         float g = port_load(&p->t[F_GRAD], w.at[F_GRAD]);
-        if (p->reduction == 1)
-            g = (float)((double)g / (double)n);
-        port_store(&p->t[F_OUT], w.at[F_OUT], dx * g, ELEMENTWISE_OUT_ROUND);
+        /* mean: (g / n) * value in double, one rounding (g / n alone can be a float32 subnormal) */
+        double scale = p->reduction == 1 ? (double)n : 1.0;
+        port_store(&p->t[F_OUT], w.at[F_OUT], (float)((double)dx * (double)g / scale), ELEMENTWISE_OUT_ROUND);
     }
     return ACLNN_SUCCESS;
 }
@@ -139,19 +140,18 @@ static aclnnStatus focal_backward_kernel(const void *vplan, void *workspace, uin
 
 static aclnnStatus check_operands(const char *api, focal_plan *p, double gamma, double alpha, int64_t reduction)
 {
-    static const char *const names[5] = {"self", "target", "weightOptional", "gradOutput", "out"};
     for (int k = 0; k < 5; k++)
-        PORT_TRY(port_need_float(api, names[k], &p->t[k]));
+        PORT_TRY(port_need_float(api, operand_names[k], &p->t[k]));
     PORT_TRY(port_need_broadcast(api, "target", &p->t[F_TARGET], &p->t[F_SELF]));
     PORT_TRY(port_need_broadcast(api, "weightOptional", &p->t[F_WEIGHT], &p->t[F_SELF]));
     PORT_TRY(port_need_broadcast(api, "gradOutput", &p->t[F_GRAD], &p->t[F_SELF]));
     PORT_TRY(port_need_reduction(api, reduction));
     if (!isfinite(gamma) || gamma < 0.0) {
-        portSetError("%s: gamma must be finite and >= 0; got %g", api, gamma);
+        xlossEmuSetErrMsg("%s: gamma must be finite and >= 0; got %g", api, gamma);
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (!isfinite(alpha) || alpha > 1.0) {
-        portSetError("%s: alpha must be at most 1 (negative disables it) and finite; got %g", api, alpha);
+        xlossEmuSetErrMsg("%s: alpha must be at most 1 (negative disables it) and finite; got %g", api, alpha);
         return ACLNN_ERR_PARAM_INVALID;
     }
     p->gamma = (float)gamma;
@@ -184,21 +184,20 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclT
         PORT_TRY(port_need_same_shape(api, "out", &p.t[F_OUT], &p.t[F_SELF]));
     } else if (!port_one_element(&p.t[F_OUT])) {
         char s[160];
-        portSetError("%s: out must have shape () or (1,) for reduction %lld; got %s", api, (long long)reduction,
+        xlossEmuSetErrMsg("%s: out must have shape () or (1,) for reduction %lld; got %s", api, (long long)reduction,
                      port_shape(&p.t[F_OUT], s, sizeof s));
         return ACLNN_ERR_PARAM_INVALID;
     }
     int64_t tiles = (p.t[F_SELF].numel + FOCAL_TILE - 1) / FOCAL_TILE;
     uint64_t ws = reduction != 0 ? port_align32((uint64_t)tiles * sizeof(double)) : 0;
-    const aclTensor *tensors[4] = {self, target, weightOptional, out};
-    return portCreateExecutor(api, PORT_OP_SIGMOID_FOCAL_LOSS, tensors, 4, &p, sizeof p, focal_forward_kernel, ws,
-                              workspaceSize, executor);
+    return port_create_executor("aclnnSigmoidFocalLoss", p.t, operand_names, 5, &p, sizeof p, focal_forward_kernel,
+                                ws, workspaceSize, executor);
 }
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t workspaceSize,
                                                       aclOpExecutor *executor, aclrtStream stream)
 {
-    return portRunExecutor("aclnnSigmoidFocalLoss", PORT_OP_SIGMOID_FOCAL_LOSS, workspace, workspaceSize, executor,
+    return xlossEmuRunExecutor("aclnnSigmoidFocalLoss", workspace, workspaceSize, executor,
                            stream);
 }
 
@@ -224,15 +223,14 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
     PORT_TRY(port_describe(api, "out", out, &p.t[F_OUT]));
     PORT_TRY(check_operands(api, &p, gamma, alpha, reduction));
     PORT_TRY(port_need_same_shape(api, "out", &p.t[F_OUT], &p.t[F_SELF]));
-    const aclTensor *tensors[5] = {self, target, weightOptional, gradOutput, out};
-    return portCreateExecutor(api, PORT_OP_SIGMOID_FOCAL_LOSS_BACKWARD, tensors, 5, &p, sizeof p,
-                              focal_backward_kernel, 0, workspaceSize, executor);
+    return port_create_executor("aclnnSigmoidFocalLossBackward", p.t, operand_names, 5, &p, sizeof p,
+                                focal_backward_kernel, 0, workspaceSize, executor);
 }
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
                                                               aclOpExecutor *executor, aclrtStream stream)
 {
-    return portRunExecutor("aclnnSigmoidFocalLossBackward", PORT_OP_SIGMOID_FOCAL_LOSS_BACKWARD, workspace,
+    return xlossEmuRunExecutor("aclnnSigmoidFocalLossBackward", workspace,
                            workspaceSize, executor, stream);
 }
 #endif

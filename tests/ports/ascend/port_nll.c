@@ -30,7 +30,7 @@ static aclnnStatus nll_kernel(const void *vplan, void *workspace, uint64_t works
     for (int64_t i = 0; i < rows; i++) {
         int64_t t = target_of(p, i);
         if (t != p->ignore_index && (t < 0 || t >= classes)) {
-            portSetError("aclnnNLLLossBackward: target[%lld] = %lld is outside [0, %lld) and is not ignoreIndex",
+            xlossEmuSetErrMsg("aclnnNLLLossBackward: target[%lld] = %lld is outside [0, %lld) and is not ignoreIndex",
                          (long long)i, (long long)t, (long long)classes);
             return ACLNN_ERR_RUNTIME_ERROR;
         }
@@ -89,7 +89,7 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTe
         PORT_TRY(port_need_dtype(api, names[same[k]], &p.t[same[k]], p.t[N_SELF].dtype));
     aclDataType tdt = p.t[N_TARGET].dtype;
     if (tdt != ACL_INT64 && tdt != ACL_INT32 && tdt != ACL_UINT8) {
-        portSetError("%s: target has dtype %s; expected INT64, INT32 or UINT8", api, port_dtype_name(tdt));
+        xlossEmuSetErrMsg("%s: target has dtype %s; expected INT64, INT32 or UINT8", api, port_dtype_name(tdt));
         return ACLNN_ERR_PARAM_INVALID;
     }
     PORT_TRY(port_need_reduction(api, reduction));
@@ -97,40 +97,40 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTe
     const port_tensor *s = &p.t[N_SELF], *t = &p.t[N_TARGET], *g = &p.t[N_GRAD], *w = &p.t[N_WEIGHT];
     char a[160], b[160];
     if (s->ndim != 1 && s->ndim != 2) {
-        portSetError("%s: self must have shape (N, C) or (C); got %s", api, port_shape(s, a, sizeof a));
+        xlossEmuSetErrMsg("%s: self must have shape (N, C) or (C); got %s", api, port_shape(s, a, sizeof a));
         return ACLNN_ERR_PARAM_INVALID;
     }
     int64_t classes = s->dims[s->ndim - 1];
     if (s->ndim == 2 ? !(t->ndim == 1 && t->dims[0] == s->dims[0]) : t->ndim != 0) {
-        portSetError("%s: target of shape %s does not match self of shape %s", api, port_shape(t, a, sizeof a),
+        xlossEmuSetErrMsg("%s: target of shape %s does not match self of shape %s", api, port_shape(t, a, sizeof a),
                      port_shape(s, b, sizeof b));
         return ACLNN_ERR_PARAM_INVALID;
     }
     int grad_ok = reduction == 0 && s->ndim == 2 ? g->ndim == 1 && g->dims[0] == s->dims[0] : port_one_element(g);
     if (!grad_ok) {
-        portSetError("%s: gradOutput of shape %s does not fit reduction %lld with self %s", api,
+        xlossEmuSetErrMsg("%s: gradOutput of shape %s does not fit reduction %lld with self %s", api,
                      port_shape(g, a, sizeof a), (long long)reduction, port_shape(s, b, sizeof b));
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (!(w->ndim == 1 && w->dims[0] == classes)) {
-        portSetError("%s: weight must have shape (%lld,); got %s", api, (long long)classes,
+        xlossEmuSetErrMsg("%s: weight must have shape (%lld,); got %s", api, (long long)classes,
                      port_shape(w, a, sizeof a));
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (!port_one_element(&p.t[N_TOTAL])) {
-        portSetError("%s: totalWeight must have one element; got %s", api, port_shape(&p.t[N_TOTAL], a, sizeof a));
+        xlossEmuSetErrMsg("%s: totalWeight must have one element; got %s", api, port_shape(&p.t[N_TOTAL], a, sizeof a));
         return ACLNN_ERR_PARAM_INVALID;
     }
     PORT_TRY(port_need_same_shape(api, "out", &p.t[N_OUT], s));
     p.reduction = reduction;
     p.ignore_index = ignoreIndex;
-    return portCreateExecutor(api, PORT_OP_NLL_LOSS_BACKWARD, tensors, 6, &p, sizeof p, nll_kernel, 0, workspaceSize,
-                              executor);
+    return port_create_executor("aclnnNLLLossBackward", p.t, names, 6, &p, sizeof p, nll_kernel, 0, workspaceSize,
+                                executor);
 }
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackward(void *workspace, uint64_t workspaceSize,
                                                      aclOpExecutor *executor, aclrtStream stream)
 {
-    return portRunExecutor("aclnnNLLLossBackward", PORT_OP_NLL_LOSS_BACKWARD, workspace, workspaceSize, executor,
+    return xlossEmuRunExecutor("aclnnNLLLossBackward", workspace, workspaceSize, executor,
                            stream);
 }

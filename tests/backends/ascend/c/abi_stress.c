@@ -8,6 +8,8 @@
  *  2. threads running repeatable executors while others allocate and free device memory and
  *     one frees the memory a running executor uses (the pin keeps it valid; later runs fail).
  *  3. every object released: the live counters return to zero.
+ *  Every tensor made (and, in the threads, every shared tensor, concurrently) is read back through
+ *  CANN's accessors and xlossEmuDescribeTensor.
  *
  * Usage: abi_stress [iterations] ; exit status 0 when all checks hold.
  */
@@ -47,6 +49,33 @@ static int known_status(aclnnStatus st)
 {
     return st == ACLNN_SUCCESS || st == ACLNN_ERR_PARAM_NULLPTR || st == ACLNN_ERR_PARAM_INVALID ||
            st == ACLNN_ERR_RUNTIME_ERROR;
+}
+
+/* Reads a live tensor back through every accessor; the arrays are the caller's to free. */
+static void read_back(const aclTensor *t, const char *where)
+{
+    int64_t *a = NULL, off = 0;
+    uint64_t n = 0;
+    aclDataType dt;
+    aclFormat fmt;
+    void *addr = NULL;
+    xlossEmuTensorDesc d;
+    if (aclGetViewShape(t, &a, &n) != ACLNN_SUCCESS || !a)
+        FAIL("%s: aclGetViewShape", where);
+    free(a);
+    a = NULL;
+    if (aclGetViewStrides(t, &a, &n) != ACLNN_SUCCESS || !a)
+        FAIL("%s: aclGetViewStrides", where);
+    free(a);
+    a = NULL;
+    if (aclGetStorageShape(t, &a, &n) != ACLNN_SUCCESS || !a)
+        FAIL("%s: aclGetStorageShape", where);
+    free(a);
+    if (aclGetViewOffset(t, &off) || aclGetDataType(t, &dt) || aclGetFormat(t, &fmt) || aclGetRawTensorAddr(t, &addr))
+        FAIL("%s: a scalar accessor", where);
+    aclnnStatus st = xlossEmuDescribeTensor(t, "t", &d);
+    if (st != ACLNN_SUCCESS && st != ACLNN_ERR_PARAM_INVALID) /* more than 8 dims: 161002 */
+        FAIL("%s: xlossEmuDescribeTensor %d", where, st);
 }
 
 /* ---- 1. fuzz ------------------------------------------------------------------------------ */
@@ -102,6 +131,8 @@ static aclTensor *random_tensor(const int64_t *hint, int hint_nd, aclDataType pr
         }
     }
     aclTensor *t = aclCreateTensor(dims, (uint64_t)nd, dt, strides, offset, fmt, storage, 1, data);
+    if (t)
+        read_back(t, "fuzz tensor");
     aclGetRecentErrMsg();
     return t;
 }
@@ -198,6 +229,7 @@ static void fuzz_one(aclrtStream stream)
 typedef struct {
     int id, iters;
     void *shared; /* freed by thread 0 while the others may run over it */
+    const aclTensor *shared_tensor; /* read by every thread concurrently */
 } worker_arg;
 
 static void *worker(void *p)
@@ -222,6 +254,7 @@ static void *worker(void *p)
         aclTensor *tx = aclCreateTensor(shape, 1, ACL_FLOAT, stride, 0, ACL_FORMAT_ND, shape, 1, x);
         aclTensor *ts = aclCreateTensor(shape, 1, ACL_FLOAT, stride, 0, ACL_FORMAT_ND, shape, 1, a->shared);
         aclTensor *to = aclCreateTensor(shape, 1, ACL_FLOAT, stride, 0, ACL_FORMAT_ND, shape, 1, o);
+        read_back(a->shared_tensor, "shared tensor"); /* the same tensor from every thread at once */
         uint64_t ws = 0;
         aclOpExecutor *ex = NULL;
         /* the shared block may already be freed: then phase one refuses (161002) */
@@ -281,14 +314,20 @@ int main(int argc, char **argv)
 
     void *shared = NULL;
     aclrtMalloc(&shared, 1024, ACL_MEM_MALLOC_HUGE_FIRST);
+    void *tbuf = NULL;
+    aclrtMalloc(&tbuf, 64, ACL_MEM_MALLOC_HUGE_FIRST);
+    const int64_t tdims[2] = {2, 3}, tstrides[2] = {1, 2}, tstorage[1] = {16};
+    aclTensor *shared_tensor = aclCreateTensor(tdims, 2, ACL_FLOAT, tstrides, 1, ACL_FORMAT_ND, tstorage, 1, tbuf);
     pthread_t th[4];
     worker_arg args[4];
     for (int i = 0; i < 4; i++) {
-        args[i] = (worker_arg){i, 60, shared};
+        args[i] = (worker_arg){i, 60, shared, shared_tensor};
         pthread_create(&th[i], NULL, worker, &args[i]);
     }
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
+    aclDestroyTensor(shared_tensor);
+    aclrtFree(tbuf);
 
     aclrtDestroyStream(stream);
     int64_t live = xlossEmuLiveAllocations(XLOSS_EMU_LIVE_ALL);

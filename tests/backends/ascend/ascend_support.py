@@ -1,0 +1,174 @@
+"""Helpers shared by the ascend backend tests (``tests/backends/ascend``) and the hardening tests
+(``tests/hardening/test_ascend_*.py``): which emulator build to test, raw ABI access, and valid
+argument sets for every operator. Loaded by file path (see conftest.py), since pytest's importlib mode gives
+tests no package to import from."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from xloss.backends import ascend_aclnn
+from xloss.backends.ascend_aclnn import _cdef as C
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+# This checkout's build script (the installed package may be a non-editable copy without the
+# nested headers): C builds in these tests use the checkout's sources and headers.
+PKG = ROOT / "backends" / "ascend_aclnn"
+INCLUDE = PKG / "include"
+
+
+def load_module(path, name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+lib_build = load_module(PKG / "build.py", "ascend_repo_build")
+
+
+def emulator_path() -> str:
+    """The emulator build under test. XLOSS_ASCEND_TEST_EMULATOR: another build's operator library
+    (e.g. the --sanitize build, with libasan preloaded), its runtime beside it."""
+    if os.environ.get("XLOSS_ASCEND_TEST_EMULATOR"):
+        return os.environ["XLOSS_ASCEND_TEST_EMULATOR"]
+    path = Path(ascend_aclnn.emulator_library_path())
+    if not path.exists() or not Path(ascend_aclnn.emulator_runtime_path()).exists():
+        lib_build.build()  # a fresh checkout: build in place, as the install would
+    return str(path)
+
+
+def emulator_backend(**options):
+    b = ascend_aclnn.make_backend(lib=emulator_path(), **options)
+    ok, why = b.availability()
+    assert ok, why
+    return b
+
+
+class Abi:
+    """Raw calls into the loaded library (statuses returned, not raised)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.rt = backend.rt
+        self.lib = backend.rt.lib
+        self.ffi = backend.rt.ffi
+        self.NULL = self.ffi.NULL
+
+    def phase_one(self, op: str, *args):
+        size = self.ffi.new("uint64_t *")
+        exe = self.ffi.new("aclOpExecutor **")
+        st = self.lib.symbol(op + "GetWorkspaceSize")(*args, size, exe)
+        return int(st), int(size[0]), exe[0]
+
+    def phase_two(self, op: str, workspace, size: int, executor, stream):
+        return int(self.lib.symbol(op)(workspace, size, executor, stream))
+
+    def message(self) -> str:
+        return self.rt.recent_message()
+
+    def live(self, kind=C.LIVE_ALL) -> int:
+        return self.rt.live(kind)
+
+    def create(self, buf, shape, dtype_code, strides=None, offset=0, storage=None, fmt=C.ACL_FORMAT_ND, data=None):
+        """aclCreateTensor, returning the raw pointer (NULL allowed); not tracked by a session."""
+        shape = list(shape)
+        strides = list(strides) if strides is not None else list(_contig(shape))
+        storage = list(storage) if storage is not None else shape
+        ptr = data if data is not None else buf.ptr
+        return self.lib.aclCreateTensor(self.ffi.new("int64_t[]", shape or [0]), len(shape), dtype_code,
+                                        self.ffi.new("int64_t[]", strides or [0]), offset, fmt,
+                                        self.ffi.new("int64_t[]", storage or [0]), len(storage), ptr)
+
+
+def _contig(shape):
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(out))
+
+
+def storage_size(shape, strides, offset) -> int:
+    """Elements a view needs: offset + 1 + sum((d-1)*s), or offset for an empty view."""
+    if math.prod(shape) == 0:
+        return offset
+    return offset + 1 + sum((d - 1) * s for d, s in zip(shape, strides))
+
+
+# ---- valid argument sets for every operator, by name (tests override one at a time) ----------
+
+OPS = ("aclnnSigmoidFocalLoss", "aclnnSigmoidFocalLossBackward", "aclnnBinaryCrossEntropyBackward",
+       "aclnnNLLLossBackward", "aclnnFusedLinearCrossEntropyLossGrad")
+
+#: required pointer arguments per operator (NULL -> 161001)
+REQUIRED = {
+    "aclnnSigmoidFocalLoss": ("self", "target", "out"),
+    "aclnnSigmoidFocalLossBackward": ("gradOutput", "self", "target", "out"),
+    "aclnnBinaryCrossEntropyBackward": ("gradOutput", "self", "target", "out"),
+    "aclnnNLLLossBackward": ("gradOutput", "self", "target", "weight", "totalWeight", "out"),
+    "aclnnFusedLinearCrossEntropyLossGrad": ("grad", "input", "weight", "targetMask", "maskedTarget",
+                                             "inputGradOut", "weightGradOut"),
+}
+
+
+def op_args(s, op, *, dtype=np.float32, reduction=0, mode="recompute"):
+    """A valid, ordered argument dict for ``op`` (before workspaceSize/executor), plus host data."""
+    rng = np.random.default_rng(7)
+    n = s.ffi.NULL
+    if op in ("aclnnSigmoidFocalLoss", "aclnnSigmoidFocalLossBackward", "aclnnBinaryCrossEntropyBackward"):
+        shape = (3, 5)
+        x = rng.uniform(0.05, 0.95, shape).astype(dtype)
+        y = (rng.random(shape) > 0.5).astype(dtype)
+        w = rng.uniform(0, 2, (1, 5)).astype(dtype)
+        out_shape = shape if reduction == 0 or op != "aclnnSigmoidFocalLoss" else ()
+        d = {}
+        if op != "aclnnSigmoidFocalLoss":
+            d["gradOutput"] = s.put(np.asarray(1.5, np.float32))[0]
+        d["self"], d["target"], d["weightOptional"] = s.put(x)[0], s.put(y)[0], s.put(w)[0]
+        if op != "aclnnBinaryCrossEntropyBackward":
+            d["gamma"], d["alpha"] = 2.0, 0.25
+        d["reduction"] = reduction
+        d["out"] = s.empty(out_shape, dtype)[0]
+        return d
+    if op == "aclnnNLLLossBackward":
+        N, K = 4, 3
+        return {"gradOutput": s.put(np.ones(N if reduction == 0 else 1, dtype))[0],
+                "self": s.put(-rng.random((N, K)).astype(dtype))[0],
+                "target": s.put(np.array([0, 2, -100, 1], np.int64))[0],
+                "weight": s.put(np.array([1.0, 2.0, 0.5], dtype))[0],
+                "reduction": reduction, "ignoreIndex": -100,
+                "totalWeight": s.put(np.array([3.0], dtype))[0],
+                "out": s.empty((N, K), dtype)[0]}
+    assert op == "aclnnFusedLinearCrossEntropyLossGrad"
+    dt = np.float16 if dtype == np.float32 else dtype
+    BT, H, V = 5, 4, 6
+    x = rng.uniform(-1, 1, (BT, H)).astype(dt)
+    w = rng.uniform(-1, 1, (V, H)).astype(dt)
+    d = {"grad": s.put(rng.uniform(-1, 1, BT).astype(np.float32))[0], "input": s.put(x)[0], "weight": s.put(w)[0],
+         "targetMask": s.put(np.packbits(np.array([0, 1, 0, 0, 1], bool), bitorder="little"))[0],
+         "maskedTarget": s.put(np.array([1, 0, 5, 2, 0], np.int64))[0], "labelSmoothing": 0.0,
+         "logitsMaxOptional": n, "sumExpLogitsOptional": n, "softmaxOptional": n}
+    logits = x.astype(np.float64) @ w.astype(np.float64).T
+    if mode == "recompute":
+        d["logitsMaxOptional"] = s.put(logits.max(axis=1).astype(np.float32))[0]
+        d["sumExpLogitsOptional"] = s.put(np.exp(logits - logits.max(axis=1, keepdims=True)).sum(axis=1)
+                                          .astype(np.float32))[0]
+    else:
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        d["softmaxOptional"] = s.put((p / p.sum(axis=1, keepdims=True)).astype(np.float32))[0]
+    d["inputGradOut"] = s.empty((BT, H), dt)[0]
+    d["weightGradOut"] = s.empty((V, H), dt)[0]
+    return d
+
+
