@@ -33,7 +33,8 @@ def sigmoid_pair(x):
 def bce_with_logits(x, y):
     """``softplus(x) - x*y`` without cancellation: for x > 0 it is ``x*(1-y) + log1p(e^-x)``."""
     x, y = as_f64(x), as_f64(y)
-    linear = np.where(x > 0, x * (1.0 - y), -x * y)
+    with np.errstate(invalid="ignore"):  # inf * 0 for infinite logits: NaN, as documented
+        linear = np.where(x > 0, x * (1.0 - y), -x * y)
     return linear + np.log1p(np.exp(-np.abs(x)))
 
 
@@ -68,7 +69,8 @@ def sigmoid_focal_loss_grad(x, y, grad=1.0, *, alpha=0.25, gamma=2.0, weight=Non
         # r = p(1-p)/q; where q == 0 (p and y both exactly 0, or both exactly 1) its limit is 1.
         r = np.where(q > 0, (p * s) / np.where(q > 0, q, 1.0), 1.0)
     p_minus_y = p * (1.0 - y) - s * y
-    dx = w * (p_minus_y * qg + gamma * qg * r * (1.0 - 2.0 * y) * ce)
+    with np.errstate(invalid="ignore"):  # NaN for infinite logits (0 * inf), as documented
+        dx = w * (p_minus_y * qg + gamma * qg * r * (1.0 - 2.0 * y) * ce)
     return scale_grad(dx, grad, reduction)
 
 
