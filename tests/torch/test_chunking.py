@@ -1,0 +1,45 @@
+"""The default chunk sizes of the fused linear-cross-entropy (xloss.torch.chunking)."""
+
+import pytest
+
+import xloss
+from xloss.torch import chunking
+
+
+@pytest.mark.parametrize("hidden,vocab", [(1024, 32000), (4096, 128256), (768, 50257), (64, 1000), (16, 50),
+                                          (8192, 256000), (1, 1)])
+def test_default_chunk_keeps_the_logits_near_the_weight_size_within_the_clamps(hidden, vocab):
+    chunk = chunking.default_chunk_size(hidden, vocab)
+    logits = chunk * vocab
+    assert chunk >= 1
+    assert logits <= chunking.LOGITS_MAX_ELEMENTS
+    # at least the floor (up to the rounding to a multiple of 64 tokens), at most the weight's size
+    assert logits >= min(chunking.LOGITS_MIN_ELEMENTS, chunking.LOGITS_MAX_ELEMENTS) - 64 * vocab
+    assert logits <= max(vocab * hidden, chunking.LOGITS_MIN_ELEMENTS)
+    if chunking.LOGITS_MIN_ELEMENTS <= vocab * hidden <= chunking.LOGITS_MAX_ELEMENTS and hidden >= 64:
+        assert hidden - 64 < chunk <= hidden
+
+
+def test_the_issue_target_shape_uses_four_chunks_of_1024_tokens():
+    assert chunking.default_chunk_size(1024, 32000) == 1024
+    assert chunking.default_vocab_chunk_size(1024, 1024, 32000) == 8192
+
+
+def test_vocabulary_block_is_bounded_and_never_exceeds_the_shard():
+    for chunk, hidden, vocab in [(1024, 1024, 32000), (64, 16, 37), (4096, 8192, 256000), (8, 4, 3)]:
+        block = chunking.default_vocab_chunk_size(chunk, hidden, vocab)
+        assert 1 <= block <= vocab
+        assert block * max(chunk, hidden) <= max(chunking.BLOCK_ELEMENTS, chunking.MIN_BLOCK_ROWS * max(chunk, hidden))
+
+
+def test_resolve_sizes_checks_what_the_caller_gives():
+    assert chunking.resolve_sizes(7, 5, 16, 100) == (7, 5)
+    with pytest.raises(xloss.XLossValueError, match="chunk_size"):
+        chunking.resolve_sizes(0, None, 16, 100)
+    with pytest.raises(xloss.XLossTypeError, match="vocab_chunk_size"):
+        chunking.resolve_sizes(8, 2.5, 16, 100)
+
+
+def test_spans_cover_the_range_with_a_short_last_span():
+    assert chunking.spans(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert chunking.spans(0, 4) == []

@@ -1,0 +1,313 @@
+"""xloss.torch.fused_linear_cross_entropy against PyTorch's F.cross_entropy(F.linear(...)) under
+autograd in float64 (loss, input/weight/bias gradients), gradcheck, every backend and dtype,
+the fixed edge cases, bounded memory, and the error messages."""
+
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+import xloss
+import xloss.torch as xt
+from xloss.torch.memory import track_peak_memory
+
+F64 = torch.float64
+REDUCTIONS = ["none", "mean", "sum"]
+
+
+def backends_for(kernel, dtype, **variants):
+    names = []
+    for info in xloss.list_backends():
+        caps = info.capabilities.get(kernel)
+        if info.available and caps is not None and dtype in caps.dtypes and all(
+                v in caps.variants.get(a, (v,)) for a, v in variants.items()):
+            names.append(info.name)
+    return names
+
+
+def problem(bt, h, v, *, seed=0, dtype=F64, ignore_every=0, bias=False, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(bt, h, generator=g, dtype=F64) * scale).to(dtype)
+    w = (torch.randn(v, h, generator=g, dtype=F64) * scale).to(dtype)
+    b = torch.randn(v, generator=g, dtype=F64).to(dtype) if bias else None
+    t = torch.randint(0, v, (bt,), generator=g)
+    if ignore_every:
+        t[::ignore_every] = -100
+    return x, w, b, t
+
+
+def grads_of(fn, x, w, b, upstream_fn):
+    leaves = [a.detach().clone().requires_grad_() for a in (x, w) + ((b,) if b is not None else ())]
+    loss = fn(*leaves)
+    loss.backward(upstream_fn(loss))
+    return loss.detach(), [a.grad for a in leaves]
+
+
+def compare(x, w, b, t, *, upstream=None, tol=1e-12, **kw):
+    """Run ours (kw: everything fused_linear_cross_entropy takes) and PyTorch's in float64; assert agreement."""
+    torch_kw = {k: kw[k] for k in ("reduction", "ignore_index", "label_smoothing") if k in kw}
+    if kw.get("class_weight") is not None:
+        torch_kw["weight"] = kw["class_weight"].to(F64)
+    made = {}
+
+    def up(loss):  # one upstream gradient, the same for both
+        if "g" not in made:
+            made["g"] = (upstream or (lambda l: torch.ones_like(l)))(loss.detach().to(F64))
+        return made["g"].to(loss.dtype)
+
+    def ours(x, w, b=None):
+        return xt.fused_linear_cross_entropy(x, w, t, b, **kw)
+
+    def theirs(x, w, b=None):
+        z = F.linear(x.to(F64), w.to(F64), None if b is None else b.to(F64))
+        return F.cross_entropy(z, t.long(), **torch_kw)
+
+    got_loss, got = grads_of(ours, x, w, b, up)
+    exp_loss, exp = grads_of(theirs, x.to(F64), w.to(F64), None if b is None else b.to(F64), up)
+    assert got_loss.shape == exp_loss.shape and got_loss.dtype == x.dtype
+    close(got_loss, exp_loss, tol, "loss")
+    # a gradient entry is a sum of terms of size about |g| * |x or w|, which can cancel to 0
+    # (e.g. V = 1): errors are measured against that size, not only against the result
+    terms = made["g"].abs().sum().item() * max(1.0, x.abs().max().item() if x.numel() else 0.0,
+                                               w.abs().max().item() if w.numel() else 0.0)
+    for name, a, e in zip(("input", "weight", "bias"), got, exp):
+        assert a.dtype == x.dtype and a.shape == e.shape
+        close(a, e, tol, f"{name} grad", floor=terms)
+
+
+def close(actual, expected, rel, what, floor=0.0):
+    actual, expected = actual.to(F64), expected.to(F64)
+    assert torch.equal(torch.isnan(actual), torch.isnan(expected)), f"{what}: NaN pattern differs"
+    a, e = actual[~torch.isnan(expected)], expected[~torch.isnan(expected)]
+    if e.numel() == 0:
+        return
+    scale, err = max(e.abs().max().item(), floor), (a - e).abs().max().item()
+    assert err <= rel * scale + 1e-300, f"{what}: max error {err:.3g} vs scale {scale:.3g}"
+
+
+@st.composite
+def flce_case(draw):
+    bt, h, v = draw(st.integers(0, 24)), draw(st.integers(1, 6)), draw(st.integers(1, 23))
+    ignore = draw(st.sampled_from([-100, 0]))
+    t = draw(st.lists(st.integers(0, v - 1) | st.just(ignore), min_size=bt, max_size=bt))
+    return dict(
+        bt=bt, h=h, v=v, t=t, ignore=ignore,
+        reduction=draw(st.sampled_from(REDUCTIONS)),
+        ls=draw(st.sampled_from([0.0, 0.1]) | st.floats(0, 0.9)),
+        class_weight=draw(st.booleans()), bias=draw(st.booleans()),
+        # at most about five chunks and five blocks: many tiny kernel calls only cost time
+        chunk=draw(st.none() | st.integers(max(1, bt // 5), bt + 3)),
+        block=draw(st.none() | st.integers(max(1, v // 5), v + 3)),
+        seed=draw(st.integers(0, 2**16)), scale=draw(st.sampled_from([0.1, 1.0, 8.0])),
+    )
+
+
+@given(flce_case())
+def test_matches_pytorch_cross_entropy_in_float64(c):
+    x, w, b, _ = problem(c["bt"], c["h"], c["v"], seed=c["seed"], bias=c["bias"], scale=c["scale"])
+    t = torch.tensor(c["t"], dtype=torch.int64)
+    g = torch.Generator().manual_seed(c["seed"] + 1)
+    cw = torch.rand(c["v"], generator=g, dtype=F64) + 0.2 if c["class_weight"] else None
+    upstream = lambda loss: torch.rand(loss.shape, generator=g, dtype=F64) * 2 - 0.5
+    compare(x, w, b, t, upstream=upstream, reduction=c["reduction"], ignore_index=c["ignore"],
+            label_smoothing=c["ls"], class_weight=cw, chunk_size=c["chunk"], vocab_chunk_size=c["block"],
+            backend="reference")
+
+
+# -- fixed edge cases ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("ls", [0.0, 0.2])
+def test_every_token_ignored(reduction, ls):
+    x, w, b, t = problem(5, 3, 7, bias=True)
+    t[:] = -100
+    compare(x, w, b, t, reduction=reduction, label_smoothing=ls, chunk_size=2, backend="reference")
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_one_token(reduction):
+    x, w, b, t = problem(1, 4, 9, bias=True)
+    compare(x, w, b, t, reduction=reduction, label_smoothing=0.1, backend="reference")
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_empty_batch(reduction):
+    x, w, b, t = problem(0, 4, 9, bias=True)
+    compare(x, w, b, t, reduction=reduction, backend="reference")
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_tokens_and_vocabulary_not_divisible_by_the_chunks(reduction):
+    x, w, b, t = problem(29, 5, 37, ignore_every=4, bias=True)
+    compare(x, w, b, t, reduction=reduction, chunk_size=8, vocab_chunk_size=10, label_smoothing=0.05,
+            backend="reference")
+
+
+def test_single_class_and_ignore_index_inside_the_vocabulary():
+    x, w, b, t = problem(6, 3, 1)
+    compare(x, w, b, t, reduction="mean", backend="reference")
+    x, w, b, t = problem(12, 3, 5, seed=3)
+    compare(x, w, b, t, reduction="mean", ignore_index=2, chunk_size=5, backend="reference")
+
+
+def test_batched_input_and_none_keeps_the_target_shape():
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 4, generator=g, dtype=F64)
+    w = torch.randn(6, 4, generator=g, dtype=F64)
+    t = torch.randint(0, 6, (2, 3), generator=g)
+    loss = xt.fused_linear_cross_entropy(x, w, t, reduction="none", backend="reference")
+    assert loss.shape == (2, 3)
+    exp = F.cross_entropy((x @ w.T).reshape(6, 6), t.reshape(-1), reduction="none").reshape(2, 3)
+    close(loss, exp, 1e-13, "loss")
+
+
+def test_large_logits_are_stable():
+    x, w, b, t = problem(8, 4, 11, scale=30.0)  # logits in the thousands
+    compare(x, w, b, t, reduction="sum", chunk_size=3, vocab_chunk_size=4, backend="reference")
+
+
+# -- gradcheck -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("ls,weighted", [(0.0, False), (0.15, False), (0.15, True)])
+def test_gradcheck_float64(reduction, ls, weighted):
+    x, w, b, t = problem(7, 3, 5, ignore_every=3, bias=True, seed=11)
+    cw = torch.tensor([0.5, 1.0, 2.0, 0.7, 1.3], dtype=F64) if weighted else None
+    args = tuple(a.requires_grad_() for a in (x, w, b))
+    fn = lambda x, w, b: xt.fused_linear_cross_entropy(x, w, t, b, reduction=reduction, label_smoothing=ls,
+                                                       class_weight=cw, chunk_size=3, vocab_chunk_size=2,
+                                                       backend="reference")
+    assert torch.autograd.gradcheck(fn, args)
+
+
+@pytest.mark.parametrize("backend", backends_for("fused_linear_cross_entropy_grad", "float64"))
+def test_gradcheck_float64_every_backend(backend):
+    x, w, _, t = problem(6, 3, 7, ignore_every=4, seed=12)
+    args = (x.requires_grad_(), w.requires_grad_())
+    for reduction in ("none", "mean"):
+        def fn(x, w, reduction=reduction):
+            return xt.fused_linear_cross_entropy(x, w, t, reduction=reduction, chunk_size=4, backend=backend)
+
+        assert torch.autograd.gradcheck(fn, args)
+
+
+# -- every backend and dtype -------------------------------------------------------------------
+
+TOL = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
+CASES = [(dt, b) for dt in ("float32", "float16", "bfloat16")
+         for b in backends_for("fused_linear_cross_entropy_grad", dt)]
+
+
+@pytest.mark.parametrize("dtype,backend", CASES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_every_backend_and_dtype_against_float64(dtype, backend, reduction):
+    # the oracle sees the same rounded inputs; the tolerance covers the 16-bit rounding of the
+    # kernel's outputs (and, for Ascend, of G before its products)
+    x, w, b, t = problem(21, 8, 27, ignore_every=5, bias=True, dtype=getattr(torch, dtype), seed=7, scale=0.7)
+    compare(x, w, b, t, reduction=reduction, label_smoothing=0.1, chunk_size=8, vocab_chunk_size=10,
+            backend=backend, tol=TOL[dtype])
+
+
+# -- autograd behaviour ------------------------------------------------------------------------
+
+
+def test_scalar_upstream_scales_the_precomputed_gradients_and_retain_graph_works():
+    x, w, b, t = problem(9, 4, 6, ignore_every=4, bias=True)
+    leaves = [a.requires_grad_() for a in (x, w, b)]
+    loss = xt.fused_linear_cross_entropy(x, w, t, b, backend="reference")
+    grads1 = torch.autograd.grad(loss * 2.5, leaves, retain_graph=True)
+    grads2 = torch.autograd.grad(loss, leaves)
+    for g1, g2 in zip(grads1, grads2):
+        close(g1, 2.5 * g2, 1e-15, "scaled grad")
+
+
+def test_no_grad_and_frozen_weight():
+    x, w, b, t = problem(10, 4, 6)
+    with torch.no_grad():
+        out = xt.fused_linear_cross_entropy(x.requires_grad_(), w, t, backend="reference")
+    assert out.grad_fn is None
+    close(out, F.cross_entropy(x.detach() @ w.T, t), 1e-14, "loss")
+    x.grad = None
+    loss = xt.fused_linear_cross_entropy(x, w, t, reduction="sum", backend="reference")  # w is frozen
+    loss.backward()
+    xr = x.detach().clone().requires_grad_()
+    F.cross_entropy(xr @ w.T, t, reduction="sum").backward()
+    close(x.grad, xr.grad, 1e-13, "input grad")
+
+
+def test_module_matches_function():
+    x, w, b, t = problem(12, 4, 9, ignore_every=5, bias=True)
+    cw = torch.rand(9, dtype=F64) + 0.5
+    mod = xt.FusedLinearCrossEntropyLoss(reduction="sum", label_smoothing=0.1, class_weight=cw, chunk_size=5,
+                                         backend="reference")
+    assert mod.class_weight is cw and "label_smoothing=0.1" in repr(mod)
+    a = mod(x, w, t, b)
+    e = xt.fused_linear_cross_entropy(x, w, t, b, reduction="sum", label_smoothing=0.1, class_weight=cw,
+                                      chunk_size=5, backend="reference")
+    assert torch.equal(a, e)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+
+def peak_bytes(bt, h, v, chunk, reduction):
+    x, w, _, t = problem(bt, h, v, dtype=torch.float32, seed=1, scale=0.3)
+    x.requires_grad_()
+    w.requires_grad_()
+    xt.fused_linear_cross_entropy(x, w, t, reduction=reduction, chunk_size=chunk, backend="reference").sum().backward()
+    x.grad = w.grad = None
+    with track_peak_memory() as peak:
+        xt.fused_linear_cross_entropy(x, w, t, reduction=reduction, chunk_size=chunk, vocab_chunk_size=v,
+                                      backend="reference").sum().backward()
+    return peak.bytes
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_peak_memory_is_bounded_by_the_chunk_not_by_tokens_times_vocabulary(reduction):
+    h, v, chunk = 16, 2048, 64
+    small, large = peak_bytes(256, h, v, chunk, reduction), peak_bytes(1024, h, v, chunk, reduction)
+    logits_bytes = 1024 * v * 4
+    # 4x the tokens costs only the extra input gradient (and per-token vectors), not 4x logits
+    assert large - small < 8 * (1024 - 256) * (h + 16), (small, large)
+    # everything held at once: the weight gradient, the input gradient, a few chunk-sized
+    # tiles (logits/softmax, the reference backend's float64 copies) — far below the logits
+    bound = 8 * (v * h + 1024 * h) + 6 * 8 * chunk * v
+    assert large < bound < logits_bytes, (large, bound, logits_bytes)
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+
+def test_errors_name_the_argument():
+    x, w, b, t = problem(4, 3, 5, bias=True)
+    fn = xt.fused_linear_cross_entropy
+    with pytest.raises(xloss.XLossTypeError, match="weight has dtype"):
+        fn(x, w.float(), t)
+    with pytest.raises(xloss.XLossValueError, match=r"weight must have shape \(V, 3\)"):
+        fn(x, w[:, :2], t)
+    with pytest.raises(xloss.XLossValueError, match="bias"):
+        fn(x, w, t, b[:3])
+    with pytest.raises(xloss.XLossValueError, match="target must have shape"):
+        fn(x, w, t[:3])
+    with pytest.raises(xloss.XLossTypeError, match="target"):
+        fn(x, w, t.double())
+    with pytest.raises(xloss.XLossIndexError, match=r"target\[2\] = 5"):
+        fn(x, w, torch.tensor([0, 1, 5, 2]))
+    with pytest.raises(xloss.XLossValueError, match="label_smoothing"):
+        fn(x, w, t, label_smoothing=1.0)
+    with pytest.raises(xloss.XLossValueError, match="chunk_size"):
+        fn(x, w, t, chunk_size=0)
+    with pytest.raises(xloss.XLossValueError, match="vocab_chunk_size"):
+        fn(x, w, t, vocab_chunk_size=-1)
+    with pytest.raises(xloss.XLossValueError, match="class_weight"):
+        fn(x, w, t, class_weight=torch.ones(4, dtype=F64))
+    with pytest.raises(xloss.XLossValueError, match="reduction"):
+        fn(x, w, t, reduction="batchmean")
+    with pytest.raises(xloss.XLossValueError, match="no rows"):
+        fn(x, w[:0], t)
+    with pytest.raises(xloss.UnsupportedRequestError, match="ascend"):
+        fn(x.float().requires_grad_(), w.float(), t, backend="ascend")  # Ascend's kernel takes 16-bit only
