@@ -6,7 +6,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 shim="$here/../backends/ft78ne_shim"
 shim=$(cd "$shim" && pwd)
-[ -f "$shim/libxloss_ft78ne.so" ] || "${PYTHON:-python3}" "$shim/build.py"
+[ -f "$shim/libxloss_ft78ne.so" ] || "${PYTHON:-python3}" "$shim/build.py" >&2  # keep stdout the example's
 out=${1:-"$here/../build/ft78ne_bce"}
 mkdir -p "$(dirname "$out")"
 ${CC:-gcc} -std=c11 -O2 -Wall -Wextra ${CFLAGS:-} -I"$shim/include" "$here/ft78ne_bce.c" \

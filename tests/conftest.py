@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -11,3 +12,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 settings.load_profile("default")
+
+
+@pytest.fixture(autouse=True)
+def _outside_the_source_tree(tmp_path, monkeypatch):
+    """Run every test from a scratch folder: a subprocess started with ``python -c`` or ``-m`` puts
+    its working directory on sys.path, and from the repository root it would import the source
+    ``xloss/`` folder (whose subpackages live in sibling folders) instead of the installed package;
+    files a test writes by relative path land here too, not in the checkout."""
+    monkeypatch.chdir(tmp_path)
