@@ -58,8 +58,11 @@ def test_conformance_fuzz_and_abi_suites_under_asan_and_ubsan(tmp_path):
                XLOSS_ASCEND_FUZZ_COUNTS=str(counts))
     tests = ["tests/conformance", "tests/hardening/test_ascend_fuzz.py", "tests/hardening/test_ascend_threads.py",
              "tests/backends/ascend/test_abi.py", "tests/backends/ascend/test_strided.py"]
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "ascend", *tests],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    # from a scratch folder, with absolute paths: `python -m` puts the working directory on sys.path,
+    # and the repository root would shadow the installed package with the source tree
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "ascend",
+                          *(str(ROOT / t) for t in tests)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-6000:]
     assert not any(w in out for w in SANITIZER_WORDS), out[-6000:]
