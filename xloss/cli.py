@@ -141,7 +141,8 @@ def cmd_bench(args) -> int:
     from .bench import BenchConfig, report, run
 
     config = BenchConfig(kernels=args.kernels or BenchConfig().kernels, backends=args.backends, sizes=args.sizes,
-                         dtype=args.dtype, repeat=args.repeat, quick=args.quick, compile=not args.no_compile)
+                         dtype=args.dtype, repeat=args.repeat, quick=args.quick, compile=not args.no_compile,
+                         max_call_s=args.max_call)
     try:
         result = run(config, progress=not args.no_progress)
     except ValueError as exc:
@@ -197,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, help="timed rounds per cell (default 15; 5 with --quick)")
     p.add_argument("--quick", action="store_true", help="small sizes, fewer rounds: under a minute")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles for tens of seconds)")
+    p.add_argument("--max-call", type=float, metavar="SECONDS",
+                   help="skip an xloss backend whose single call would take longer (default 60; 5 with --quick)")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--csv", metavar="FILE")
     p.add_argument("--plot", metavar="FILE.png")

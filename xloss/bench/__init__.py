@@ -30,6 +30,7 @@ class BenchConfig:
     quick: bool = False
     compile: bool = True
     budget_s: float | None = None  # per candidate and cell; None: 1.5 s (quick) or 6 s
+    max_call_s: float | None = None  # skip an xloss backend whose one call would take longer; None: 5 s / 60 s
 
     def resolved(self) -> "BenchConfig":
         c = BenchConfig(**asdict(self))
@@ -41,6 +42,7 @@ class BenchConfig:
         c.backends = sorted(c.backends or registry.backend_names(), key=lambda n: (n != "cpu", n == "reference", n))
         c.repeat = c.repeat or (5 if c.quick else 15)
         c.budget_s = c.budget_s or (1.5 if c.quick else 6.0)
+        c.max_call_s = c.max_call_s or (5.0 if c.quick else 60.0)
         return c
 
 
@@ -104,6 +106,9 @@ def run(config: BenchConfig, progress: bool = True) -> dict:
     for kernel, mode, size in plan:
         w = workloads.build(kernel, mode, size, cfg.dtype)
         cands, skips = impls.xloss_candidates(w, cfg.backends)
+        too_slow = _too_slow(kernel, mode, size, cfg, [c.name for c in cands])
+        skips += [impls.Skip(name, why) for name, why in too_slow.items()]
+        cands = [c for c in cands if c.name not in too_slow]
         more, more_skips = impls.torch_candidates(w, torch, cfg.compile)
         cands, skips = cands + more, skips + more_skips
         first = {}
@@ -135,6 +140,24 @@ def run(config: BenchConfig, progress: bool = True) -> dict:
         "config": asdict(cfg),
         "cells": cells,
     }
+
+
+PROBE_FACTOR = 64
+
+
+def _too_slow(kernel, mode, size, cfg, names) -> dict:
+    """{candidate: reason} for xloss backends whose one call, extrapolated from a probe on a
+    problem with 1/64 of the work, would exceed ``cfg.max_call_s`` (the C emulators on big GEMMs)."""
+    probe = workloads.build(kernel, mode, workloads.scaled(kernel, size, PROBE_FACTOR), cfg.dtype)
+    calls = {c.name: c.fn for c in impls.xloss_candidates(probe, cfg.backends)[0] if c.name in names}
+    out = {}
+    for name, fn in calls.items():
+        fn()  # compile / load first
+        estimate = timing.first_call_seconds(fn) * PROBE_FACTOR
+        if estimate > cfg.max_call_s:
+            out[name] = (f"one call would take about {estimate:.0f} s (extrapolated from a 1/{PROBE_FACTOR} problem); "
+                         f"limit {cfg.max_call_s:.0f} s (--max-call)")
+    return out
 
 
 def _cell(w, cands, skips, times, first, mem, bw, peak) -> dict:

@@ -59,6 +59,19 @@ def sizes_for(kernel: str, requested: list[str] | None, quick: bool) -> list[str
     return [s for s in requested if len(s.lower().split("x")) == want]
 
 
+def scaled(kernel: str, size: str, factor: int) -> str:
+    """``size`` with ``factor`` times less work (for cost probes): elements / factor; NLL rows /
+    factor; FLCE tokens and vocabulary each / sqrt(factor)."""
+    if kernel in ("focal_loss", "bce_grad"):
+        return str(max(1, parse_count(size) // factor))
+    if kernel == "nll_loss_grad":
+        n, c = parse_dims(size, 2)
+        return f"{max(1, n // factor)}x{c}"
+    bt, h, v = parse_dims(size, 3)
+    r = max(1, int(math.isqrt(factor)))
+    return f"{max(1, bt // r)}x{h}x{max(1, v // r)}"
+
+
 def build(kernel: str, mode: str, size: str, dtype: str, seed: int = 0) -> Workload:
     rng = np.random.default_rng(seed)
     dt = xdt.FLOAT_DTYPES[dtype]
