@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small sizes, fewer rounds: under a minute")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles for tens of seconds)")
     p.add_argument("--max-call", type=float, metavar="SECONDS",
-                   help="skip an xloss backend whose single call would take longer (default 60; 5 with --quick)")
+                   help="skip an xloss backend whose single call would take longer (default 20; 5 with --quick)")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--csv", metavar="FILE")
     p.add_argument("--plot", metavar="FILE.png")

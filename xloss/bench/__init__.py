@@ -30,7 +30,7 @@ class BenchConfig:
     quick: bool = False
     compile: bool = True
     budget_s: float | None = None  # per candidate and cell; None: 1.5 s (quick) or 6 s
-    max_call_s: float | None = None  # skip an xloss backend whose one call would take longer; None: 5 s / 60 s
+    max_call_s: float | None = None  # skip an xloss backend whose one call would take longer; None: 5 s / 20 s
 
     def resolved(self) -> "BenchConfig":
         c = BenchConfig(**asdict(self))
@@ -42,7 +42,7 @@ class BenchConfig:
         c.backends = sorted(c.backends or registry.backend_names(), key=lambda n: (n != "cpu", n == "reference", n))
         c.repeat = c.repeat or (5 if c.quick else 15)
         c.budget_s = c.budget_s or (1.5 if c.quick else 6.0)
-        c.max_call_s = c.max_call_s or (5.0 if c.quick else 60.0)
+        c.max_call_s = c.max_call_s or (5.0 if c.quick else 20.0)
         return c
 
 
@@ -127,7 +127,10 @@ def run(config: BenchConfig, progress: bool = True) -> dict:
         rounds = {c.name: timing.plan_rounds(first[c.name], cfg.repeat, cfg.budget_s) for c in cands}
         cheap = {c.name for c in cands if first[c.name] * 4 < cfg.budget_s}
         times = timing.race({c.name: c.fn for c in cands}, rounds, warmup=cheap)
-        mem = {c.name: timing.peak_extra_bytes(c.fn) if c.name in cheap else None for c in cands}
+        # one more call measures memory, unless a call is expensive (judged by its timed median,
+        # not the first call, which includes compilation)
+        mem = {c.name: timing.peak_extra_bytes(c.fn) if times[c.name].median * 4 < cfg.max_call_s else None
+               for c in cands}
         cells.append(_cell(w, cands, skips, times, first, mem, bw, peak))
         if bar:
             bar.step(f"{w.key} done")
