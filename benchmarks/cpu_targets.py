@@ -33,6 +33,8 @@ import xloss
 try:
     import torch
     import torch.nn.functional as F
+
+    from xloss.torch.paper import paper_focal_loss
 except ImportError:  # the torch baselines are skipped
     torch = None
 
@@ -131,24 +133,6 @@ def machine() -> dict:
 
 
 # --- targets ----------------------------------------------------------------------------
-
-def paper_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2, reduction: str = "none"):
-    """Appendix A.1 of the focal-loss paper (seed 000), verbatim apart from formatting."""
-    inputs = inputs.to(dtype=torch.float32)
-    targets = targets.to(dtype=torch.float32)
-    p = torch.sigmoid(inputs)
-    ce_loss = F.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
-    p_t = p * targets + (1 - p) * (1 - targets)
-    loss = ce_loss * ((1 - p_t) ** gamma)
-    if alpha >= 0:
-        alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
-        loss = alpha_t * loss
-    if reduction == "mean":
-        loss = loss.mean()
-    elif reduction == "sum":
-        loss = loss.sum()
-    return loss
-
 
 def bench_focal(reps, n=8 << 20):
     rng = np.random.default_rng(0)

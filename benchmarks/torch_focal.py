@@ -19,29 +19,11 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 import xloss.torch as xt
+from xloss.torch.paper import paper_focal_loss as appendix_a1
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def appendix_a1(inputs, targets, alpha: float = 0.25, gamma: float = 2, reduction: str = "none"):
-    """The paper's appendix A.1 (torchvision.ops.sigmoid_focal_loss), verbatim."""
-    inputs = inputs.to(dtype=torch.float32)
-    targets = targets.to(dtype=torch.float32)
-    p = torch.sigmoid(inputs)
-    ce_loss = F.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
-    p_t = p * targets + (1 - p) * (1 - targets)
-    loss = ce_loss * ((1 - p_t) ** gamma)
-    if alpha >= 0:
-        alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
-        loss = alpha_t * loss
-    if reduction == "mean":
-        loss = loss.mean()
-    elif reduction == "sum":
-        loss = loss.sum()
-    return loss
 
 
 def main(argv=None):

@@ -22,20 +22,9 @@ import torch.nn.functional as F
 
 import xloss.torch as xt
 from xloss.torch.memory import track_peak_memory
+from xloss.torch.paper import paper_focal_loss as appendix_a1
 
 ANCHORS = 9
-
-
-def appendix_a1(inputs, targets, alpha=0.25, gamma=2, reduction="none"):
-    """The paper's appendix A.1 (torchvision's sigmoid_focal_loss), for comparison."""
-    inputs, targets = inputs.to(torch.float32), targets.to(torch.float32)
-    p = torch.sigmoid(inputs)
-    ce_loss = F.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
-    p_t = p * targets + (1 - p) * (1 - targets)
-    loss = ce_loss * ((1 - p_t) ** gamma)
-    if alpha >= 0:
-        loss = (alpha * targets + (1 - alpha) * (1 - targets)) * loss
-    return loss.sum() if reduction == "sum" else loss.mean() if reduction == "mean" else loss
 
 
 class TinyHead(nn.Module):

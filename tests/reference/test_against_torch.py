@@ -9,29 +9,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from xloss import reference as ref
+from xloss.torch.paper import paper_focal_loss
 
 torch.set_default_dtype(torch.float64)
 
 
-def paper_focal_loss(inputs, targets, alpha=0.25, gamma=2.0, reduction="none"):
-    """Appendix A.1 of the paper (torchvision's sigmoid_focal_loss), kept in the input dtype."""
-    p = torch.sigmoid(inputs)
-    ce_loss = F.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
-    p_t = p * targets + (1 - p) * (1 - targets)
-    loss = ce_loss * ((1 - p_t) ** gamma)
-    if alpha >= 0:
-        alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
-        loss = alpha_t * loss
-    if reduction == "mean":
-        loss = loss.mean()
-    elif reduction == "sum":
-        loss = loss.sum()
-    return loss
-
-
 def torch_focal(x, y, grad, *, alpha, gamma, reduction, weight=None):
     xt = torch.tensor(x, requires_grad=True)
-    loss = paper_focal_loss(xt, torch.tensor(y), alpha, gamma, "none")
+    loss = paper_focal_loss(xt, torch.tensor(y), alpha, gamma, "none", dtype=None)  # A.1, kept in float64
     if weight is not None:
         loss = loss * torch.tensor(weight)
     loss = {"none": lambda t: t, "mean": torch.mean, "sum": torch.sum}[reduction](loss)

@@ -5,12 +5,12 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
 import xloss
 import xloss.torch as xt
+from xloss.torch.paper import paper_focal_loss as appendix_a1
 
 F64 = torch.float64
 
@@ -23,24 +23,6 @@ def backends_for(kernel, dtype, **variants):
                 v in caps.variants.get(a, (v,)) for a, v in variants.items()):
             names.append(info.name)
     return names
-
-
-def appendix_a1(inputs, targets, alpha=0.25, gamma=2, reduction="none", dtype=torch.float32):
-    """Appendix A.1 of the paper, verbatim but for the compute dtype (A.1 hard-codes float32)."""
-    inputs = inputs.to(dtype=dtype)
-    targets = targets.to(dtype=dtype)
-    p = torch.sigmoid(inputs)
-    ce_loss = F.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
-    p_t = p * targets + (1 - p) * (1 - targets)
-    loss = ce_loss * ((1 - p_t) ** gamma)
-    if alpha >= 0:
-        alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
-        loss = alpha_t * loss
-    if reduction == "mean":
-        loss = loss.mean()
-    elif reduction == "sum":
-        loss = loss.sum()
-    return loss
 
 
 def oracle(x, y, upstream, *, alpha, gamma, reduction, weight=None):

@@ -36,26 +36,6 @@ class Skip:
     reason: str
 
 
-def paper_focal_loss(torch, inputs, targets, alpha=0.25, gamma=2.0, reduction="none"):
-    """Appendix A.1 of the paper (torchvision's sigmoid_focal_loss), verbatim in substance."""
-    import torch.nn.functional as F
-
-    inputs = inputs.to(dtype=torch.float32)
-    targets = targets.to(dtype=torch.float32)
-    p = torch.sigmoid(inputs)
-    ce_loss = F.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
-    p_t = p * targets + (1 - p) * (1 - targets)
-    loss = ce_loss * ((1 - p_t) ** gamma)
-    if alpha >= 0:
-        alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
-        loss = alpha_t * loss
-    if reduction == "mean":
-        loss = loss.mean()
-    elif reduction == "sum":
-        loss = loss.sum()
-    return loss
-
-
 # -- xloss backends ------------------------------------------------------------------------------
 
 
@@ -115,15 +95,17 @@ def torch_candidates(w: Workload, torch, compile_: bool) -> tuple[list[Candidate
     i = {k: from_numpy(v, "torch") for k, v in w.inputs.items()}
     cands, skips = [], []
     if w.kernel == "focal_loss":
+        from ..torch.paper import paper_focal_loss
+
         def make(f):
             if w.mode == "forward":
                 def run():
                     with torch.no_grad():
-                        return f(torch, i["x"], i["y"], reduction="mean")
+                        return f(i["x"], i["y"], reduction="mean")
             else:
                 def run():
                     xg = i["x"].detach().requires_grad_()
-                    f(torch, xg, i["y"], reduction="mean").backward()
+                    f(xg, i["y"], reduction="mean").backward()
                     return xg.grad
             return run
 
