@@ -10,20 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import xloss
+from xloss.conformance import backends_declaring as backends_for
 import xloss.torch as xt
 
 F64 = torch.float64
 REDUCTIONS = ["none", "mean", "sum"]
-
-
-def backends_for(kernel, dtype, **variants):
-    names = []
-    for info in xloss.list_backends():
-        caps = info.capabilities.get(kernel)
-        if info.available and caps is not None and dtype in caps.dtypes and all(
-                v in caps.variants.get(a, (v,)) for a, v in variants.items()):
-            names.append(info.name)
-    return names
 
 
 def run(fn, x, *args, upstream=None, **kw):

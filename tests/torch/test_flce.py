@@ -10,21 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import xloss
+from xloss.conformance import backends_declaring as backends_for
 import xloss.torch as xt
 from xloss.torch.memory import track_peak_memory
 
 F64 = torch.float64
 REDUCTIONS = ["none", "mean", "sum"]
-
-
-def backends_for(kernel, dtype, **variants):
-    names = []
-    for info in xloss.list_backends():
-        caps = info.capabilities.get(kernel)
-        if info.available and caps is not None and dtype in caps.dtypes and all(
-                v in caps.variants.get(a, (v,)) for a, v in variants.items()):
-            names.append(info.name)
-    return names
 
 
 def problem(bt, h, v, *, seed=0, dtype=F64, ignore_every=0, bias=False, scale=1.0):

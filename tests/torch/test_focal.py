@@ -9,20 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import xloss
+from xloss.conformance import backends_declaring as backends_for
 import xloss.torch as xt
 from xloss.torch.paper import paper_focal_loss as appendix_a1
 
 F64 = torch.float64
-
-
-def backends_for(kernel, dtype, **variants):
-    names = []
-    for info in xloss.list_backends():
-        caps = info.capabilities.get(kernel)
-        if info.available and caps is not None and dtype in caps.dtypes and all(
-                v in caps.variants.get(a, (v,)) for a, v in variants.items()):
-            names.append(info.name)
-    return names
 
 
 def oracle(x, y, upstream, *, alpha, gamma, reduction, weight=None):

@@ -65,6 +65,18 @@ def targets(backend: Backend):
     return out
 
 
+def backends_declaring(kernel: str, dtype: str, **variants) -> list[str]:
+    """Names of the available backends that declare ``kernel`` in ``dtype`` (and the given variant
+    values, e.g. ``mode="grad"``), in registry order."""
+    names = []
+    for info in registry.list_backends():
+        caps = info.capabilities.get(kernel)
+        if info.available and caps is not None and dtype in caps.dtypes and all(
+                v in caps.variants.get(axis, (v,)) for axis, v in variants.items()):
+            names.append(info.name)
+    return names
+
+
 def available_backends() -> list[Backend]:
     """The default instance of every registered backend that can run here."""
     out = []
@@ -74,5 +86,6 @@ def available_backends() -> list[Backend]:
     return out
 
 
-__all__ = ["Case", "Comparison", "DESCRIPTORS", "ErrorCase", "KernelDescriptor", "available_backends", "compare",
+__all__ = ["Case", "Comparison", "DESCRIPTORS", "ErrorCase", "KernelDescriptor", "available_backends",
+           "backends_declaring", "compare",
            "request_of", "supports", "targets"]
