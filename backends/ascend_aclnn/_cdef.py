@@ -158,6 +158,6 @@ STATUS_NAMES = {
 def status_name(code: int) -> str:
     if code in STATUS_NAMES:
         return STATUS_NAMES[code]
-    if 561000 <= code < 562000:
-        return "ACLNN_ERR_INNER_XXX"
+    if 561000 <= code < 562000:  # CANN's internal-error range; only 561000 and 561103 are named here
+        return f"ACLNN_ERR_INNER ({code})"
     return f"UNKNOWN_STATUS_{code}"

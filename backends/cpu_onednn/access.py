@@ -62,11 +62,13 @@ def storage_view(arr: np.ndarray) -> np.ndarray:
 
 
 def load(a, i):
-    raise NotImplementedError  # compiled only
+    """Element ``i`` of ``a`` widened to the compute type (its implementation is the overload below)."""
+    raise TypeError("load() is compiled by Numba only; call it from @njit code")
 
 
 def store(a, i, v):
-    raise NotImplementedError  # compiled only
+    """Write ``v`` to element ``i`` of ``a``, rounded to its storage type (the overload below)."""
+    raise TypeError("store() is compiled by Numba only; call it from @njit code")
 
 
 @overload(load)

@@ -288,19 +288,24 @@ def pow_f32(q, g):
 
 
 # --- type-generic entry points (resolved at compile time) --------------------------------
+def _compiled_only(name):
+    raise TypeError(f"{name}() dispatches on Numba types at compile time; call it from @njit code "
+                    f"(or call the typed helper, e.g. exp_f32, directly)")
+
+
 def vexp(x):
     """exp for float32 or float64 (compiled only)."""
-    raise NotImplementedError
+    _compiled_only("vexp")
 
 
 def vlog1p_unit(t, rcp):
     """log1p on [0, 1] for float32 or float64, given rcp = 1/(1 + t) (compiled only)."""
-    raise NotImplementedError
+    _compiled_only("vlog1p_unit")
 
 
 def vpow(q, g):
     """q**g (q >= 0, float64 g) in q's type: :func:`pow_f32` or :func:`pow_f64` (compiled only)."""
-    raise NotImplementedError
+    _compiled_only("vpow")
 
 
 @overload(vpow)
