@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 from hypothesis import strategies as st
@@ -25,15 +24,7 @@ def _kwargs(x, y, dtype, *, reduction, eps_mode, eps=1e-12, weight=None, grad=1.
 
 
 def draw_case(draw, dtype, mode, caps) -> Case:
-    shape = draw(V.shapes(), label="shape")
-    n = math.prod(shape)
-    x = V.draw_values(draw, n, V.PROB_DISTS).reshape(shape)
-    y = V.draw_values(draw, n, V.TARGET_DISTS).reshape(shape)
-    reduction = draw(st.sampled_from(sorted(caps.reductions)), label="reduction")
-    weight = None
-    if draw(st.sampled_from(sorted(caps.variants["weight"])), label="weighted"):
-        wshape = V.broadcast_shape(draw, shape)
-        weight = V.draw_values(draw, math.prod(wshape), V.WEIGHT_DISTS).reshape(wshape)
+    shape, x, y, reduction, weight = V.draw_elementwise(draw, V.PROB_DISTS, caps)
     eps = caps.fixed["eps"] if "eps" in caps.fixed else draw(st.sampled_from(EPS_CHOICES), label="eps")
     grad = V.draw_upstream(draw, reduction, shape, dtype)
     return Case(BCE_GRAD.name, mode, dtype, _kwargs(x, y, dtype, reduction=reduction, eps_mode=mode, eps=eps,

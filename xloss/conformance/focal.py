@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import strategies as st
 
 from .. import api, reference
 from ..reference._common import as_f64
@@ -27,15 +26,7 @@ def _kwargs(x, y, dtype, *, alpha, gamma, reduction, weight=None, grad=None, mod
 
 
 def draw_case(draw, dtype, mode, caps) -> Case:
-    shape = draw(V.shapes(), label="shape")
-    n = math.prod(shape)
-    x = V.draw_values(draw, n, V.LOGIT_DISTS).reshape(shape)
-    y = V.draw_values(draw, n, V.TARGET_DISTS).reshape(shape)
-    reduction = draw(st.sampled_from(sorted(caps.reductions)), label="reduction")
-    weight = None
-    if draw(st.sampled_from(sorted(caps.variants["weight"])), label="weighted"):
-        wshape = V.broadcast_shape(draw, shape)
-        weight = V.draw_values(draw, math.prod(wshape), V.WEIGHT_DISTS).reshape(wshape)
+    shape, x, y, reduction, weight = V.draw_elementwise(draw, V.LOGIT_DISTS, caps)
     grad = V.draw_upstream(draw, reduction, shape, dtype) if mode != "forward" else None
     kw = _kwargs(x, y, dtype, alpha=draw(V.ALPHAS, label="alpha"), gamma=draw(V.GAMMAS, label="gamma"),
                  reduction=reduction, weight=weight, grad=grad, mode=mode)

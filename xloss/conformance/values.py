@@ -77,6 +77,21 @@ def broadcast_shape(draw, shape) -> tuple:
     return tuple(d if draw(st.booleans(), label="keep dim") else 1 for d in tail)
 
 
+def draw_elementwise(draw, x_dists, caps):
+    """``(shape, x, y, reduction, weight)`` for an elementwise kernel (focal, BCE): ``x`` from
+    ``x_dists``, targets, a declared reduction, and a broadcastable weight where declared."""
+    shape = draw(shapes(), label="shape")
+    n = math.prod(shape)
+    x = draw_values(draw, n, x_dists).reshape(shape)
+    y = draw_values(draw, n, TARGET_DISTS).reshape(shape)
+    reduction = draw(st.sampled_from(sorted(caps.reductions)), label="reduction")
+    weight = None
+    if draw(st.sampled_from(sorted(caps.variants["weight"])), label="weighted"):
+        wshape = broadcast_shape(draw, shape)
+        weight = draw_values(draw, math.prod(wshape), WEIGHT_DISTS).reshape(wshape)
+    return shape, x, y, reduction, weight
+
+
 def cast(values, dtype: str) -> np.ndarray:
     return xdt.cast(values, dtype)
 
