@@ -118,6 +118,24 @@ class Backend:
         """Facts worth showing in ``xloss backends`` (library path, thread count, ...)."""
         return {}
 
+    # -- what ``xloss check`` uses to hold a library to its ABI ----------------------------
+    #: True where the backend promises bit-identical results across runs and across the
+    #: :meth:`configurations` (e.g. any core mask); else agreement within tolerance is asked.
+    deterministic: bool = False
+
+    def checked(self) -> "Backend":
+        """This backend in its checked mode: every buffer handed to the library sits between
+        poisoned guard regions and every input buffer is compared after the call, so a write out
+        of bounds raises :class:`~xloss.errors.OutOfBoundsWrite` and a write into an input
+        :class:`~xloss.errors.InputModified`. Backends that hand no raw memory to a separate
+        library return themselves."""
+        return self
+
+    def configurations(self) -> list[tuple[str, "Backend"]]:
+        """Other configurations of this backend that must give the same results (e.g. other core
+        masks), as ``(label, backend)``; ``xloss check`` runs its edge and large cases on each."""
+        return []
+
     def refusal(self, req: Request) -> str | None:
         caps = self.capabilities().get(req.kernel)
         if caps is None:

@@ -46,3 +46,33 @@ class KernelError(XLossError, RuntimeError):
         super().__init__(message)
         self.status = status
         self.status_name = status_name
+
+
+class PortViolation(KernelError):
+    """A library broke the memory contract of its ABI: it wrote where it must not.
+
+    Raised by the C adapters in their checked mode (:meth:`xloss.Backend.checked`, used by
+    ``xloss check``). ``buffer`` names the argument as the ABI names it (``dx``, ``self``,
+    ``softmaxOptional``), ``offset`` is the first offending byte relative to the start of that
+    buffer (negative: before it), ``nbytes`` how many bytes differ.
+    """
+
+    kind = "memory contract violation"
+
+    def __init__(self, message: str, *, buffer: str, offset: int | None = None, nbytes: int | None = None):
+        super().__init__(message)
+        self.buffer = buffer
+        self.offset = offset
+        self.nbytes = nbytes
+
+
+class OutOfBoundsWrite(PortViolation):
+    """Bytes in a guard region around a buffer handed to the library changed during the call."""
+
+    kind = "out-of-bounds write"
+
+
+class InputModified(PortViolation):
+    """The library changed a buffer the ABI declares as an input (const)."""
+
+    kind = "wrote into input"
