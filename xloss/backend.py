@@ -121,7 +121,7 @@ class Backend:
     # -- what ``xloss check`` uses to hold a library to its ABI ----------------------------
     #: True where the backend promises bit-identical results across runs and across the
     #: :meth:`configurations` (e.g. any core mask); else agreement within tolerance is asked.
-    deterministic: bool = False
+    deterministic = False  # (a plain class attribute, not a dataclass field: subclasses and instances set it)
 
     def checked(self) -> "Backend":
         """This backend in its checked mode: every buffer handed to the library sits between
