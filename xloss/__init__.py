@@ -7,7 +7,17 @@ FT78NE/MT7004 DSP).
     >>> loss, dx = xloss.focal_loss_with_grad(x, y, reduction="mean")
 """
 
-from .api import (
+import pathlib as _pathlib
+
+# Installed, ``xloss.reference`` and ``xloss.backends`` live in this folder (setup.py maps the
+# repository's top-level ``reference/`` and ``backends/`` here). From a source checkout they are
+# this folder's siblings: search the checkout root too, so the tree imports as it installs.
+_here = _pathlib.Path(__file__).resolve().parent
+if not (_here / "reference").is_dir() and (_here.parent / "reference" / "__init__.py").is_file():
+    __path__.append(str(_here.parent))  # noqa: F821 (a package's __path__)
+del _here, _pathlib
+
+from .api import (  # noqa: E402
     bce_grad,
     focal_loss,
     focal_loss_grad,

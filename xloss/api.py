@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import registry, validation
-from .containers import from_numpy, kind_of
+from .containers import from_numpy, kind_of, mark_written
 
 __all__ = [
     "focal_loss", "focal_loss_grad", "focal_loss_with_grad", "bce_grad", "nll_loss_grad",
@@ -11,8 +11,10 @@ __all__ = [
 ]
 
 
-def _run(args, backend):
+def _run(args, backend, *outs):
+    """Run on the chosen backend; ``outs`` are the caller's out= buffers (bumped for autograd)."""
     registry.resolve(backend, args.request()).run(args)
+    mark_written(*outs)
 
 
 def focal_loss(x, y, *, alpha=0.25, gamma=2.0, weight=None, reduction="none", backend=None, out=None):
@@ -23,7 +25,7 @@ def focal_loss(x, y, *, alpha=0.25, gamma=2.0, weight=None, reduction="none", ba
     """
     a = validation.focal_args(x, y, None, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
                               mode="forward", out=out)
-    _run(a, backend)
+    _run(a, backend, out)
     return out if out is not None else from_numpy(a.loss_out, kind_of(x))
 
 
@@ -31,7 +33,7 @@ def focal_loss_grad(x, y, grad=1.0, *, alpha=0.25, gamma=2.0, weight=None, reduc
     """Gradient of :func:`focal_loss` w.r.t. ``x``, times the upstream ``grad``; x's shape and dtype."""
     a = validation.focal_args(x, y, grad, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
                               mode="grad", grad_out=out)
-    _run(a, backend)
+    _run(a, backend, out)
     return out if out is not None else from_numpy(a.grad_out, kind_of(x))
 
 
@@ -51,7 +53,7 @@ def bce_grad(x, y, grad=1.0, *, weight=None, reduction="mean", eps=1e-12, eps_mo
     ``/ (x(1-x) + eps)`` (``"add"``, FT78NE/MT7004); ``mean`` divides by the element count.
     """
     a = validation.bce_args(x, y, grad, weight=weight, reduction=reduction, eps=eps, eps_mode=eps_mode, out=out)
-    _run(a, backend)
+    _run(a, backend, out)
     return out if out is not None else from_numpy(a.out, kind_of(x))
 
 
@@ -60,7 +62,7 @@ def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_i
     """Backward of NLL loss w.r.t. the log-probabilities ``self`` ((N, C) or (C)); PyTorch semantics."""
     a = validation.nll_args(grad, self, target, weight=weight, reduction=reduction, ignore_index=ignore_index,
                             total_weight=total_weight, out=out)
-    _run(a, backend)
+    _run(a, backend, out)
     return out if out is not None else from_numpy(a.out, kind_of(self))
 
 
@@ -77,7 +79,7 @@ def fused_linear_cross_entropy_grad(grad, input, weight, target_mask, masked_tar
     a = validation.flce_args(grad, input, weight, target_mask, masked_target, logits_max=logits_max,
                              sum_exp_logits=sum_exp_logits, softmax=softmax, label_smoothing=label_smoothing,
                              vocab_size=vocab_size, input_grad_out=input_grad_out, weight_grad_out=weight_grad_out)
-    _run(a, backend)
+    _run(a, backend, input_grad_out, weight_grad_out)
     kind = kind_of(input)
     return (input_grad_out if input_grad_out is not None else from_numpy(a.input_grad_out, kind),
             weight_grad_out if weight_grad_out is not None else from_numpy(a.weight_grad_out, kind))

@@ -174,6 +174,16 @@ class Backend:
         self.check(req)
         getattr(self, req.kernel)(args)
 
+    def __reduce_ex__(self, protocol):
+        """Pickle (and ``copy.deepcopy``) by name and options: the copy is the registry's shared
+        instance for them, never a second copy of a loaded C library."""
+        made_by = getattr(self, "_xloss_made_by", None)
+        if made_by is None:
+            return super().__reduce_ex__(protocol)  # a backend built by hand pickles as a plain object
+        from .registry import rebuild
+
+        return rebuild, made_by
+
     def __repr__(self):
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"<xloss backend {self.name}{' (' + opts + ')' if opts else ''}>"

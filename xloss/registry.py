@@ -18,7 +18,14 @@ from importlib import metadata
 from typing import Callable, Mapping
 
 from .backend import Backend, KernelCaps
-from .errors import BackendNotFoundError, BackendUnavailableError, UnsupportedRequestError, XLossTypeError
+from .errors import (
+    BackendNotFoundError,
+    BackendUnavailableError,
+    UnsupportedRequestError,
+    XLossError,
+    XLossTypeError,
+    XLossValueError,
+)
 from .kernel_args import Request
 
 ENTRY_POINT_GROUP = "xloss.backends"
@@ -27,7 +34,7 @@ DEFAULT_ORDER = ("cpu", "reference")
 
 _lock = threading.RLock()
 _factories: dict[str, Callable[..., Backend] | metadata.EntryPoint] = {}
-_defaults: dict[str, Backend] = {}
+_defaults: dict[tuple, Backend] = {}  # (name, options key) -> the shared instance
 _load_errors: dict[str, str] = {}
 _discovered = False
 
@@ -51,14 +58,19 @@ def register_backend(name: str, factory: Callable[..., Backend], *, replace: boo
         if name in _factories and not replace:
             raise ValueError(f"a backend named {name!r} is already registered (pass replace=True)")
         _factories[name] = factory
-        _defaults.pop(name, None)
+        _forget(name)
         _load_errors.pop(name, None)
+
+
+def _forget(name: str) -> None:
+    for key in [k for k in _defaults if k[0] == name]:
+        del _defaults[key]
 
 
 def unregister_backend(name: str) -> None:
     with _lock:
         _factories.pop(name, None)
-        _defaults.pop(name, None)
+        _forget(name)
         _load_errors.pop(name, None)
 
 
@@ -97,19 +109,54 @@ def _factory(name: str) -> Callable[..., Backend]:
         return f
 
 
-def backend(name: str, **options) -> Backend:
-    """The backend ``name``: its shared default instance, or a new one configured by ``options``.
+def _options_key(options: dict):
+    """A hashable key for ``options`` (None if a value is unhashable: such a backend is not cached)."""
+    try:
+        key = tuple(sorted((k, type(v).__name__, v) for k, v in options.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
-    ``name`` may also be ``"package.module:factory"`` for a backend that is not registered.
+
+def _make(name: str, options: dict) -> Backend:
+    """Call the factory, turning a bad option into an XLossError that names the backend."""
+    factory = _factory(name)
+    try:
+        b = factory(**options)
+    except XLossError:
+        raise
+    except TypeError as exc:
+        raise XLossTypeError(f"backend {name!r}: bad options {options!r}: {exc}") from exc
+    except (ValueError, KeyError, OverflowError) as exc:
+        raise XLossValueError(f"backend {name!r}: bad options {options!r}: {exc}") from exc
+    if not isinstance(b, Backend):
+        raise XLossTypeError(f"backend factory {name!r} returned {type(b).__name__}, not an xloss.Backend")
+    b._xloss_made_by = (name, dict(options))  # what pickling and copying rebuild it from
+    return b
+
+
+def backend(name: str, **options) -> Backend:
+    """The backend ``name`` configured by ``options``: one shared instance per (name, options).
+
+    Instances are cached (a C backend loads its library once, however often it is asked for) and
+    pickle by name and options, so modules holding one can be copied and saved. ``name`` may also
+    be ``"package.module:factory"`` for a backend that is not registered.
     """
     if not isinstance(name, str):
         raise XLossTypeError(f"backend name must be a str, got {type(name).__name__}")
-    if options:
-        return _factory(name)(**options)
+    key = (name, _options_key(options))
+    if key[1] is None:
+        return _make(name, options)
     with _lock:
-        if name not in _defaults:
-            _defaults[name] = _factory(name)()
-        return _defaults[name]
+        if key not in _defaults:
+            _defaults[key] = _make(name, options)
+        return _defaults[key]
+
+
+def rebuild(name: str, options: dict) -> Backend:
+    """Unpickling hook of :meth:`Backend.__reduce__`."""
+    return backend(name, **options)
 
 
 def _available(b: Backend) -> tuple[bool, str]:

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 
 import numpy as np
 
 from . import reference
-from .containers import to_numpy
+from .containers import output_view, to_numpy
 from .dtypes import FLOAT_DTYPES, compute_dtype, float_name
 from .errors import XLossTypeError, XLossValueError
 from .kernel_args import BCEArgs, FLCEArgs, FocalArgs, NLLArgs
 from .kernels import REDUCTIONS
+from .memory import ensure_fits, one_call
 
 _FLOAT_NAMES = ", ".join(FLOAT_DTYPES)
 
@@ -52,10 +52,17 @@ def real_number(value, name: str) -> float:
     return v
 
 
+_INT64 = np.iinfo(np.int64)
+
+
 def integer(value, name: str) -> int:
+    """A Python or NumPy integer that fits int64 (every index crosses a kernel as one)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise XLossTypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    return int(value)
+    v = int(value)
+    if not _INT64.min <= v <= _INT64.max:
+        raise XLossValueError(f"{name} must fit in int64 [{_INT64.min}, {_INT64.max}]; got {v}")
+    return v
 
 
 def reduction_name(reduction) -> str:
@@ -71,10 +78,17 @@ def alpha_value(alpha) -> float:
     return a
 
 
+#: The largest focusing parameter accepted: far beyond any use (papers use 0..5), small enough
+#: that every backend's formulas (and a C float) stay finite.
+GAMMA_MAX = 1000.0
+
+
 def gamma_value(gamma) -> float:
     g = real_number(gamma, "gamma")
     if g < 0.0:
         raise XLossValueError(f"gamma must be >= 0; got {g}")
+    if g > GAMMA_MAX:
+        raise XLossValueError(f"gamma must be <= {GAMMA_MAX:g}; got {g}")
     return g
 
 
@@ -86,34 +100,6 @@ def float_array(obj, name: str) -> np.ndarray:
     if float_name(arr.dtype) is None:
         raise XLossTypeError(f"{name} must have a floating dtype ({_FLOAT_NAMES}); got {arr.dtype}")
     return arr
-
-
-#: Allocations above this size are checked against the memory actually available first.
-_CHECK_ABOVE = 1 << 30
-
-
-def _available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def ensure_fits(nbytes: int, what: str) -> None:
-    """Refuse an allocation that cannot fit in memory, before attempting it (e.g. materialising a
-    zero-stride broadcast view of a huge shape)."""
-    if nbytes > _CHECK_ABOVE:
-        avail = _available_bytes()
-        if avail is not None and nbytes > avail:
-            raise XLossValueError(f"{what} would need {nbytes / 2**30:.1f} GiB of memory; "
-                                  f"{avail / 2**30:.1f} GiB is available")
 
 
 def contiguous(arr: np.ndarray, name: str) -> np.ndarray:
@@ -138,6 +124,33 @@ def operand(obj, name: str, dtype: np.dtype, shape=None, *, allow_int=False) -> 
     if arr.dtype != dtype:
         ensure_fits(arr.size * np.dtype(dtype).itemsize, f"converting {name} to {float_name(dtype) or dtype}")
     return contiguous(arr.astype(dtype, copy=False), name)
+
+
+#: Bit pattern of 1.0 per float width: non-negative floats order as their bits, so one unsigned
+#: maximum tells whether every element lies in [+0, 1] (the common case, one fast pass).
+_ONE_BITS = {np.dtype(np.float16): (np.uint16, 0x3C00), np.dtype("bfloat16"): (np.uint16, 0x3F80),
+             np.dtype(np.float32): (np.uint32, 0x3F800000), np.dtype(np.float64): (np.uint64, 0x3FF0000000000000)}
+
+
+def unit_interval(arr: np.ndarray, name: str, what: str) -> None:
+    """Refuse elements outside [0, 1] (NaN passes: it propagates to the result, as documented)."""
+    if arr.size == 0 or arr.dtype == np.bool_:
+        return
+    if arr.dtype.kind in "iu":
+        if arr.min() >= 0 and arr.max() <= 1:
+            return
+    else:
+        utype, one = _ONE_BITS[arr.dtype]
+        if int(arr.view(utype).max()) <= one:
+            return
+        with np.errstate(invalid="ignore"):
+            if np.fmin.reduce(arr, axis=None) >= 0 and np.fmax.reduce(arr, axis=None) <= 1:
+                return  # only -0.0 or NaN set the high bits
+
+    bad = (arr < 0) | (arr > 1)
+    where = np.unravel_index(int(np.argmax(bad)), arr.shape) if arr.ndim else ()
+    raise XLossValueError(f"{name} must lie in [0, 1] ({what}); {name}[{', '.join(map(str, where))}] = "
+                          f"{arr[where].item()!r}")
 
 
 def broadcast_weight(obj, name: str, shape, dtype) -> np.ndarray:
@@ -166,7 +179,7 @@ def output(out, name: str, shape, dtype, inputs) -> np.ndarray:
     if out is None:
         ensure_fits(math.prod(shape) * np.dtype(dtype).itemsize, f"the result {_shape(shape)}")
         return np.empty(shape, dtype=dtype)
-    arr = to_numpy(out, name)
+    arr = output_view(out, name)
     if arr.shape != tuple(shape):
         raise XLossValueError(f"{name} must have shape {_shape(shape)}; got {_shape(arr.shape)}")
     if arr.dtype != dtype:
@@ -184,29 +197,37 @@ def output(out, name: str, shape, dtype, inputs) -> np.ndarray:
 # -- kernels ----------------------------------------------------------------------------
 
 
+@one_call
 def focal_args(x, y, grad, *, alpha, gamma, weight, reduction, mode, out=None, grad_out=None) -> FocalArgs:
     x_raw = float_array(x, "x")
     x = contiguous(x_raw, "x")
     dt = x.dtype
-    y = operand(y, "y", dt, x.shape, allow_int=True)
+    y_raw = to_numpy(y, "y")
+    y = operand(y_raw, "y", dt, x.shape, allow_int=True)
+    unit_interval(y if y_raw.dtype.kind == "f" or float_name(y_raw.dtype) else y_raw, "y",
+                  "focal targets are binary or soft labels, probabilities of the positive class")
     reduction = reduction_name(reduction)
     alpha, gamma = alpha_value(alpha), gamma_value(gamma)
     weight = None if weight is None else broadcast_weight(weight, "weight", x.shape, dt)
     g = None if mode == "forward" else upstream_grad(grad, reduction, x.shape, dt)
-    inputs = {"x": x_raw, "y": y, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
+    inputs = {"x": x_raw, "y": y_raw, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
     loss_out = grad_out_arr = None
     if mode in ("forward", "forward+grad"):
         loss_out = output(out, "out", x.shape if reduction == "none" else (), dt, inputs)
     if mode in ("grad", "forward+grad"):
-        grad_out_arr = output(grad_out, "out", x.shape, dt, inputs)
+        grad_out_arr = output(grad_out, "out", x.shape, dt,
+                              {**inputs, "the loss output": loss_out} if out is not None else inputs)
     return FocalArgs(x, y, weight, alpha, gamma, reduction, mode, g, loss_out, grad_out_arr)
 
 
+@one_call
 def bce_args(x, y, grad, *, weight, reduction, eps, eps_mode, out=None) -> BCEArgs:
     x_raw = float_array(x, "x")
     x = contiguous(x_raw, "x")
+    unit_interval(x, "x", "BCE takes probabilities, as torch.nn.functional.binary_cross_entropy")
     dt = x.dtype
-    y = operand(y, "y", dt, x.shape, allow_int=True)
+    y_raw = to_numpy(y, "y")
+    y = operand(y_raw, "y", dt, x.shape, allow_int=True)
     reduction = reduction_name(reduction)
     eps = real_number(eps, "eps")
     if eps < 0:
@@ -215,10 +236,11 @@ def bce_args(x, y, grad, *, weight, reduction, eps, eps_mode, out=None) -> BCEAr
         raise XLossValueError(f"eps_mode must be 'clamp' (max(x(1-x), eps)) or 'add' (x(1-x) + eps); got {eps_mode!r}")
     weight = None if weight is None else broadcast_weight(weight, "weight", x.shape, dt)
     g = upstream_grad(grad, reduction, x.shape, dt)
-    inputs = {"x": x_raw, "y": y, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
+    inputs = {"x": x_raw, "y": y_raw, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
     return BCEArgs(x, y, weight, g, reduction, eps, eps_mode, output(out, "out", x.shape, dt, inputs))
 
 
+@one_call
 def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weight, out=None) -> NLLArgs:
     s_raw = float_array(self, "self")
     if s_raw.ndim not in (1, 2):
@@ -244,6 +266,7 @@ def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weigh
     return NLLArgs(s, t, weight, g, reduction, ignore_index, total_weight, output(out, "out", s.shape, dt, inputs))
 
 
+@one_call
 def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, sum_exp_logits, softmax,
               label_smoothing, vocab_size, input_grad_out=None, weight_grad_out=None) -> FLCEArgs:
     inp = contiguous(float_array(input, "input"), "input")
@@ -308,7 +331,8 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
         raise XLossValueError(f"vocab_size (the global vocabulary size) must be >= this shard's V={v} and >= 1; got {k}")
 
     dt = inp.dtype
-    inputs = {"input": inp, "weight": w, "grad": g, "softmax": sm, "logits_max": lm, "sum_exp_logits": se}
+    inputs = {"input": inp, "weight": w, "grad": g, "target_mask": m, "masked_target": mt, "softmax": sm,
+              "logits_max": lm, "sum_exp_logits": se}
     gi = output(input_grad_out, "input_grad_out", (bt, hidden), dt, inputs)
     gw = output(weight_grad_out, "weight_grad_out", (v, hidden), dt, {**inputs, "input_grad_out": gi})
     return FLCEArgs(g, inp, w, m, fmt, mt, mode, lm, se, sm, ls, k, gi, gw)

@@ -34,10 +34,14 @@ def test_torch_input_is_viewed_not_copied():
     assert arr.dtype == ml_dtypes.bfloat16 and arr.__array_interface__["data"][0] == b.data_ptr()
 
 
-def test_requires_grad_tensor_is_accepted_and_result_is_detached():
+def test_requires_grad_tensor_is_refused_in_grad_mode_and_accepted_without():
     x = torch.tensor(X, requires_grad=True)
-    out = xloss.focal_loss(x, torch.tensor(Y), backend="reference")
+    with pytest.raises(xloss.XLossValueError, match=r"x requires grad and grad mode is on.*xloss\.torch"):
+        xloss.focal_loss(x, torch.tensor(Y), backend="reference")
+    with torch.no_grad():
+        out = xloss.focal_loss(x, torch.tensor(Y), backend="reference")
     assert not out.requires_grad
+    np.testing.assert_allclose(out.numpy(), xloss.focal_loss(X, Y, backend="reference"))
 
 
 def test_torch_out_buffer_is_filled_in_place():

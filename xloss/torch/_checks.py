@@ -7,6 +7,8 @@ the torch-level argument names and so that no autograd state is built for a bad 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..errors import XLossIndexError, XLossTypeError, XLossValueError
@@ -89,3 +91,24 @@ def scalar_value(g: torch.Tensor) -> float | None:
 def scaled(t: torch.Tensor, g: float) -> torch.Tensor:
     """``t * g`` without a pass over memory when g is 1 (the usual ``loss.backward()``)."""
     return t if g == 1.0 else t * g
+
+
+def first_order_only(what: str):
+    """Decorator for an autograd ``backward`` whose result is not itself differentiable (it comes
+    from a kernel, not from torch operations). With ``create_graph=True`` (grad mode on inside
+    backward) it raises instead of handing back a gradient that a second backward would treat as
+    a constant, which silently gives wrong second-order gradients."""
+
+    def wrap(backward):
+        @functools.wraps(backward)
+        def checked(ctx, *grads):
+            if torch.is_grad_enabled():
+                raise XLossValueError(
+                    f"{what} does not support second-order gradients (backward with create_graph=True, "
+                    "double backward, torch.func.hessian): its gradient comes from an xloss kernel; use "
+                    "the torch implementation for that part of the model")
+            return backward(ctx, *grads)
+
+        return checked
+
+    return wrap

@@ -9,7 +9,6 @@ Ascend) or ``/ (x(1-x) + eps)`` (``"add"``, the FT78NE/MT7004 form).
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from .. import api
 from ..reference import EPS_MODES
@@ -43,7 +42,7 @@ class _BinaryCrossEntropy(torch.autograd.Function):
         return _reduce(loss, reduction, x.dtype)
 
     @staticmethod
-    @once_differentiable
+    @C.first_order_only("xloss.torch.binary_cross_entropy")
     def backward(ctx, grad):
         x, y, weight = ctx.saved_tensors
         g = C.scalar_value(grad)

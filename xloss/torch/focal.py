@@ -12,7 +12,6 @@ no ``(1 - p_t) ** gamma``, which is what makes generated autograd slow and memor
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from .. import api
 from . import _checks as C
@@ -30,7 +29,7 @@ class _SigmoidFocalLoss(torch.autograd.Function):
         return loss
 
     @staticmethod
-    @once_differentiable
+    @C.first_order_only("xloss.torch.sigmoid_focal_loss")
     def backward(ctx, grad):
         (dx,) = ctx.saved_tensors
         g = C.scalar_value(grad)

@@ -9,7 +9,6 @@ per row.
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from .. import api
 from . import _checks as C
@@ -41,7 +40,7 @@ class _NLLLoss(torch.autograd.Function):
         return total.to(x.dtype)
 
     @staticmethod
-    @once_differentiable
+    @C.first_order_only("xloss.torch.nll_loss")
     def backward(ctx, grad):
         x, target, weight = ctx.saved_tensors
         g = C.scalar_value(grad)
