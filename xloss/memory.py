@@ -120,6 +120,10 @@ def one_call(fn):
     return wrapped
 
 
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 1 << 30 else f"{nbytes / 2**20:.1f} MiB"
+
+
 def ensure_fits(nbytes: int, what: str) -> None:
     """Count an allocation of ``nbytes`` against the call's budget; refuse it if the call's
     allocations together cannot fit."""
@@ -133,6 +137,6 @@ def ensure_fits(nbytes: int, what: str) -> None:
         _budget.checked = bool(_budget.depth)
     avail = _budget.available
     if avail is not None and total > avail:
-        so_far = f" (with this call's other allocations, {total / 2**20:.1f} MiB in all)" if total != nbytes else ""
-        raise XLossValueError(f"{what} would need {nbytes / 2**20:.1f} MiB of memory{so_far}; "
-                              f"{avail / 2**20:.1f} MiB is available to this process")
+        so_far = f" (with this call's other allocations, {_size(total)} in all)" if total != nbytes else ""
+        raise XLossValueError(f"{what} would need {_size(nbytes)} of memory{so_far}; "
+                              f"{_size(avail)} is available to this process")

@@ -33,9 +33,10 @@ def test_without_numba_the_backend_is_unavailable_and_xloss_falls_back():
         ok, why = b.availability()
         assert not ok and "numba" in why, why
         x = np.array([0.5, -1.0], np.float32)
-        print(type(xloss.focal_loss(x, x)).__name__)  # default falls back to the reference
+        y = np.array([0.0, 1.0], np.float32)
+        print(type(xloss.focal_loss(x, y)).__name__)  # default falls back to the reference
         try:
-            xloss.focal_loss(x, x, backend="cpu")
+            xloss.focal_loss(x, y, backend="cpu")
         except xloss.BackendUnavailableError as exc:
             print("unavailable:", exc)
     """)
