@@ -16,6 +16,7 @@ from .distributed import shard_vocab, vocab_shard_range
 from .flce import FusedLinearCrossEntropyLoss, fused_linear_cross_entropy
 from .focal import SigmoidFocalLoss, sigmoid_focal_loss
 from .nll import NLLLoss, nll_loss
+from . import ops  # noqa: E402  (registers the torch.ops.xloss custom ops)
 
 __all__ = [
     "BCELoss", "FusedLinearCrossEntropyLoss", "NLLLoss", "SigmoidFocalLoss", "binary_cross_entropy",
