@@ -33,7 +33,8 @@ class _BinaryCrossEntropy(torch.autograd.Function):
     @C.first_order_only(_WHAT)
     def backward(ctx, grad):
         x, y, weight = ctx.saved_tensors
-        dx = ops.binary_cross_entropy_backward(grad, x, y, weight, *ctx.params)
+        # detached: under torch.func the op must not see tensors tracked at the transform's level
+        dx = ops.binary_cross_entropy_backward(grad.detach(), x.detach(), y, weight, *ctx.params)
         return C.first_order_result(_WHAT, dx, x), None, None, None, None, None, None
 
 

@@ -32,7 +32,8 @@ class _NLLLoss(torch.autograd.Function):
     @C.first_order_only(_WHAT)
     def backward(ctx, grad, _):
         x, target, weight, total_weight = ctx.saved_tensors
-        dx = ops.nll_loss_backward(grad, x, target, weight, total_weight, *ctx.params)
+        # detached: under torch.func the op must not see tensors tracked at the transform's level
+        dx = ops.nll_loss_backward(grad.detach(), x.detach(), target, weight, total_weight, *ctx.params)
         return C.first_order_result(_WHAT, dx, x), None, None, None, None, None
 
 
