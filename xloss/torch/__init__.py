@@ -17,6 +17,7 @@ from .flce import FusedLinearCrossEntropyLoss, fused_linear_cross_entropy
 from .focal import SigmoidFocalLoss, sigmoid_focal_loss
 from .nll import NLLLoss, nll_loss
 from . import ops  # noqa: E402  (registers the torch.ops.xloss custom ops)
+from .hf import apply_to_causal_lm, remove_from_causal_lm
 
 __all__ = [
     "BCELoss", "FusedLinearCrossEntropyLoss", "NLLLoss", "SigmoidFocalLoss", "binary_cross_entropy",
