@@ -62,7 +62,8 @@ class _SigmoidFocalLoss(torch.autograd.Function):
     @C.first_order_only(_WHAT)
     def backward(ctx, grad, _):
         dx, *rest = ctx.saved_tensors
-        g = None if torch.compiler.is_compiling() or C._functorch_active() else C.scalar_value(grad)
+        eager_cpu = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or C._functorch_active())
+        g = C.scalar_value(grad) if eager_cpu else None
         gx = C.scaled(dx, g) if g is not None else dx * grad  # eager: no pass over memory for an upstream 1
         if rest:
             gx = C.first_order_result(_WHAT, gx, rest[0])
