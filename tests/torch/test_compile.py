@@ -100,27 +100,40 @@ def test_torch_func_grad_first_order_and_clear_error_for_second_order():
 
     def f(z):
         return (xt.sigmoid_focal_loss(z, y, reduction="sum", backend="reference")
-                + xt.binary_cross_entropy(torch.sigmoid(z), y) + xt.nll_loss(torch.log_softmax(z, 1), t))
+                + xt.binary_cross_entropy(torch.sigmoid(z), y, backend="reference")
+                + xt.nll_loss(torch.log_softmax(z, 1), t, backend="reference"))
 
     zr = z.clone().requires_grad_()
     (expected,) = torch.autograd.grad(f(zr), zr)
     torch.testing.assert_close(torch.func.grad(f)(z), expected, rtol=0, atol=0)
-    for part in (lambda z: xt.sigmoid_focal_loss(z, y, reduction="sum"),
-                 lambda z: xt.binary_cross_entropy(torch.sigmoid(z), y),
-                 lambda z: xt.nll_loss(torch.log_softmax(z, 1), t)):
+    for part in (lambda z: xt.sigmoid_focal_loss(z, y, reduction="sum", backend="reference"),
+                 lambda z: xt.binary_cross_entropy(torch.sigmoid(z), y, backend="reference"),
+                 lambda z: xt.nll_loss(torch.log_softmax(z, 1), t, backend="reference")):
         with pytest.raises(xloss.XLossError, match="does not support second-order gradients"):
             torch.func.grad(lambda z: torch.func.grad(part)(z).sum())(z)
 
 
-def test_backend_object_in_eager_mode():
-    b = xloss.backend("reference")
+def test_backend_objects():
+    """A registry backend crosses into the ops by name (eager and compiled); a hand-built one
+    works in eager mode and is refused clearly under torch.compile."""
+    shared = xloss.backend("reference")
+    own = type(shared)()  # not the registry's instance
     x = torch.randn(5, dtype=F64, requires_grad=True)
     y = (torch.rand(5) > 0.5).to(F64)
-    a = xt.sigmoid_focal_loss(x, y, reduction="sum", backend=b)
-    (ga,) = torch.autograd.grad(a, x)
     c = xt.sigmoid_focal_loss(x, y, reduction="sum", backend="reference")
     (gc,) = torch.autograd.grad(c, x)
-    assert torch.equal(a, c) and torch.equal(ga, gc)
+    for b in (shared, own):
+        a = xt.sigmoid_focal_loss(x, y, reduction="sum", backend=b)
+        (ga,) = torch.autograd.grad(a, x)
+        assert torch.equal(a, c) and torch.equal(ga, gc)
+    compiled = torch.compile(lambda x: xt.sigmoid_focal_loss(x, y, reduction="sum", backend=shared),
+                             fullgraph=True, backend="eager")
+    (gs,) = torch.autograd.grad(compiled(x), x)
+    assert torch.equal(gs, gc)
+    refused = torch.compile(lambda x: xt.sigmoid_focal_loss(x, y, reduction="sum", backend=own),
+                            fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="under torch.compile pass backend='reference' by name"):
+        refused(x)
 
 
 @pytest.mark.slow

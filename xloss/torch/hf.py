@@ -74,15 +74,16 @@ def apply_to_causal_lm(model, *, backend=None, chunk_size=None):
     _check_config(model)
     stock = model.__dict__.get(_STOCK) or model.forward
     signature = inspect.signature(stock)
+    var_kw = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
 
     def forward(self, *args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         labels = bound.arguments.get("labels")
-        extra = bound.arguments.get("kwargs", {})
+        extra = bound.arguments.get(var_kw, {}) if var_kw else {}
         shift_labels = extra.get("shift_labels")
         if not self.training or (labels is None and shift_labels is None):
             return stock(*args, **kwargs)
-        base_kwargs = {k: v for k, v in bound.arguments.items() if k not in _NOT_FOR_BASE and k != "kwargs"}
+        base_kwargs = {k: v for k, v in bound.arguments.items() if k not in _NOT_FOR_BASE and k != var_kw}
         base_kwargs.update({k: v for k, v in extra.items() if k not in _NOT_FOR_BASE})
         out = self.base_model(**base_kwargs)
         hidden = out[0]

@@ -23,8 +23,6 @@ with a message naming the device (:func:`xloss.torch._checks.device_of`).
 
 from __future__ import annotations
 
-import threading
-
 import torch
 from torch.library import custom_op
 
@@ -35,28 +33,33 @@ from . import _checks as C
 
 # -- Backend instances as op arguments ------------------------------------------------------
 
-_lock = threading.Lock()
 _instances: dict[str, Backend] = {}  # key -> instance; held for the process (backends are few and shared)
 
 
 def backend_key(backend) -> str | None:
-    """What crosses into an op for ``backend``: the name, None, or a key filed for an instance."""
+    """What crosses into an op for ``backend``: the name, None, or a key filed for an instance.
+
+    A backend the registry made without options is its name's shared instance, so it crosses
+    as the name (which also keeps torch.compile's graph free of object lookups)."""
     if backend is None or isinstance(backend, str):
         return backend
     if isinstance(backend, Backend):
+        made_by = getattr(backend, "_xloss_made_by", None)
+        if made_by is not None and not made_by[1]:
+            return made_by[0]
+        if torch.compiler.is_compiling():  # filing the instance would be a side effect replayed too late
+            raise XLossValueError(f"under torch.compile pass backend={backend.name!r} by name (or "
+                                  "xloss.backend(name, **options) without options); other Backend objects "
+                                  "work in eager mode")
         key = f"<xloss instance {backend.name} {id(backend):#x}>"  # not a valid registry name
-        with _lock:
-            _instances.setdefault(key, backend)
+        _instances.setdefault(key, backend)  # one dict operation: atomic under the GIL
         return key
     raise XLossTypeError(f"backend must be a name, a Backend or None, got {type(backend).__name__}")
 
 
 def backend_of(key: str | None):
     """Inverse of :func:`backend_key` (inside the op bodies)."""
-    if key is None:
-        return None
-    with _lock:
-        return _instances.get(key, key)
+    return None if key is None else _instances.get(key, key)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
