@@ -115,3 +115,25 @@ def test_refuses_heads_it_cannot_fuse():
         xt.apply_to_causal_lm(model)
     with pytest.raises(xloss.XLossTypeError, match="PreTrainedModel"):
         xt.apply_to_causal_lm(torch.nn.Linear(2, 2))
+
+
+def test_training_step_never_holds_the_logits():
+    """Peak memory of forward+backward (second call; 32-token chunks): the patched step stays
+    below the stock one by at least one (tokens x vocabulary) float32 matrix (stock holds the
+    logits, their gradient and the softmax)."""
+    from xloss.torch.memory import track_peak_memory
+
+    vocab, shape = 8192, (4, 64)
+    cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=vocab, n_positions=64, resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0)
+    stock = transformers.GPT2LMHeadModel(cfg).train()
+    patched = xt.apply_to_causal_lm(copy.deepcopy(stock), backend="cpu", chunk_size=32)
+    ids, labels = _batch(5, vocab, shape)
+    peaks = []
+    for model in (stock, patched):
+        model(input_ids=ids, labels=labels).loss.backward()  # warm: first-call allocations aside
+        with track_peak_memory() as peak:
+            model(input_ids=ids, labels=labels).loss.backward()
+        peaks.append(peak.bytes)
+    logits_bytes = shape[0] * shape[1] * vocab * 4
+    assert peaks[1] + logits_bytes <= peaks[0], (peaks, logits_bytes)
