@@ -94,7 +94,7 @@ def test_data_checks_run_inside_the_compiled_op():
         bce(torch.tensor([0.5, 1.5], dtype=F64, requires_grad=True), torch.zeros(2, dtype=F64))
 
 
-def test_torch_func_grad_first_order_and_clear_error_for_second_order():
+def test_torch_func_grad_and_jacrev_first_order_and_clear_error_for_second_order():
     lin, x, y, t = _data(2)
     z = lin(x).detach()
 
@@ -106,6 +106,8 @@ def test_torch_func_grad_first_order_and_clear_error_for_second_order():
     zr = z.clone().requires_grad_()
     (expected,) = torch.autograd.grad(f(zr), zr)
     torch.testing.assert_close(torch.func.grad(f)(z), expected, rtol=0, atol=0)
+    with pytest.warns(UserWarning, match="batching rule"):  # jacrev: vmap over the backward ops, a loop
+        torch.testing.assert_close(torch.func.jacrev(f)(z), expected, rtol=0, atol=0)
     for part in (lambda z: xt.sigmoid_focal_loss(z, y, reduction="sum", backend="reference"),
                  lambda z: xt.binary_cross_entropy(torch.sigmoid(z), y, backend="reference"),
                  lambda z: xt.nll_loss(torch.log_softmax(z, 1), t, backend="reference")):

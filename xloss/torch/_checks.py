@@ -145,7 +145,10 @@ def _functorch_active() -> bool:
 
 class _SecondOrderGuard(torch.autograd.Function):
     """Identity on a kernel-made gradient whose own derivative raises (used under torch.func,
-    which always builds the graph of a gradient: only differentiating it again is refused)."""
+    which always builds the graph of a gradient: only differentiating it again is refused).
+    Its forward is a torch op, so vmap (jacrev's batched backward) goes through it."""
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(grad_input, inputs, what):
@@ -162,7 +165,7 @@ class _SecondOrderGuard(torch.autograd.Function):
 
 def _second_order_message(what: str) -> str:
     return (f"{what} does not support second-order gradients (backward with create_graph=True, "
-            "double backward, torch.func.hessian): its gradient comes from an xloss kernel; use "
+            "double backward, torch.func.grad of grad): its gradient comes from an xloss kernel; use "
             "the torch implementation for that part of the model")
 
 
