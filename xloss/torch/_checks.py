@@ -178,6 +178,32 @@ def first_order_result(what: str, grad_input: torch.Tensor, inputs: torch.Tensor
     return grad_input
 
 
+def with_eager_twin(fn_cls):
+    """Class decorator for an autograd.Function written with ``setup_context`` (what torch.func
+    needs): adds ``fn_cls.call(*args)``, which outside torch.func transforms applies a ctx-style
+    twin instead. torch's ``apply`` binds a setup_context-style forward's signature with
+    ``inspect.signature`` on every call (tens of microseconds, as much as a small loss costs)."""
+
+    class Twin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            out = fn_cls.forward(*args)
+            fn_cls.setup_context(ctx, args, out)
+            return out
+
+        backward = staticmethod(fn_cls.backward)
+
+    Twin.__name__ = Twin.__qualname__ = fn_cls.__name__ + "Eager"
+
+    def call(*args):
+        if torch._C._are_functorch_transforms_active():
+            return fn_cls.apply(*args)
+        return Twin.apply(*args)
+
+    fn_cls.call = staticmethod(call)
+    return fn_cls
+
+
 def first_order_only(what: str):
     """Decorator for an autograd ``backward`` whose result is not itself differentiable (it comes
     from a kernel, not from torch operations). With ``create_graph=True`` (grad mode on inside

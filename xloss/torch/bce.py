@@ -18,10 +18,11 @@ from . import ops
 _WHAT = "xloss.torch.binary_cross_entropy"
 
 
+@C.with_eager_twin
 class _BinaryCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(x, y, weight, reduction, eps, eps_mode, backend):
-        return ops.binary_cross_entropy(x, y, weight, reduction)
+        return ops.call(ops.binary_cross_entropy, x, y, weight, reduction)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -34,7 +35,7 @@ class _BinaryCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad):
         x, y, weight = ctx.saved_tensors
         # detached: under torch.func the op must not see tensors tracked at the transform's level
-        dx = ops.binary_cross_entropy_backward(grad.detach(), x.detach(), y, weight, *ctx.params)
+        dx = ops.call(ops.binary_cross_entropy_backward, grad.detach(), x.detach(), y, weight, *ctx.params)
         return C.first_order_result(_WHAT, dx, x), None, None, None, None, None, None
 
 
@@ -72,8 +73,8 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
         raise C.XLossValueError(f"eps must be >= 0; got {eps}")
     # the [0, 1] check needs the data: it runs inside the op (no graph break under torch.compile)
     if not (torch.is_grad_enabled() and input.requires_grad):
-        return ops.binary_cross_entropy(input, target, weight, reduction)
-    return _BinaryCrossEntropy.apply(input, target.detach(), weight, reduction, eps, eps_mode,
+        return ops.call(ops.binary_cross_entropy, input, target, weight, reduction)
+    return _BinaryCrossEntropy.call(input, target.detach(), weight, reduction, eps, eps_mode,
                                      ops.backend_key(backend))
 
 

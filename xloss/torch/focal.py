@@ -41,15 +41,17 @@ def _targets_grad(inputs, targets, weight, alpha, gamma, reduction, grad):
     return (d * grad.to(cdt)).to(targets.dtype)
 
 
+@C.with_eager_twin
 class _SigmoidFocalLoss(torch.autograd.Function):
     @staticmethod
     def forward(inputs, targets, weight, alpha, gamma, reduction, backend):
-        return ops.sigmoid_focal_loss_with_grad(inputs, targets, weight, alpha, gamma, reduction, backend)
+        return ops.call(ops.sigmoid_focal_loss_with_grad, inputs, targets, weight, alpha, gamma, reduction, backend)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, targets, weight, alpha, gamma, reduction, _ = inputs
         ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)  # else autograd builds a zero gradient for dx: a pass over x's size
         ctx.params = (alpha, gamma, reduction)
         if ctx.needs_input_grad[1]:  # torchvision's targets may require grad: keep what d/dtargets needs
             ctx.save_for_backward(output[1], x, targets, weight)
@@ -61,6 +63,8 @@ class _SigmoidFocalLoss(torch.autograd.Function):
     @staticmethod
     @C.first_order_only(_WHAT)
     def backward(ctx, grad, _):
+        if grad is None:  # no gradient reached the loss (grads are not materialised)
+            return (None,) * 7
         dx, *rest = ctx.saved_tensors
         eager_cpu = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or C._functorch_active())
         g = C.scalar_value(grad) if eager_cpu else None
@@ -101,10 +105,10 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0,
     reduction = C.reduction_torchvision(reduction)
     key = ops.backend_key(backend)
     if not (torch.is_grad_enabled() and (inputs.requires_grad or targets.requires_grad)):
-        return ops.sigmoid_focal_loss(inputs, targets, weight, alpha, gamma, reduction, key)
+        return ops.call(ops.sigmoid_focal_loss, inputs, targets, weight, alpha, gamma, reduction, key)
     if not targets.requires_grad:
         targets = targets.detach()
-    return _SigmoidFocalLoss.apply(inputs, targets, weight, alpha, gamma, reduction, key)[0]
+    return _SigmoidFocalLoss.call(inputs, targets, weight, alpha, gamma, reduction, key)[0]
 
 
 class SigmoidFocalLoss(torch.nn.Module):

@@ -16,31 +16,35 @@ from . import ops
 _WHAT = "xloss.torch.nll_loss"
 
 
+@C.with_eager_twin
 class _NLLLoss(torch.autograd.Function):
     @staticmethod
     def forward(x, target, weight, ignore_index, reduction, backend):
-        return ops.nll_loss_forward(x, target, weight, ignore_index, reduction)
+        return ops.call(ops.nll_loss_forward, x, target, weight, ignore_index, reduction)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, target, weight, ignore_index, reduction, backend = inputs
         ctx.params = (ignore_index, reduction, backend)
         ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)  # total_weight's gradient stays None
         ctx.save_for_backward(x, target, weight, output[1])
 
     @staticmethod
     @C.first_order_only(_WHAT)
     def backward(ctx, grad, _):
+        if grad is None:  # no gradient reached the loss (grads are not materialised)
+            return (None,) * 6
         x, target, weight, total_weight = ctx.saved_tensors
         # detached: under torch.func the op must not see tensors tracked at the transform's level
-        dx = ops.nll_loss_backward(grad.detach(), x.detach(), target, weight, total_weight, *ctx.params)
+        dx = ops.call(ops.nll_loss_backward, grad.detach(), x.detach(), target, weight, total_weight, *ctx.params)
         return C.first_order_result(_WHAT, dx, x), None, None, None, None, None
 
 
 def _nll_2d(input, target, weight, ignore_index, reduction, key):
     if torch.is_grad_enabled() and input.requires_grad:
-        return _NLLLoss.apply(input, target, weight, ignore_index, reduction, key)[0]
-    return ops.nll_loss_forward(input, target, weight, ignore_index, reduction)[0]
+        return _NLLLoss.call(input, target, weight, ignore_index, reduction, key)[0]
+    return ops.call(ops.nll_loss_forward, input, target, weight, ignore_index, reduction)[0]
 
 
 def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean", *, backend=None):
