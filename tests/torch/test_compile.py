@@ -1,9 +1,10 @@
 """torch.compile and torch.func through the xloss custom ops (torch.ops.xloss.*).
 
 Compilation is slow on a small machine: the tests compile a few tiny graphs, with the
-``eager`` dynamo backend (what fullgraph tracing and AOT autograd need) and once with inductor
-(marked slow). Measured on a loaded 2-core machine: eager-backend tests ~2-5 s each,
-inductor 25-75 s, the fresh-process test ~20-50 s (both marked slow).
+``eager`` dynamo backend (what fullgraph tracing and AOT autograd need) and once with inductor.
+Measured on a loaded 2-core machine: the fullgraph step ~3-12 s, the other eager-backend tests
+under 1.5 s each; marked slow: the fresh process 10-50 s, inductor 8 s with a warm inductor
+cache and up to ~75 s cold (C++ compilation).
 """
 
 from __future__ import annotations
