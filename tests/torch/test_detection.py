@@ -35,6 +35,18 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2, r
     return loss
 '''
 
+# FCOS's classification loss: every anchor, one-hot targets, summed (name bound at import time)
+FCOS_SRC = '''
+import torch
+from ...ops import sigmoid_focal_loss
+
+def classification_loss(cls_logits, matched_idxs, labels):
+    foreground = matched_idxs >= 0
+    gt = torch.zeros_like(cls_logits)
+    gt[foreground, labels[matched_idxs[foreground]]] = 1.0
+    return sigmoid_focal_loss(cls_logits, gt, reduction="sum") / max(1, int(foreground.sum()))
+'''
+
 # what RetinaNet's classification head does with it: the name bound at import time
 RETINANET_SRC = '''
 import torch
@@ -57,15 +69,17 @@ def standin(monkeypatch):
     """torchvision, torchvision.ops(.focal_loss), torchvision.models.detection.retinanet in sys.modules."""
     mods = {}
     for name in ("torchvision", "torchvision.ops", "torchvision.ops.focal_loss", "torchvision.models",
-                 "torchvision.models.detection", "torchvision.models.detection.retinanet"):
+                 "torchvision.models.detection", "torchvision.models.detection.retinanet",
+                 "torchvision.models.detection.fcos"):
         mod = types.ModuleType(name)
         mod.__path__ = []  # a package, so relative imports resolve
-        mod.__package__ = name if name != "torchvision.models.detection.retinanet" else "torchvision.models.detection"
+        mod.__package__ = name.rsplit(".", 1)[0] if name.endswith(("retinanet", "fcos")) else name
         monkeypatch.setitem(sys.modules, name, mod)
         mods[name] = mod
     exec(FOCAL_SRC, mods["torchvision.ops.focal_loss"].__dict__)
     mods["torchvision.ops"].sigmoid_focal_loss = mods["torchvision.ops.focal_loss"].sigmoid_focal_loss
     exec(RETINANET_SRC, mods["torchvision.models.detection.retinanet"].__dict__)
+    exec(FCOS_SRC, mods["torchvision.models.detection.fcos"].__dict__)
     return mods
 
 
@@ -90,14 +104,25 @@ def test_patch_swaps_every_bound_name_and_matches_stock(standin):
     batch = _detection_batch(0)
     want_loss, want_grads = _loss_and_grads(retina.classification_loss, *batch)
     with xt.apply_to_detection(backend="reference") as patch:
-        assert patch.modules == ["torchvision.models.detection.retinanet", "torchvision.ops",
-                                 "torchvision.ops.focal_loss"]
+        assert patch.modules == ["torchvision.models.detection.fcos", "torchvision.models.detection.retinanet",
+                                 "torchvision.ops", "torchvision.ops.focal_loss"]
         assert retina.sigmoid_focal_loss is not stock and standin["torchvision.ops"].sigmoid_focal_loss is not stock
         loss, grads = _loss_and_grads(retina.classification_loss, *batch)
     assert retina.sigmoid_focal_loss is stock and standin["torchvision.ops.focal_loss"].sigmoid_focal_loss is stock
     torch.testing.assert_close(loss, want_loss, rtol=1e-13, atol=0)
     for g, w in zip(grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-15)
+
+
+def test_patch_reaches_fcos_too(standin):
+    fcos = standin["torchvision.models.detection.fcos"]
+    logits, matched, labels = _detection_batch(1)
+    x, m, lab = logits[0], matched[0].clamp_min(-1), labels[0]
+    want = fcos.classification_loss(x, m, lab)
+    with xt.apply_to_detection(backend="reference"):
+        assert getattr(fcos.sigmoid_focal_loss, "_xloss_drop_in", False)
+        got = fcos.classification_loss(x, m, lab)
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=0)
 
 
 def test_drop_in_keeps_torchvision_signature_and_messages(standin):
