@@ -123,6 +123,11 @@ class Backend:
     #: :meth:`configurations` (e.g. any core mask); else agreement within tolerance is asked.
     deterministic = False  # (a plain class attribute, not a dataclass field: subclasses and instances set it)
 
+    #: torch device types whose tensors this backend runs (``torch.device(...).type``). Every
+    #: backend here runs on host memory; one for another device (CUDA through Triton, say) lists
+    #: it and registers its kernels with :func:`xloss.torch.ops.register_device_kernel`.
+    devices = ("cpu",)
+
     def checked(self) -> "Backend":
         """This backend in its checked mode: every buffer handed to the library sits between
         poisoned guard regions and every input buffer is compared after the call, so a write out

@@ -214,3 +214,38 @@ def test_nll_module():
     t = torch.tensor([0, 2, 1, -100, 2])
     loss = xt.NLLLoss(reduction="mean", backend="reference")(x, t)
     close(loss, F.nll_loss(x, t), 1e-15, "loss")
+
+
+# -- N-d input (N, C, d1, ..., dk), as PyTorch ------------------------------------------------
+
+
+@st.composite
+def nll_nd_case(draw):
+    n, c = draw(st.integers(0, 3)), draw(st.integers(1, 4))
+    spatial = tuple(draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)))
+    seed = draw(st.integers(0, 2**16))
+    return n, c, spatial, seed, draw(st.sampled_from(REDUCTIONS)), draw(st.booleans()), draw(st.booleans())
+
+
+@given(nll_nd_case())
+def test_nll_nd_matches_pytorch_float64(case):
+    n, c, spatial, seed, reduction, weighted, ignore = case
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((n, c) + spatial, generator=g, dtype=F64)
+    t = torch.randint(0, c, (n,) + spatial, generator=g)
+    if ignore and t.numel():
+        t.view(-1)[:: 3] = -100
+    w = torch.rand(c, generator=g, dtype=F64) + 0.1 if weighted else None
+    upstream = torch.rand(t.shape, generator=g, dtype=F64) if reduction == "none" else torch.tensor(1.5, dtype=F64)
+    got = run(xt.nll_loss, x, t, w, -100, reduction, upstream=upstream, backend="reference")
+    exp = run(F.nll_loss, x, t, w, ignore_index=-100, reduction=reduction, upstream=upstream)
+    assert got[0].shape == exp[0].shape and got[1].shape == x.shape
+    close(got[0], exp[0], 1e-13, "loss")
+    close(got[1], exp[1], 1e-13, "grad")
+
+
+def test_nll_nd_shape_errors_name_the_argument():
+    with pytest.raises(xloss.XLossValueError, match=r"target must have shape \(2, 4, 5\)"):
+        xt.nll_loss(torch.randn(2, 3, 4, 5), torch.zeros(2, 4, dtype=torch.int64))
+    with pytest.raises(xloss.XLossIndexError, match="out of range"):
+        xt.nll_loss(torch.randn(2, 3, 4), torch.full((2, 4), 3))

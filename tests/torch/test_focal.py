@@ -181,8 +181,8 @@ def test_errors_name_the_argument():
     x = torch.randn(4)
     with pytest.raises(xloss.XLossValueError, match="targets"):
         xt.sigmoid_focal_loss(x, torch.zeros(5))
-    with pytest.raises(xloss.XLossValueError, match="targets requires grad"):
-        xt.sigmoid_focal_loss(x, torch.zeros(4, requires_grad=True))
+    with pytest.raises(ValueError, match="Invalid"):  # torchvision's tests match on this word
+        xt.sigmoid_focal_loss(x, torch.zeros(4), reduction="avg")
     with pytest.raises(xloss.XLossValueError, match="reduction"):
         xt.sigmoid_focal_loss(x, torch.zeros(4), reduction="avg")
     with pytest.raises(xloss.XLossValueError, match="gamma"):
@@ -193,3 +193,35 @@ def test_errors_name_the_argument():
         xt.sigmoid_focal_loss(torch.zeros(3, dtype=torch.int64), torch.zeros(3))
     with pytest.raises(xloss.BackendNotFoundError):
         xt.sigmoid_focal_loss(x, torch.zeros(4), backend="no-such-backend")
+
+
+# -- targets that require grad (torchvision differentiates w.r.t. them too) -------------------
+
+
+@given(st.integers(1, 12), st.sampled_from([0.0, 1.0, 1.5, 2.0]), st.sampled_from([-1.0, 0.0, 0.3, 1.0]),
+       st.sampled_from(["none", "mean", "sum"]), st.booleans(), st.integers(0, 2**16))
+def test_targets_gradient_matches_torchvision_formula_float64(n, gamma, alpha, reduction, weighted, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(n, generator=g, dtype=F64) * 3).requires_grad_()
+    y = torch.rand(n, generator=g, dtype=F64).requires_grad_()  # soft targets, e.g. from a teacher
+    w = torch.rand(n, generator=g, dtype=F64) if weighted else None
+    up = torch.rand(n, generator=g, dtype=F64) if reduction == "none" else torch.tensor(0.7, dtype=F64)
+    loss = xt.sigmoid_focal_loss(x, y, alpha, gamma, reduction, weight=w, backend="reference")
+    gx, gy = torch.autograd.grad(loss, (x, y), up)
+    x2, y2 = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    ref = appendix_a1(x2, y2, alpha, gamma, "none", dtype=F64)
+    ref = ref * w if weighted else ref
+    ref = {"none": ref, "mean": ref.mean(), "sum": ref.sum()}[reduction]
+    ex, ey = torch.autograd.grad(ref, (x2, y2), up)
+    close(loss, ref, 1e-12, "loss")
+    close(gx, ex, 1e-10, "d/dinputs")
+    close(gy, ey, 1e-10, "d/dtargets")
+
+
+def test_targets_requiring_grad_alone_get_their_gradient():
+    x = torch.randn(6, dtype=F64)
+    y = torch.rand(6, dtype=F64, requires_grad=True)
+    xt.sigmoid_focal_loss(x, y, reduction="sum", backend="reference").backward()
+    y2 = y.detach().clone().requires_grad_()
+    appendix_a1(x, y2, 0.25, 2.0, "sum", dtype=F64).backward()
+    close(y.grad, y2.grad, 1e-12, "d/dtargets")

@@ -22,23 +22,61 @@ def shape_str(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def tensor(obj, name: str) -> torch.Tensor:
+def tensor(obj, name: str, backend=None) -> torch.Tensor:
     if not isinstance(obj, torch.Tensor):
         raise XLossTypeError(f"{name} must be a torch.Tensor; got {type(obj).__name__}")
     if obj.device.type != "cpu":
-        raise XLossValueError(f"{name} is on {obj.device}; xloss.torch runs on CPU tensors")
+        device_runs(obj, name, backend)
     return obj
 
 
-def float_tensor(obj, name: str) -> torch.Tensor:
-    t = tensor(obj, name)
+def _backend_devices(b) -> tuple:
+    return tuple(getattr(b, "devices", ("cpu",)))
+
+
+def device_runs(t: torch.Tensor, name: str, backend=None) -> None:
+    """Refuse a tensor on a device that no backend (the named one, or any registered one for
+    ``backend=None``) declares in ``Backend.devices``, naming the device and what runs where.
+    Only reached off the CPU, so the registry is consulted on error paths and for device backends."""
+    from ..backend import Backend
+    from ..registry import backend as get_backend, backend_names
+
+    dev = t.device.type
+    if isinstance(backend, (str, Backend)):
+        b = backend if isinstance(backend, Backend) else get_backend(backend)
+        if dev not in _backend_devices(b):
+            raise XLossValueError(f"{name} is on {t.device}; backend {b.name!r} runs on "
+                                   f"{', '.join(_backend_devices(b))}: move the tensors there (.cpu()) or "
+                                   f"pick a backend for {dev}")
+        return
+    runs = {}
+    for n in backend_names():
+        try:
+            runs[n] = _backend_devices(get_backend(n))
+        except Exception:  # a backend that cannot load runs nowhere here
+            continue
+    if not any(dev in d for d in runs.values()):
+        listing = ", ".join(f"{n} ({'/'.join(d)})" for n, d in sorted(runs.items()))
+        raise XLossValueError(f"{name} is on {t.device}; no registered xloss backend runs on {dev} "
+                               f"(backends: {listing or 'none'}); move the tensors to the CPU or install a "
+                               f"backend that declares {dev!r} in Backend.devices")
+
+
+def same_device(t: torch.Tensor, name: str, ref: torch.Tensor, ref_name: str) -> torch.Tensor:
+    if t is not None and t.device != ref.device:
+        raise XLossValueError(f"{name} is on {t.device}; it must be on {ref_name}'s device ({ref.device})")
+    return t
+
+
+def float_tensor(obj, name: str, backend=None) -> torch.Tensor:
+    t = tensor(obj, name, backend)
     if t.dtype not in FLOAT_DTYPES:
         raise XLossTypeError(f"{name} must be float16, bfloat16, float32 or float64; got {t.dtype}")
     return t
 
 
-def index_tensor(obj, name: str) -> torch.Tensor:
-    t = tensor(obj, name)
+def index_tensor(obj, name: str, backend=None) -> torch.Tensor:
+    t = tensor(obj, name, backend)
     if t.dtype not in INDEX_DTYPES:
         raise XLossTypeError(f"{name} must hold class indices (int64, int32 or uint8); got {t.dtype}")
     return t
@@ -59,6 +97,14 @@ def reduction(value) -> str:
 def integer(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise XLossTypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+    return value
+
+
+def reduction_torchvision(value) -> str:
+    """As :func:`reduction`, with torchvision's wording (its tests match ``ValueError("Invalid ...")``)."""
+    if not isinstance(value, str) or value not in REDUCTIONS:
+        raise XLossValueError(f"Invalid value for arg 'reduction': {value!r}; supported reduction modes: "
+                              f"{', '.join(map(repr, REDUCTIONS))}")
     return value
 
 
@@ -93,6 +139,71 @@ def scaled(t: torch.Tensor, g: float) -> torch.Tensor:
     return t if g == 1.0 else t * g
 
 
+def _functorch_active() -> bool:
+    return torch._C._functorch.peek_interpreter_stack() is not None
+
+
+class _SecondOrderGuard(torch.autograd.Function):
+    """Identity on a kernel-made gradient whose own derivative raises (used under torch.func,
+    which always builds the graph of a gradient: only differentiating it again is refused).
+    Its forward is a torch op, so vmap (jacrev's batched backward) goes through it."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad_input, inputs, what):
+        return grad_input.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.what = inputs[2]
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise XLossValueError(_second_order_message(ctx.what))
+
+
+def _second_order_message(what: str) -> str:
+    return (f"{what} does not support second-order gradients (backward with create_graph=True, "
+            "double backward, torch.func.grad of grad): its gradient comes from an xloss kernel; use "
+            "the torch implementation for that part of the model")
+
+
+def first_order_result(what: str, grad_input: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """``grad_input`` as the backward's result. Under a torch.func transform it goes through a
+    guard whose derivative raises, so ``grad(grad(f))`` fails clearly instead of treating the
+    kernel's gradient as a constant."""
+    if _functorch_active():
+        return _SecondOrderGuard.apply(grad_input, inputs, what)
+    return grad_input
+
+
+def with_eager_twin(fn_cls):
+    """Class decorator for an autograd.Function written with ``setup_context`` (what torch.func
+    needs): adds ``fn_cls.call(*args)``, which outside torch.func transforms applies a ctx-style
+    twin instead. torch's ``apply`` binds a setup_context-style forward's signature with
+    ``inspect.signature`` on every call (tens of microseconds, as much as a small loss costs)."""
+
+    class Twin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            out = fn_cls.forward(*args)
+            fn_cls.setup_context(ctx, args, out)
+            return out
+
+        backward = staticmethod(fn_cls.backward)
+
+    Twin.__name__ = Twin.__qualname__ = fn_cls.__name__ + "Eager"
+
+    def call(*args):
+        if torch._C._are_functorch_transforms_active():
+            return fn_cls.apply(*args)
+        return Twin.apply(*args)
+
+    fn_cls.call = staticmethod(call)
+    return fn_cls
+
+
 def first_order_only(what: str):
     """Decorator for an autograd ``backward`` whose result is not itself differentiable (it comes
     from a kernel, not from torch operations). With ``create_graph=True`` (grad mode on inside
@@ -102,11 +213,10 @@ def first_order_only(what: str):
     def wrap(backward):
         @functools.wraps(backward)
         def checked(ctx, *grads):
-            if torch.is_grad_enabled():
-                raise XLossValueError(
-                    f"{what} does not support second-order gradients (backward with create_graph=True, "
-                    "double backward, torch.func.hessian): its gradient comes from an xloss kernel; use "
-                    "the torch implementation for that part of the model")
+            # torch.func.grad runs every backward with grad mode on, to first order too: there the
+            # guard of first_order_result raises only if the gradient is differentiated again.
+            if torch.is_grad_enabled() and not _functorch_active():
+                raise XLossValueError(_second_order_message(what))
             return backward(ctx, *grads)
 
         return checked

@@ -1,6 +1,6 @@
 """Binary cross entropy on probabilities, with its backward on an xloss backend.
 
-The forward is PyTorch's formula (``-w (y log x + (1-y) log(1-x))``, each log clamped at
+Both run as ``torch.library`` custom ops (:mod:`xloss.torch.ops`). The forward is PyTorch's formula (``-w (y log x + (1-y) log(1-x))``, each log clamped at
 -100) computed in float32 or wider; it saves the inputs, and the backward is
 ``xloss.bce_grad``: ``g * w * (x - y) / max(x(1-x), eps)`` (``eps_mode="clamp"``, PyTorch and
 Ascend) or ``/ (x(1-x) + eps)`` (``"add"``, the FT78NE/MT7004 form).
@@ -10,45 +10,33 @@ from __future__ import annotations
 
 import torch
 
-from .. import api
 from ..reference import EPS_MODES
 from ..validation import real_number
 from . import _checks as C
+from . import ops
+
+_WHAT = "xloss.torch.binary_cross_entropy"
 
 
-def _compute_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _reduce(values: torch.Tensor, reduction: str, dtype) -> torch.Tensor:
-    if reduction == "none":
-        return values.to(dtype)
-    total = values.sum(dtype=torch.float64)
-    if reduction == "mean":
-        total = total / values.numel() if values.numel() else torch.tensor(float("nan"), dtype=torch.float64)
-    return total.to(dtype)
-
-
+@C.with_eager_twin
 class _BinaryCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, y, weight, reduction, eps, eps_mode, backend):
-        cdt = _compute_dtype(x.dtype)
-        xc, yc = x.to(cdt), y.to(cdt)
-        loss = -(yc * torch.log(xc).clamp_min(-100.0) + (1.0 - yc) * torch.log1p(-xc).clamp_min(-100.0))
-        if weight is not None:
-            loss = loss * weight.to(cdt)
-        ctx.reduction, ctx.eps, ctx.eps_mode, ctx.backend = reduction, eps, eps_mode, backend
-        ctx.save_for_backward(x, y, weight)
-        return _reduce(loss, reduction, x.dtype)
+    def forward(x, y, weight, reduction, eps, eps_mode, backend):
+        return ops.call(ops.binary_cross_entropy, x, y, weight, reduction)
 
     @staticmethod
-    @C.first_order_only("xloss.torch.binary_cross_entropy")
+    def setup_context(ctx, inputs, output):
+        x, y, weight, reduction, eps, eps_mode, backend = inputs
+        ctx.params = (reduction, eps, eps_mode, backend)
+        ctx.save_for_backward(x, y, weight)
+
+    @staticmethod
+    @C.first_order_only(_WHAT)
     def backward(ctx, grad):
         x, y, weight = ctx.saved_tensors
-        g = C.scalar_value(grad)
-        dx = api.bce_grad(x, y, grad if g is None else g, weight=weight, reduction=ctx.reduction, eps=ctx.eps,
-                          eps_mode=ctx.eps_mode, backend=ctx.backend)
-        return dx, None, None, None, None, None, None
+        # detached: under torch.func the op must not see tensors tracked at the transform's level
+        dx = ops.call(ops.binary_cross_entropy_backward, grad.detach(), x.detach(), y, weight, *ctx.params)
+        return C.first_order_result(_WHAT, dx, x), None, None, None, None, None, None
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *, eps: float = 1e-12,
@@ -60,14 +48,14 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
     ``eps_mode`` select the gradient's denominator (``"clamp"``: PyTorch's; ``"add"``: what
     the FT78NE/MT7004 library implements — pass it to run on those backends).
     """
-    input = C.float_tensor(input, "input")
-    target = C.tensor(target, "target")
+    input = C.float_tensor(input, "input", backend)
+    target = C.same_device(C.tensor(target, "target", backend), "target", input, "input")
     if target.shape != input.shape:
         raise C.XLossValueError(f"target must have the shape of input {C.shape_str(input.shape)}; "
                                 f"got {C.shape_str(target.shape)}")
     C.no_grad_required(target, "target", "binary_cross_entropy gives no gradient w.r.t. the target")
     if weight is not None:
-        weight = C.float_tensor(weight, "weight")
+        weight = C.same_device(C.float_tensor(weight, "weight", backend), "weight", input, "input")
         C.no_grad_required(weight, "weight", "binary_cross_entropy gives no gradient w.r.t. the weight")
         try:
             ok = torch.broadcast_shapes(weight.shape, input.shape) == input.shape
@@ -83,11 +71,11 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
     eps = real_number(eps, "eps")
     if eps < 0:
         raise C.XLossValueError(f"eps must be >= 0; got {eps}")
-    x = input.detach()
-    if x.numel() and not bool(((x >= 0) & (x <= 1)).all()):
-        raise C.XLossValueError("input must hold probabilities in [0, 1] (every element); "
-                                "use binary_cross_entropy_with_logits for logits")
-    return _BinaryCrossEntropy.apply(input, target.detach(), weight, reduction, eps, eps_mode, backend)
+    # the [0, 1] check needs the data: it runs inside the op (no graph break under torch.compile)
+    if not (torch.is_grad_enabled() and input.requires_grad):
+        return ops.call(ops.binary_cross_entropy, input, target, weight, reduction)
+    return _BinaryCrossEntropy.call(input, target.detach(), weight, reduction, eps, eps_mode,
+                                     ops.backend_key(backend))
 
 
 class BCELoss(torch.nn.Module):

@@ -13,29 +13,69 @@ from __future__ import annotations
 
 import torch
 
-from .. import api
 from . import _checks as C
+from . import ops
+
+_WHAT = "xloss.torch.sigmoid_focal_loss"
 
 
+def _targets_grad(inputs, targets, weight, alpha, gamma, reduction, grad):
+    """d loss / d targets in torch ops (torchvision differentiates its formula w.r.t. the targets
+    too; a rare need, so no kernel): with m = 1 - p_t and ce the BCE with logits,
+    d/dy [a_t ce m^g] = a_t (-x m^g + g ce m^(g-1) (1 - 2p)) + (2 alpha - 1) ce m^g."""
+    cdt = torch.float64 if inputs.dtype == torch.float64 else torch.float32
+    x, y = inputs.detach().to(cdt), targets.detach().to(cdt)
+    p = torch.sigmoid(x)
+    ce = torch.nn.functional.binary_cross_entropy_with_logits(x, y, reduction="none")
+    m = 1.0 - (p * y + (1.0 - p) * (1.0 - y))
+    m_g = m.pow(gamma)
+    # g ce m^(g-1): 0 where m = 0 (ce vanishes there too) and for gamma = 0
+    slope = torch.where(m > 0, gamma * ce * m_g / torch.where(m > 0, m, 1.0), 0.0) if gamma else torch.zeros_like(m)
+    d = -x * m_g + slope * (1.0 - 2.0 * p)
+    if alpha >= 0:
+        d = (alpha * y + (1.0 - alpha) * (1.0 - y)) * d + (2.0 * alpha - 1.0) * ce * m_g
+    if weight is not None:
+        d = d * weight.to(cdt)
+    if reduction == "mean":
+        d = d / max(x.numel(), 1)
+    return (d * grad.to(cdt)).to(targets.dtype)
+
+
+@C.with_eager_twin
 class _SigmoidFocalLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, inputs, targets, weight, alpha, gamma, reduction, backend):
-        kw = dict(alpha=alpha, gamma=gamma, weight=weight, reduction=reduction, backend=backend)
-        if not ctx.needs_input_grad[0]:
-            return api.focal_loss(inputs, targets, **kw)
-        loss, dx = api.focal_loss_with_grad(inputs, targets, 1.0, **kw)
-        ctx.reduction = reduction
-        ctx.save_for_backward(dx)
-        return loss
+    def forward(inputs, targets, weight, alpha, gamma, reduction, backend):
+        return ops.call(ops.sigmoid_focal_loss_with_grad, inputs, targets, weight, alpha, gamma, reduction, backend)
 
     @staticmethod
-    @C.first_order_only("xloss.torch.sigmoid_focal_loss")
-    def backward(ctx, grad):
-        (dx,) = ctx.saved_tensors
-        g = C.scalar_value(grad)
-        if g is not None:
-            return C.scaled(dx, g), None, None, None, None, None, None
-        return dx * grad, None, None, None, None, None, None
+    def setup_context(ctx, inputs, output):
+        x, targets, weight, alpha, gamma, reduction, _ = inputs
+        ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)  # else autograd builds a zero gradient for dx: a pass over x's size
+        ctx.params = (alpha, gamma, reduction)
+        if ctx.needs_input_grad[1]:  # torchvision's targets may require grad: keep what d/dtargets needs
+            ctx.save_for_backward(output[1], x, targets, weight)
+        elif C._functorch_active():  # the second-order guard needs x
+            ctx.save_for_backward(output[1], x)
+        else:
+            ctx.save_for_backward(output[1])
+
+    @staticmethod
+    @C.first_order_only(_WHAT)
+    def backward(ctx, grad, _):
+        if grad is None:  # no gradient reached the loss (grads are not materialised)
+            return (None,) * 7
+        dx, *rest = ctx.saved_tensors
+        eager_cpu = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or C._functorch_active())
+        g = C.scalar_value(grad) if eager_cpu else None
+        gx = C.scaled(dx, g) if g is not None else dx * grad  # eager: no pass over memory for an upstream 1
+        if rest:
+            gx = C.first_order_result(_WHAT, gx, rest[0])
+        gy = None
+        if ctx.needs_input_grad[1]:
+            _, targets, weight = rest
+            gy = C.first_order_result(_WHAT, _targets_grad(rest[0], targets, weight, *ctx.params, grad), rest[0])
+        return gx, gy, None, None, None, None, None
 
 
 def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0, reduction: str = "none", *,
@@ -44,22 +84,31 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0,
 
     ``inputs``: logits of any shape, float16/bfloat16/float32/float64 (computed in float32 or
     wider, returned in the inputs' dtype). ``targets``: same shape, binary or soft in [0, 1]
-    (any float, int or bool dtype; they are constants: no gradient flows to them).
+    (any float, int or bool dtype). As in torchvision, targets may require grad: their
+    gradient is computed with torch operations (the kernel gives d/dinputs).
     ``alpha < 0`` disables the class weighting. ``weight``: optional per-element weight
-    broadcastable to ``inputs`` (constant). ``reduction``: ``"none" | "mean" | "sum"``.
+    broadcastable to ``inputs`` (constant). ``reduction``: ``"none" | "mean" | "sum"``
+    (anything else: ``ValueError("Invalid value for arg 'reduction' ...")`` as torchvision).
     ``backend``: an xloss backend name or object (default: ``cpu`` where available).
+
+    A ``torch.library`` custom op underneath (``torch.ops.xloss.sigmoid_focal_loss*``):
+    ``torch.compile(fullgraph=True)`` and ``torch.func.grad`` trace through it.
     """
-    inputs = C.float_tensor(inputs, "inputs")
-    targets = C.tensor(targets, "targets")
+    inputs = C.float_tensor(inputs, "inputs", backend)
+    targets = C.same_device(C.tensor(targets, "targets", backend), "targets", inputs, "inputs")
     if targets.shape != inputs.shape:
         raise C.XLossValueError(f"targets must have the shape of inputs {C.shape_str(inputs.shape)}; "
                                 f"got {C.shape_str(targets.shape)}")
-    C.no_grad_required(targets, "targets", "sigmoid_focal_loss gives no gradient w.r.t. the targets")
     if weight is not None:
-        weight = C.float_tensor(weight, "weight")
+        weight = C.same_device(C.float_tensor(weight, "weight", backend), "weight", inputs, "inputs")
         C.no_grad_required(weight, "weight", "sigmoid_focal_loss gives no gradient w.r.t. the weight")
-    reduction = C.reduction(reduction)
-    return _SigmoidFocalLoss.apply(inputs, targets.detach(), weight, alpha, gamma, reduction, backend)
+    reduction = C.reduction_torchvision(reduction)
+    key = ops.backend_key(backend)
+    if not (torch.is_grad_enabled() and (inputs.requires_grad or targets.requires_grad)):
+        return ops.call(ops.sigmoid_focal_loss, inputs, targets, weight, alpha, gamma, reduction, key)
+    if not targets.requires_grad:
+        targets = targets.detach()
+    return _SigmoidFocalLoss.call(inputs, targets, weight, alpha, gamma, reduction, key)[0]
 
 
 class SigmoidFocalLoss(torch.nn.Module):
@@ -68,7 +117,8 @@ class SigmoidFocalLoss(torch.nn.Module):
 
     def __init__(self, alpha: float = 0.25, gamma: float = 2.0, reduction: str = "none", *, backend=None):
         super().__init__()
-        self.alpha, self.gamma, self.reduction, self.backend = alpha, gamma, C.reduction(reduction), backend
+        self.alpha, self.gamma, self.backend = alpha, gamma, backend
+        self.reduction = C.reduction_torchvision(reduction)
 
     def forward(self, inputs, targets, weight=None):
         return sigmoid_focal_loss(inputs, targets, self.alpha, self.gamma, self.reduction, weight=weight,

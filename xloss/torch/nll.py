@@ -10,71 +10,75 @@ from __future__ import annotations
 
 import torch
 
-from .. import api
 from . import _checks as C
+from . import ops
+
+_WHAT = "xloss.torch.nll_loss"
 
 
-def _compute_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
+@C.with_eager_twin
 class _NLLLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, target, weight, ignore_index, reduction, backend):
-        cdt = _compute_dtype(x.dtype)
-        x2 = x.reshape(1, -1) if x.ndim == 1 else x
-        t = target.reshape(-1).to(torch.int64)
-        valid = t != ignore_index
-        safe = torch.where(valid, t, 0)
-        w_t = valid.to(cdt) if weight is None else torch.where(valid, weight.to(cdt)[safe], 0.0)
-        picked = x2.gather(1, safe[:, None]).squeeze(1).to(cdt)
-        per_row = torch.where(valid, -w_t * picked, 0.0)
-        total_weight = float(w_t.sum(dtype=torch.float64))
-        ctx.ignore_index, ctx.reduction, ctx.backend, ctx.total_weight = ignore_index, reduction, backend, total_weight
-        ctx.save_for_backward(x, target, weight)
-        if reduction == "none":
-            return per_row.reshape(target.shape).to(x.dtype)
-        total = per_row.sum(dtype=torch.float64)
-        if reduction == "mean":
-            total = total / total_weight if total_weight else total * float("nan")
-        return total.to(x.dtype)
+    def forward(x, target, weight, ignore_index, reduction, backend):
+        return ops.call(ops.nll_loss_forward, x, target, weight, ignore_index, reduction)
 
     @staticmethod
-    @C.first_order_only("xloss.torch.nll_loss")
-    def backward(ctx, grad):
-        x, target, weight = ctx.saved_tensors
-        g = C.scalar_value(grad)
-        dx = api.nll_loss_grad(grad if g is None else g, x, target, weight=weight, reduction=ctx.reduction,
-                               ignore_index=ctx.ignore_index, total_weight=ctx.total_weight, backend=ctx.backend)
-        return dx, None, None, None, None, None
+    def setup_context(ctx, inputs, output):
+        x, target, weight, ignore_index, reduction, backend = inputs
+        ctx.params = (ignore_index, reduction, backend)
+        ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)  # total_weight's gradient stays None
+        ctx.save_for_backward(x, target, weight, output[1])
+
+    @staticmethod
+    @C.first_order_only(_WHAT)
+    def backward(ctx, grad, _):
+        if grad is None:  # no gradient reached the loss (grads are not materialised)
+            return (None,) * 6
+        x, target, weight, total_weight = ctx.saved_tensors
+        # detached: under torch.func the op must not see tensors tracked at the transform's level
+        dx = ops.call(ops.nll_loss_backward, grad.detach(), x.detach(), target, weight, total_weight, *ctx.params)
+        return C.first_order_result(_WHAT, dx, x), None, None, None, None, None
+
+
+def _nll_2d(input, target, weight, ignore_index, reduction, key):
+    if torch.is_grad_enabled() and input.requires_grad:
+        return _NLLLoss.call(input, target, weight, ignore_index, reduction, key)[0]
+    return ops.call(ops.nll_loss_forward, input, target, weight, ignore_index, reduction)[0]
 
 
 def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean", *, backend=None):
-    """``torch.nn.functional.nll_loss`` on (N, C) or (C) log-probabilities, backward on an xloss backend.
+    """``torch.nn.functional.nll_loss`` on (N, C), (C) or (N, C, d1, ..., dk) log-probabilities,
+    backward on an xloss backend (``torch.ops.xloss.nll_loss_*`` custom ops underneath).
 
-    ``target``: (N) or () class indices (int64/int32/uint8); ``weight``: optional (C) class
+    ``target``: (N), () or (N, d1, ..., dk) class indices (int64/int32/uint8); ``weight``: optional (C) class
     weights (constant). ``mean`` divides by the sum of the weights of the rows not ignored
     (NaN when that is 0, as PyTorch).
     """
-    input = C.float_tensor(input, "input")
-    if input.ndim not in (1, 2):
-        raise C.XLossValueError(f"input must have shape (N, C) or (C); got {C.shape_str(input.shape)}")
-    target = C.index_tensor(target, "target")
-    expected = (input.shape[0],) if input.ndim == 2 else ()
+    input = C.float_tensor(input, "input", backend)
+    target = C.same_device(C.index_tensor(target, "target", backend), "target", input, "input")
+    if input.ndim == 0:
+        raise C.XLossValueError("input must have shape (N, C), (C) or (N, C, d1, ..., dk); got ()")
+    expected = (input.shape[0],) + tuple(input.shape[2:]) if input.ndim >= 2 else ()
     if tuple(target.shape) != expected:
         raise C.XLossValueError(f"target must have shape {C.shape_str(expected)} for input of shape "
                                 f"{C.shape_str(input.shape)}; got {C.shape_str(target.shape)}")
     ignore_index = C.integer(ignore_index, "ignore_index")
-    classes = input.shape[-1]
-    C.check_class_indices(target, classes, ignore_index)
+    classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
     if weight is not None:
-        weight = C.float_tensor(weight, "weight")
+        weight = C.same_device(C.float_tensor(weight, "weight", backend), "weight", input, "input")
         if tuple(weight.shape) != (classes,):
             raise C.XLossValueError(f"weight must have shape ({classes},), one per class; "
                                     f"got {C.shape_str(weight.shape)}")
         C.no_grad_required(weight, "weight", "nll_loss gives no gradient w.r.t. the class weights")
     reduction = C.reduction(reduction)
-    return _NLLLoss.apply(input, target, weight, ignore_index, reduction, backend)
+    key = ops.backend_key(backend)
+    if input.ndim <= 2:
+        return _nll_2d(input, target, weight, ignore_index, reduction, key)
+    # (N, C, d1, ..., dk): the class axis last, every position a row, as PyTorch defines it
+    rows = input.movedim(1, -1).reshape(-1, classes)
+    loss = _nll_2d(rows, target.reshape(-1), weight, ignore_index, reduction, key)
+    return loss.reshape(target.shape) if reduction == "none" else loss
 
 
 class NLLLoss(torch.nn.Module):

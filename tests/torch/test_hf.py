@@ -1,0 +1,139 @@
+"""apply_to_causal_lm on transformers models built from small configs (no weights downloaded):
+the fused loss and its gradients against the stock model's, a few training steps, stock
+behaviour in eval and without labels."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import xloss
+import xloss.torch as xt
+
+transformers = pytest.importorskip("transformers")
+
+
+def _gpt2():
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=101, n_positions=32, resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def _llama():
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=101, max_position_embeddings=32)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+MODELS = {"gpt2": _gpt2, "llama": _llama}
+
+
+def _batch(seed, vocab=101, shape=(3, 9)):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, shape, generator=g)
+    labels = ids.clone()
+    labels[0, :3] = -100  # a prompt that is not trained on
+    labels[2, -2:] = -100  # padding
+    return ids, labels
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.fixture(params=sorted(MODELS))
+def pair(request):
+    torch.manual_seed(0)
+    stock = MODELS[request.param]().train()
+    patched = xt.apply_to_causal_lm(copy.deepcopy(stock), backend="cpu")
+    return stock, patched
+
+
+def test_loss_and_gradients_equal_stock(pair):
+    stock, patched = pair
+    ids, labels = _batch(1)
+    ref = stock(input_ids=ids, labels=labels)
+    ref.loss.backward()
+    out = patched(input_ids=ids, labels=labels)
+    assert out.logits is None and out.loss.ndim == 0
+    out.loss.backward()
+    torch.testing.assert_close(out.loss, ref.loss, rtol=2e-6, atol=1e-6)
+    want, got = _grads(stock), _grads(patched)
+    assert want.keys() == got.keys() and len(want) > 10
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_num_items_in_batch_and_shift_labels_follow_transformers(pair):
+    stock, patched = pair
+    ids, labels = _batch(2)
+    n = torch.tensor(11)
+    ref = stock(input_ids=ids, labels=labels, num_items_in_batch=n).loss
+    torch.testing.assert_close(patched(input_ids=ids, labels=labels, num_items_in_batch=n).loss, ref,
+                               rtol=2e-6, atol=1e-6)
+    shifted = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100)
+    torch.testing.assert_close(patched(input_ids=ids, shift_labels=shifted).loss,
+                               stock(input_ids=ids, labels=labels).loss, rtol=2e-6, atol=1e-6)
+
+
+def test_eval_and_no_labels_behave_as_stock(pair):
+    stock, patched = pair
+    ids, labels = _batch(3)
+    out = patched(ids)  # training mode, no labels: logits as stock
+    torch.testing.assert_close(out.logits, stock(ids).logits, rtol=0, atol=0)
+    stock.eval(), patched.eval()
+    with torch.no_grad():
+        a, b = stock(input_ids=ids, labels=labels), patched(input_ids=ids, labels=labels)
+    assert b.logits is not None
+    torch.testing.assert_close(b.logits, a.logits, rtol=0, atol=0)
+    torch.testing.assert_close(b.loss, a.loss, rtol=0, atol=0)
+    xt.remove_from_causal_lm(patched)
+    assert "forward" not in vars(patched)
+
+
+def test_training_steps_track_stock(pair):
+    stock, patched = pair
+    opts = [torch.optim.AdamW(m.parameters(), lr=3e-3) for m in (stock, patched)]
+    for step in range(4):
+        ids, labels = _batch(10 + step)
+        losses = []
+        for model, opt in zip((stock, patched), opts):
+            opt.zero_grad()
+            loss = model(input_ids=ids, labels=labels).loss
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[1], losses[0], rtol=5e-5, atol=5e-5, msg=f"step {step}")
+
+
+def test_refuses_heads_it_cannot_fuse():
+    model = _gpt2()
+    model.config.final_logit_softcapping = 30.0
+    with pytest.raises(xloss.XLossValueError, match="final_logit_softcapping"):
+        xt.apply_to_causal_lm(model)
+    with pytest.raises(xloss.XLossTypeError, match="PreTrainedModel"):
+        xt.apply_to_causal_lm(torch.nn.Linear(2, 2))
+
+
+def test_training_step_never_holds_the_logits():
+    """Peak memory of forward+backward (second call; 32-token chunks): the patched step stays
+    below the stock one by at least one (tokens x vocabulary) float32 matrix (stock holds the
+    logits, their gradient and the softmax)."""
+    from xloss.torch.memory import track_peak_memory
+
+    vocab, shape = 8192, (4, 64)
+    cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=vocab, n_positions=64, resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0)
+    stock = transformers.GPT2LMHeadModel(cfg).train()
+    patched = xt.apply_to_causal_lm(copy.deepcopy(stock), backend="cpu", chunk_size=32)
+    ids, labels = _batch(5, vocab, shape)
+    peaks = []
+    for model in (stock, patched):
+        model(input_ids=ids, labels=labels).loss.backward()  # warm: first-call allocations aside
+        with track_peak_memory() as peak:
+            model(input_ids=ids, labels=labels).loss.backward()
+        peaks.append(peak.bytes)
+    logits_bytes = shape[0] * shape[1] * vocab * 4
+    assert peaks[1] + logits_bytes <= peaks[0], (peaks, logits_bytes)
