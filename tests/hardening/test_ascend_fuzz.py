@@ -50,7 +50,7 @@ def _load_support():
 support = _load_support()
 OPS, REQUIRED, op_args = support.OPS, support.REQUIRED, support.op_args
 BCE, NLL, FLCE, FOCAL = ("aclnnBinaryCrossEntropyBackward", "aclnnNLLLossBackward",
-                         "aclnnFusedLinearCrossEntropyLossGrad", "aclnnSigmoidFocalLoss")
+                         "aclnnFusedLinearCrossEntropyLossGrad", "aclnnXlossSigmoidFocalLoss")
 
 NULLPTR, INVALID, RUNTIME, INNER_NULLPTR = 161001, 161002, 361001, 561103
 ACL_INVALID_PARAM, ACL_REPEAT_INITIALIZE = 100000, 100002
@@ -511,7 +511,7 @@ def test_misaligned_device_pointers(emu, abi, data):
 
 #: operand -> dtype codes the operator accepts there, the other operands being op_args' defaults
 ACCEPTED = {
-    **{(op, n): FLOATS for op in (FOCAL, "aclnnSigmoidFocalLossBackward", BCE)
+    **{(op, n): FLOATS for op in (FOCAL, "aclnnXlossSigmoidFocalLossBackward", BCE)
        for n in ("self", "target", "weightOptional", "gradOutput", "out") if op != FOCAL or n != "gradOutput"},
     **{(NLL, n): {0} for n in ("gradOutput", "self", "weight", "totalWeight", "out")}, (NLL, "target"): {3, 4, 9},
     **{(FLCE, n): {1} for n in ("input", "weight", "inputGradOut", "weightGradOut")},
@@ -563,7 +563,7 @@ def model_shapes(op, sh: dict, reduction: int, mask_packed: bool = True) -> bool
     if any(len(v) > 8 for v in sh.values() if v is not None):
         return False
     one = lambda v: v in ((), (1,))  # noqa: E731
-    if op in (FOCAL, "aclnnSigmoidFocalLossBackward", BCE):
+    if op in (FOCAL, "aclnnXlossSigmoidFocalLossBackward", BCE):
         S = sh["self"]
         ok = _bc(sh["target"], S) and (sh.get("weightOptional") is None or _bc(sh["weightOptional"], S))
         if op != FOCAL:

@@ -23,7 +23,7 @@ from xloss.kernel_args import NLLArgs
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "ascend_valgrind.sh"
 BCE, NLL, FLCE, FOCAL = ("aclnnBinaryCrossEntropyBackward", "aclnnNLLLossBackward",
-                         "aclnnFusedLinearCrossEntropyLossGrad", "aclnnSigmoidFocalLoss")
+                         "aclnnFusedLinearCrossEntropyLossGrad", "aclnnXlossSigmoidFocalLoss")
 
 
 def _load_support():
