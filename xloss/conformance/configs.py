@@ -29,6 +29,8 @@ def differs(d: KernelDescriptor, case: Case, first: tuple, second: tuple, allowe
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{name}: shape/dtype {a.shape} {a.dtype} vs {b.shape} {b.dtype}"
+        if a.size == 0:
+            continue
         ab = np.ascontiguousarray(a).reshape(-1).view(np.uint8).reshape(a.size, -1)
         bb = np.ascontiguousarray(b).reshape(-1).view(np.uint8).reshape(b.size, -1)
         if np.array_equal(ab, bb):

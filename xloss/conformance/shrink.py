@@ -95,6 +95,13 @@ def shrink(case: Case, fails, hints=()) -> Case:
             keep = keep[half:]
         else:
             break
+    i = 0
+    while i < len(keep) and len(keep) > 1 and budget[0] > 0:  # then drop single units
+        trial = np.delete(keep, i)
+        if still(trial):
+            keep = trial
+        else:
+            i += 1
     return case if len(keep) == n else select(case, keep)
 
 
