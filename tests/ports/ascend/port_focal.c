@@ -1,7 +1,8 @@
 /* aclnnXlossSigmoidFocalLoss and aclnnXlossSigmoidFocalLossBackward (float32 math, any mix of float dtypes).
  *
  * Seeded bugs here: BUG_FOCAL_MEAN_PADDED_COUNT (forward mean), BUG_FOCAL_GRAD_GAMMA_SIGN
- * (backward, 0 < gamma < 1), BUG_FOCAL_WEIGHT_TILED (both); BUG_HALF_OUTPUT_TRUNC (port.h) reaches
+ * (backward, 0 < gamma < 1), BUG_FOCAL_WEIGHT_TILED (both), BUG_FOCAL_GRAD_SCRATCH_IN_SELF (backward,
+ * writes into its input); BUG_HALF_OUTPUT_TRUNC (port.h) reaches
  * both output casts. */
 #include "port.h"
 
@@ -131,6 +132,11 @@ static aclnnStatus focal_backward_kernel(const void *vplan, void *workspace, uin
         /* mean: (g / n) * value in double, one rounding (g / n alone can be a float32 subnormal) */
         double scale = p->reduction == 1 ? (double)n : 1.0;
         port_store(&p->t[F_OUT], w.at[F_OUT], (float)((double)dx * (double)g / scale), ELEMENTWISE_OUT_ROUND);
+#ifdef BUG_FOCAL_GRAD_SCRATCH_IN_SELF
+        /* BUG: the sigmoid is parked in self's buffer as scratch (to save on-chip memory for a second
+         * pass that was later removed): the results are right, the caller's input is not. */
+        port_store(x, w.at[F_SELF], f.p, PORT_ROUND_RINT);
+#endif
     }
     return ACLNN_SUCCESS;
 }
