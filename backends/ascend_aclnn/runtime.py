@@ -414,12 +414,13 @@ class Session:
         if self.layout == "contiguous":
             arr = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
             buf = self.upload(arr, guarded=True)
-            buf.uploaded = arr.reshape(-1).view(np.uint8).copy() if self.checked else None
+            # the bytes uploaded, by reference (no copy): the host array is not written during the call
+            buf.uploaded = arr.reshape(-1).view(np.uint8) if self.checked else None
             return self.tensor(buf, arr.shape, arr.dtype), buf
         strides, offset, storage = self._strided_storage(arr.shape, arr.dtype, output=False)
         storage[view_indices(arr.shape, strides, offset)] = arr.reshape(-1)
         buf = self.upload(storage, guarded=True)
-        buf.uploaded = storage.view(np.uint8).copy()  # strided mode compares its inputs always
+        buf.uploaded = storage.view(np.uint8)  # strided mode compares its inputs always
         return self.tensor(buf, arr.shape, arr.dtype, strides=strides, offset=offset,
                            storage_shape=(storage.size,)), buf
 
