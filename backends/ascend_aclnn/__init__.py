@@ -8,7 +8,10 @@ operator library and ``emulator_runtime_path()``) loads another library instead,
 adapter. What the backend declares is computed from the symbols the loaded libraries export, and
 limited to what the vendor operators accept; ``info()`` says which library each operator came
 from. Option ``layout="strided"`` lays every tensor out with an offset and gaps (see
-:mod:`.runtime`), so a library's stride or offset bug shows in ``xloss check``.
+:mod:`.runtime`), so a library's stride or offset bug shows in ``xloss check``. Every buffer sits
+between guard regions checked after every operator; option ``checked`` (``checked()``) also
+compares every input with what was uploaded. Focal loss goes through xloss's own operators or
+DrivingSDK's (:mod:`.operators` tells them apart by symbol names, :mod:`.focal` drives them).
 """
 
 from __future__ import annotations
