@@ -46,6 +46,7 @@ from . import _cdef as C
 #: data start keeps the device's 32-byte alignment)
 GUARD_BYTES = 64
 GUARD_FILL = 0xA5
+_GUARD_PATTERN = bytes([GUARD_FILL]) * GUARD_BYTES
 #: ABI parameters an operator documents as written in place although they are inputs
 #: (ops-nn aclnnFusedLinearCrossEntropyLossGrad.md: the high-performance mode forms G in softmax)
 WRITTEN_INPUTS = {"aclnnFusedLinearCrossEntropyLossGrad": frozenset({"softmaxOptional"})}
@@ -269,6 +270,7 @@ class Session:
         self._tensor_buffer: dict = {}  # aclTensor address -> the DeviceBuffer it views
         self._strided = 0  # tensors laid out so far (picks each one's layout)
         self._sigint = _DeferredSigint()
+        self._guard_scratch = None  # a host buffer the guard checks reuse
 
     def __enter__(self) -> "Session":
         self._sigint.__enter__()
@@ -328,9 +330,8 @@ class Session:
                            tail=pad)
         self._buffers.append(buf)
         if pad:  # poison the guards only: the data keeps what the device gave it
-            poison = np.full(pad, GUARD_FILL, np.uint8)
             for ptr in (base, self.ffi.cast("char *", buf.ptr) + nbytes):
-                self.rt.call("aclrtMemcpy", ptr, pad, self.ffi.cast("void *", poison.ctypes.data), pad,
+                self.rt.call("aclrtMemcpy", ptr, pad, self.ffi.from_buffer(_GUARD_PATTERN), pad,
                              C.ACL_MEMCPY_HOST_TO_DEVICE)
         return buf
 
@@ -449,20 +450,23 @@ class Session:
 
     def check_guards(self, op: str) -> None:
         """Raise OutOfBoundsWrite if a guard region of any buffer changed."""
+        if self._guard_scratch is None:
+            self._guard_scratch = self.ffi.new("unsigned char[]", GUARD_BYTES)
+        scratch, view = self._guard_scratch, self.ffi.buffer(self._guard_scratch)
         for k, buf in enumerate(self._buffers):
             if not buf.guard:
                 continue
-            for side, ptr, n in (("before", buf.base, buf.guard),
-                                 ("after", self.ffi.cast("char *", buf.ptr) + buf.nbytes, buf.tail)):
-                got = self._read_raw(ptr, n)
-                bad = np.flatnonzero(got != GUARD_FILL)
-                if bad.size:
-                    offset = int(bad[0]) - n if side == "before" else buf.nbytes + int(bad[0])
-                    name = buf.name or f"device buffer #{k}"
-                    raise OutOfBoundsWrite(
-                        f"{op} wrote {bad.size} byte(s) out of bounds {side} `{name}` ({buf.nbytes} bytes): first "
-                        f"at byte offset {offset} from the start of `{name}`", buffer=name, offset=offset,
-                        nbytes=int(bad.size))
+            for side, ptr in (("before", buf.base), ("after", self.ffi.cast("char *", buf.ptr) + buf.nbytes)):
+                self.rt.call("aclrtMemcpy", scratch, GUARD_BYTES, ptr, GUARD_BYTES, C.ACL_MEMCPY_DEVICE_TO_HOST)
+                if view[:] == _GUARD_PATTERN:  # the common case: one bytes comparison
+                    continue
+                bad = np.flatnonzero(np.frombuffer(view[:], np.uint8) != GUARD_FILL)
+                offset = int(bad[0]) - GUARD_BYTES if side == "before" else buf.nbytes + int(bad[0])
+                name = buf.name or f"device buffer #{k}"
+                raise OutOfBoundsWrite(
+                    f"{op} wrote {bad.size} byte(s) out of bounds {side} `{name}` ({buf.nbytes} bytes): first "
+                    f"at byte offset {offset} from the start of `{name}`", buffer=name, offset=offset,
+                    nbytes=int(bad.size))
 
     def check_inputs(self, op: str = "the library") -> None:
         """Raise InputModified if an input's device bytes differ from what was uploaded."""
