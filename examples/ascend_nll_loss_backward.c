@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "acl/acl.h"
+#include "aclnn/opdev/op_errno.h" /* ACLNN_* status codes live here in CANN, not in aclnn_base.h */
 #include "aclnnop/aclnn_fused_linear_cross_entropy_loss_grad.h"
 #include "aclnnop/aclnn_nll_loss_backward.h"
 
@@ -244,17 +245,23 @@ static void executors(aclrtStream stream)
     nll_teardown(&c);
 }
 
-/* 4. The FLCE operator: label smoothing must be 0, and a too-small workspace is refused. */
+/* 4. The FLCE operator: label smoothing must be 0, and a too-small workspace is refused. The
+ * high-performance (softmax) mode needs a vocabulary shard of at least 128: three live columns,
+ * the rest zero softmax over zero weight rows. */
 static void flce_checks(aclrtStream stream)
 {
-    enum { BT = 2, H = 2, V = 3 };
+    enum { BT = 2, H = 2, V = 128 };
     const int64_t s_bt[1] = {BT}, s_in[2] = {BT, H}, s_w[2] = {V, H}, s_mask[1] = {1}, s_sm[2] = {BT, V};
-    float grad[BT] = {1.0f, -0.5f}, softmax[BT * V] = {0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.8f};
+    static const float live[BT][3] = {{0.2f, 0.3f, 0.5f}, {0.1f, 0.1f, 0.8f}};
+    float grad[BT] = {1.0f, -0.5f}, softmax[BT * V] = {0};
     uint16_t input[BT * H], weight[V * H];
+    for (int i = 0; i < BT; i++)
+        for (int v = 0; v < 3; v++)
+            softmax[i * V + v] = live[i][v];
     for (int i = 0; i < BT * H; i++)
         input[i] = aclFloatToFloat16(0.25f * (float)(i + 1));
     for (int i = 0; i < V * H; i++)
-        weight[i] = aclFloatToFloat16(0.5f - 0.125f * (float)i);
+        weight[i] = aclFloatToFloat16(i < 3 * H ? 0.5f - 0.125f * (float)i : 0.0f);
     uint8_t mask[1] = {0x2}; /* token 1's target is in another shard (bit 1, LSB first) */
     int32_t masked_target[BT] = {2, 0};
     void *dev[8] = {0};
@@ -291,8 +298,8 @@ static void flce_checks(aclrtStream stream)
             uint16_t ig[BT * H];
             aclrtMemcpy(ig, sizeof ig, dev[6], sizeof ig, ACL_MEMCPY_DEVICE_TO_HOST);
             /* row 0: G = softmax * grad with 1 subtracted at column 2; input_grad = G @ weight */
-            float g0[V] = {0.2f, 0.3f, 0.5f - 1.0f}, e00 = 0.0f;
-            for (int v = 0; v < V; v++)
+            float g0[3] = {0.2f, 0.3f, 0.5f - 1.0f}, e00 = 0.0f;
+            for (int v = 0; v < 3; v++)
                 e00 += g0[v] * aclFloat16ToFloat(weight[v * H]);
             CHECK(fabsf(aclFloat16ToFloat(ig[0]) - e00) < 2e-3f, "input_grad[0, 0] = %g, expected %g",
                   aclFloat16ToFloat(ig[0]), e00);

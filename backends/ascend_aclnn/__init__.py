@@ -8,7 +8,10 @@ operator library and ``emulator_runtime_path()``) loads another library instead,
 adapter. What the backend declares is computed from the symbols the loaded libraries export, and
 limited to what the vendor operators accept; ``info()`` says which library each operator came
 from. Option ``layout="strided"`` lays every tensor out with an offset and gaps (see
-:mod:`.runtime`), so a library's stride or offset bug shows in ``xloss check``.
+:mod:`.runtime`), so a library's stride or offset bug shows in ``xloss check``. Every buffer sits
+between guard regions checked after every operator; option ``checked`` (``checked()``) also
+compares every input with what was uploaded. Focal loss goes through xloss's own operators or
+DrivingSDK's (:mod:`.operators` tells them apart by symbol names, :mod:`.focal` drives them).
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ...backend import Backend, KernelCaps
+from ...backend import Backend
 from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossValueError
 from ...kernels import REDUCTION_CODES
-from .runtime import LAYOUTS, AclRuntime, Session
+from . import focal
+from .operators import BCE_BACKWARD, FLCE_GRAD, NLL_BACKWARD, OPERATORS, declare
+from .runtime import GUARD_BYTES, LAYOUTS, AclRuntime, Session
 
 __all__ = ["AscendBackend", "ENV_VAR", "LAYOUTS", "emulator_library_path", "emulator_runtime_path", "include_dir",
            "library_path", "make_backend"]
@@ -33,19 +38,9 @@ ENV_VAR = "XLOSS_ASCEND_LIB"
 _HERE = Path(__file__).resolve().parent
 _EMULATOR = _HERE / "libxloss_aclnn.so"
 _EMULATOR_RUNTIME = _HERE / "libxloss_aclrt.so"
-
-#: xloss kernel -> the aclnn operators it needs (each a GetWorkspaceSize/run pair)
-FOCAL_FORWARD = "aclnnSigmoidFocalLoss"
-FOCAL_BACKWARD = "aclnnSigmoidFocalLossBackward"
-BCE_BACKWARD = "aclnnBinaryCrossEntropyBackward"
-NLL_BACKWARD = "aclnnNLLLossBackward"
-FLCE_GRAD = "aclnnFusedLinearCrossEntropyLossGrad"
-
-_FLOATS = ("float32", "float16", "bfloat16")
-_HALVES = ("float16", "bfloat16")
-
-
-OPERATORS = (FOCAL_FORWARD, FOCAL_BACKWARD, BCE_BACKWARD, NLL_BACKWARD, FLCE_GRAD)
+#: the high-performance FLCE mode's smallest vocabulary shard (CANN refuses V < 128 with softmaxOptional)
+FLCE_SOFTMAX_MIN_V = 128
+GUARD_NOTE = f"{GUARD_BYTES} poisoned bytes before and after every buffer, checked after every operator"
 
 
 def emulator_library_path() -> str:
@@ -77,61 +72,56 @@ def library_path() -> str:
 
 
 class AscendBackend(Backend):
-    """Runs the kernels through an aclnn library: the emulator, or a vendor's."""
+    """Runs the kernels through an aclnn library: the emulator, or a vendor's.
 
-    def __init__(self, lib=None, *, device: int = 0, layout: str = "contiguous"):
+    Option ``checked``: every input is compared with what was uploaded after every operator
+    (guard regions around every buffer are always there and always checked)."""
+
+    def __init__(self, lib=None, *, device: int = 0, layout: str = "contiguous", checked: bool = False):
         if layout not in LAYOUTS:
             raise XLossValueError(f"ascend backend: layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
         paths = library_paths(lib, ENV_VAR, _EMULATOR)
         super().__init__(name="ascend",
                          description="CANN aclnn ABI through cffi (host emulator, or a vendor library via "
                                      f"{ENV_VAR})",
-                         options={k: v for k, v in (("lib", lib), ("device", device), ("layout", layout))
-                                  if v not in (None, 0, "contiguous")})
+                         options={k: v for k, v in (("lib", lib), ("device", device), ("layout", layout),
+                                                    ("checked", bool(checked)))
+                                  if v not in (None, 0, "contiguous", False)})
         self.paths = paths
         self.layout = layout
+        self.is_checked = bool(checked)
         self.rt: AclRuntime | None = None
         self._why = ""
+        self.focal_abi = None
         try:
-            self.rt = AclRuntime(paths, device=device)
+            self.rt = AclRuntime.shared(paths, device=device)
         except BackendUnavailableError as exc:
             hint = " (build it with: python backends/ascend_aclnn/build.py)" if paths == [str(_EMULATOR)] else ""
             self._why = f"{exc}{hint}"
         else:
             if self.rt.missing:
                 self._why = f"{os.pathsep.join(paths)} lacks runtime symbols: {', '.join(self.rt.missing)}"
-        self._caps = self._declare() if not self._why else {}
+        self._caps = {}
+        if not self._why:
+            self._caps, self.focal_abi = declare(self._has)
 
     # -- what it can do ------------------------------------------------------------------------
     def _has(self, op: str) -> bool:
         return self.rt is not None and self.rt.lib.has(op) and self.rt.lib.has(op + "GetWorkspaceSize")
-
-    def _declare(self) -> dict:
-        caps = {}
-        modes = [m for m, ops in (("forward", (FOCAL_FORWARD,)), ("grad", (FOCAL_BACKWARD,)),
-                                  ("forward+grad", (FOCAL_FORWARD, FOCAL_BACKWARD)))
-                 if all(self._has(op) for op in ops)]
-        if modes:
-            caps["focal_loss"] = KernelCaps.declare("focal_loss", dtypes=_FLOATS, mode=modes,
-                                                    notes="forward+grad runs both operators in one device session")
-        if self._has(BCE_BACKWARD):
-            caps["bce_grad"] = KernelCaps.declare(
-                "bce_grad", dtypes=_FLOATS, eps_mode="clamp", fixed={"eps": 1e-12},
-                notes="aclnnBinaryCrossEntropyBackward hard-wires max(x(1-x), 1e-12)")
-        if self._has(NLL_BACKWARD):
-            caps["nll_loss_grad"] = KernelCaps.declare("nll_loss_grad", dtypes=_FLOATS)
-        if self._has(FLCE_GRAD):
-            caps["fused_linear_cross_entropy_grad"] = KernelCaps.declare(
-                "fused_linear_cross_entropy_grad", dtypes=_HALVES, label_smoothing=False,
-                notes="aclnnFusedLinearCrossEntropyLossGrad takes float16 or bfloat16 input and weight only "
-                      "(no float32 path) and label_smoothing=0 only")
-        return caps
 
     def capabilities(self):
         return self._caps
 
     def availability(self):
         return (False, self._why) if self._why else (True, "")
+
+    def checked(self) -> "AscendBackend":
+        """This backend with ``checked=True``: inputs compared after every operator (guards are
+        always checked)."""
+        if self.is_checked:
+            return self
+        return AscendBackend(self.options.get("lib"), device=self.rt.device if self.rt else 0, layout=self.layout,
+                             checked=True)
 
     def info(self):
         out = {"library": os.pathsep.join(self.paths)}
@@ -141,11 +131,19 @@ class AscendBackend(Backend):
             else:
                 out["implementation"] = "vendor library"
             out["device"] = str(self.rt.device)
+            out["error reporting"] = ("yes (aclGetRecentErrMsg)" if self.rt.lib.has("aclGetRecentErrMsg") else
+                                      "no: the library lacks aclGetRecentErrMsg, so failures show status codes only")
             origins = self.operator_origins()
             if origins:
                 out["operators"] = _describe_origins(origins, self.paths[0])
+            if self.focal_abi is not None:
+                out["focal ABI"] = {"xloss": "xloss's own aclnnXlossSigmoidFocalLoss[Backward]",
+                                    "drivingsdk": "DrivingSDK's aclnnSigmoidFocalLoss[Grad] (float32, binary targets; "
+                                                  "reductions and upstream gradient applied by the adapter)"}[
+                    self.focal_abi]
         if self.layout != "contiguous":
             out["layout"] = self.layout
+        out["guards"] = f"{GUARD_NOTE}" + ("; inputs compared after every operator" if self.is_checked else "")
         return out
 
     def operator_origins(self) -> dict:
@@ -166,44 +164,19 @@ class AscendBackend(Backend):
         tensors out as the backend's ``layout`` option says unless ``layout`` is given."""
         if self.rt is None:
             raise BackendUnavailableError(self._why)
-        return self.rt.session(layout or self.layout)
+        return self.rt.session(layout or self.layout, checked=self.is_checked)
 
     # -- the kernels -----------------------------------------------------------------------------
-    @staticmethod
-    def _upstream(s: Session, grad, dtype):
-        """The upstream gradient as a tensor: an array in the input dtype, or a scalar as a 0-d
-        FLOAT tensor (it broadcasts, and float32 keeps a Python float's value where a 16-bit
-        input dtype would round it)."""
-        if isinstance(grad, np.ndarray):
-            return s.put(grad, dtype)[0]
-        return s.put(np.asarray(grad, dtype=np.float32))[0]
-
     def focal_loss(self, a):
-        dt = a.x.dtype
-        red = REDUCTION_CODES[a.reduction]
-        with self.session() as s:
-            tx, ty = s.put(a.x)[0], s.put(a.y)[0]
-            tw = s.put(a.weight)[0] if a.weight is not None else s.ffi.NULL
-            if a.loss_out is not None:
-                tl, bl = s.empty(a.loss_out.shape, dt)
-                s.run(FOCAL_FORWARD, tx, ty, tw, a.gamma, a.alpha, red, tl)
-            if a.grad_out is not None:
-                tg = self._upstream(s, a.grad, dt)
-                td, bd = s.empty(a.x.shape, dt)
-                s.run(FOCAL_BACKWARD, tg, tx, ty, tw, a.gamma, a.alpha, red, td)
-            s.synchronize()
-            loss = s.download(bl, a.loss_out.shape, dt) if a.loss_out is not None else None
-            dx = s.download(bd, a.x.shape, dt) if a.grad_out is not None else None
-        # results reach the caller's buffers only after every call (and the cleanup) succeeded
-        if loss is not None:
-            np.copyto(a.loss_out, loss)
-        if dx is not None:
-            np.copyto(a.grad_out, dx)
+        if self.focal_abi == "drivingsdk":
+            focal.run_drivingsdk(self, a)
+        else:
+            focal.run_xloss(self, a)
 
     def bce_grad(self, a):
         dt = a.x.dtype
         with self.session() as s:
-            tg = self._upstream(s, a.grad, dt)
+            tg = focal.upstream_tensor(s, a.grad, dt)
             tx, ty = s.put(a.x)[0], s.put(a.y)[0]
             tw = s.put(a.weight)[0] if a.weight is not None else s.ffi.NULL
             to, bo = s.empty(a.x.shape, dt)
@@ -250,21 +223,33 @@ class AscendBackend(Backend):
         dt = a.input.dtype
         bt, h = a.input.shape
         v = a.weight.shape[0]
+        if bt == 0:  # CANN's operator writes nothing for BT = 0; the weight gradient is zero
+            a.weight_grad_out[...] = 0
+            return
+        weight, softmax = a.weight, a.softmax
+        if softmax is not None and v < FLCE_SOFTMAX_MIN_V:
+            # the high-performance mode wants V >= 128: pad the shard with zero weight rows and zero
+            # softmax columns; their G is 0, so they add nothing, and their weight-gradient rows are dropped
+            pad = FLCE_SOFTMAX_MIN_V - v
+            weight = np.concatenate([weight, np.zeros((pad, h), weight.dtype)])
+            softmax = np.concatenate([softmax, np.zeros((bt, pad), softmax.dtype)], axis=1)
+        vp = weight.shape[0]
         with self.session() as s:
             null = s.ffi.NULL
-            tg, ti, tw = s.put(a.grad)[0], s.put(a.input)[0], s.put(a.weight)[0]
+            tg, ti, tw = s.put(a.grad)[0], s.put(a.input)[0], s.put(weight)[0]
             tm, tmt = s.put(a.target_mask)[0], s.put(a.masked_target)[0]
             tlm = s.put(a.logits_max)[0] if a.logits_max is not None else null
             tse = s.put(a.sum_exp_logits)[0] if a.sum_exp_logits is not None else null
-            tsm = s.put(a.softmax)[0] if a.softmax is not None else null
+            # the high-performance mode forms G in softmaxOptional: it gets a device copy, never the caller's array
+            tsm = s.put(softmax)[0] if softmax is not None else null
             tig, big = s.empty((bt, h), dt)
-            twg, bwg = s.empty((v, h), dt)
+            twg, bwg = s.empty((vp, h), dt)
             s.run(FLCE_GRAD, tg, ti, tw, tm, tmt, float(a.label_smoothing), tlm, tse, tsm, tig, twg)
             s.synchronize()
             ig = s.download(big, (bt, h), dt)
-            wg = s.download(bwg, (v, h), dt)
+            wg = s.download(bwg, (vp, h), dt)
         np.copyto(a.input_grad_out, ig)
-        np.copyto(a.weight_grad_out, wg)
+        np.copyto(a.weight_grad_out, wg[:v])
 
 
 class _DlInfo(ctypes.Structure):
@@ -327,8 +312,11 @@ def _describe_origins(origins: dict, first: str) -> str:
 def make_backend(lib=None, **options) -> AscendBackend:
     """Factory of the ``ascend`` entry point. ``lib``: vendor or port library path(s) in place of the
     emulator; option ``device``: the device id (default 0); option ``layout``: ``"contiguous"``
-    (default) or ``"strided"`` (every tensor in larger storage at an offset, with gaps)."""
-    unknown = set(options) - {"device", "layout"}
+    (default) or ``"strided"`` (every tensor in larger storage at an offset, with gaps); option
+    ``checked``: compare every input with what was uploaded after every operator."""
+    unknown = set(options) - {"device", "layout", "checked"}
     if unknown:
-        raise TypeError(f"the ascend backend takes lib=, device= and layout=; got {sorted(unknown)}")
+        raise TypeError(f"the ascend backend takes lib=, device=, layout= and checked=; got {sorted(unknown)}")
+    if isinstance(options.get("checked"), str):  # --option checked=true
+        options["checked"] = options["checked"].strip().lower() in ("1", "true", "yes", "on")
     return AscendBackend(lib, **options)

@@ -49,10 +49,17 @@ aclnnStatus aclGetRawTensorAddr(const aclTensor *tensor, void **addr);
 aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor);
 aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor);
 
-aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnInit(const char *configPath);
+aclnnStatus aclnnFinalize(void);
+
+aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *logit, const aclTensor *target, const aclTensor *weight, double gamma, double alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+aclnnStatus aclnnSigmoidFocalLossGradGetWorkspaceSize(const aclTensor *logit, const aclTensor *target, const aclTensor *weight, double gamma, double alpha, aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnSigmoidFocalLossGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnXlossSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
+aclnnStatus aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+aclnnStatus aclnnXlossSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
 aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
 aclnnStatus aclnnBinaryCrossEntropyBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
 aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weight, int64_t reduction, int64_t ignoreIndex, const aclTensor *totalWeight, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
@@ -153,6 +160,19 @@ STATUS_NAMES = {
     207004: "ACL_ERROR_RT_NO_DEVICE",
     507000: "ACL_ERROR_RT_INTERNAL_ERROR",
 }
+
+
+def phase_one_parameters() -> dict:
+    """``{operator: (parameter names before workspaceSize)}`` for every ``aclnn*GetWorkspaceSize``
+    of :data:`CDEF`: the ABI's own names, used to name the buffer a library overran."""
+    out = {}
+    for line in CDEF.splitlines():
+        head, _, rest = line.partition("GetWorkspaceSize(")
+        if not rest or not head.split()[-1].startswith("aclnn"):
+            continue
+        params = [p.strip().split()[-1].lstrip("*") for p in rest.rstrip(");").split(",")]
+        out[head.split()[-1]] = tuple(p for p in params if p not in ("workspaceSize", "executor"))
+    return out
 
 
 def status_name(code: int) -> str:

@@ -42,7 +42,7 @@ RUNTIME_FILENAME = "libxloss_aclrt.so"
 RUNTIME_LIBRARY = HERE / RUNTIME_FILENAME
 
 RUNTIME_SOURCES = ("runtime.c", "tensor.c", "executor.c", "cast.c")
-OPERATOR_SOURCES = ("view.c", "ops_elementwise.c", "ops_nll.c", "ops_flce.c")
+OPERATOR_SOURCES = ("view.c", "ops_elementwise.c", "ops_focal_drivingsdk.c", "ops_nll.c", "ops_flce.c")
 
 # FUNC_VISIBILITY makes ACL_FUNC_VISIBILITY export exactly the ABI symbols under -fvisibility=hidden.
 DEFINES = ["-DFUNC_VISIBILITY", "-D_POSIX_C_SOURCE=200809L"]

@@ -14,20 +14,43 @@ non-zero offset and a non-unit innermost stride, or a transposed 2-D+ view; the 
 the view holds poison), which makes a library that ignores strides or offsets visibly wrong. In
 strided mode the session also checks that the library wrote nothing outside the output views and
 nothing into the inputs.
+
+Every tensor :meth:`Session.put` or :meth:`Session.empty` makes sits between guard regions of
+poisoned bytes (:data:`GUARD_BYTES` each side; the view's data still starts 32-byte aligned and
+the trailing guard starts right at the end of the view's bytes, not at the next 32-byte
+boundary), checked after every operator: a write past a buffer raises
+:class:`~xloss.errors.OutOfBoundsWrite` naming the operator, the ABI argument, the byte offset
+and the bytes changed. A ``checked`` session also compares every input with what was uploaded
+after every operator (:class:`~xloss.errors.InputModified`).
+
+A session defers SIGINT (on the main thread) from its start to the end of its release, so an
+interrupt never leaves device memory, tensors, executors or streams behind; it is raised when
+the session has released everything.
 """
 
 from __future__ import annotations
 
 import atexit
 import math
+import signal
 import threading
 import weakref
 
 import numpy as np
 
 from ...clib import CLibrary
-from ...errors import KernelError
+from ...errors import InputModified, KernelError, OutOfBoundsWrite
 from . import _cdef as C
+
+#: bytes of poison on each side of every buffer put()/empty() makes (a multiple of 32, so the
+#: data start keeps the device's 32-byte alignment)
+GUARD_BYTES = 64
+GUARD_FILL = 0xA5
+_GUARD_PATTERN = bytes([GUARD_FILL]) * GUARD_BYTES
+#: ABI parameters an operator documents as written in place although they are inputs
+#: (ops-nn aclnnFusedLinearCrossEntropyLossGrad.md: the high-performance mode forms G in softmax)
+WRITTEN_INPUTS = {"aclnnFusedLinearCrossEntropyLossGrad": frozenset({"softmaxOptional"})}
+PARAMETERS = C.phase_one_parameters()
 
 #: Symbols an adapter session cannot work without.
 RUNTIME_SYMBOLS = ("aclInit", "aclrtSetDevice", "aclrtResetDevice", "aclrtCreateStream", "aclrtDestroyStream",
@@ -88,8 +111,24 @@ def _poison(dtype, output: bool) -> int:
     return 0xFF if output or floating else 0xA5
 
 
+_SHARED: dict = {}
+_SHARED_LOCK = threading.Lock()
+
+
 class AclRuntime:
-    """One loaded aclnn library (one or several ``.so`` files) plus its process-wide init."""
+    """One loaded aclnn library (one or several ``.so`` files) plus its process-wide init.
+
+    :meth:`shared` gives one runtime per (library paths, device) for the whole process, so a new
+    backend object costs no library load and adds no exit callback."""
+
+    @classmethod
+    def shared(cls, paths: list[str], *, device: int = 0) -> "AclRuntime":
+        key = (tuple(paths), int(device))
+        with _SHARED_LOCK:
+            rt = _SHARED.get(key)
+            if rt is None:
+                rt = _SHARED[key] = cls(paths, device=device)
+            return rt
 
     def __init__(self, paths: list[str], *, device: int = 0):
         self.lib = CLibrary(C.CDEF, paths)
@@ -136,9 +175,9 @@ class AclRuntime:
             atexit.register(_finalize, weakref.ref(self), status == C.ACL_SUCCESS)
             self._initialized = True
 
-    def session(self, layout: str = "contiguous") -> "Session":
+    def session(self, layout: str = "contiguous", *, checked: bool = False) -> "Session":
         self.ensure_initialized()
-        return Session(self, layout)
+        return Session(self, layout, checked=checked)
 
     # -- emulator-only helpers ------------------------------------------------------------
     def live(self, kind: int = C.LIVE_ALL) -> int | None:
@@ -160,36 +199,81 @@ def _finalize(ref, finalize: bool) -> None:
             rt.lib.aclFinalize()
 
 
+class _DeferredSigint:
+    """Holds SIGINT back (main thread only) while resources are in flight; re-delivers it after."""
+
+    def __init__(self):
+        self.previous = None
+        self.pending = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self.previous = signal.signal(signal.SIGINT, self._hold)
+            except ValueError:  # not the main interpreter
+                self.previous = None
+        return self
+
+    def _hold(self, signum, frame):
+        self.pending = (signum, frame)
+
+    def release(self):
+        if self.previous is None:
+            return
+        previous, self.previous = self.previous, None
+        signal.signal(signal.SIGINT, previous)
+        if self.pending is not None:
+            signum, frame = self.pending
+            self.pending = None
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                raise KeyboardInterrupt
+
+
 class DeviceBuffer:
-    """A block of device memory owned by a session. ``view``: for a strided output, its
-    ``(shape, strides, offset, storage as uploaded)``; ``download`` reads that view back."""
+    """A block of device memory owned by a session. ``ptr``: where the data starts (``guard``
+    bytes of poison before it and ``tail`` after it, inside the allocation at ``base``).
+    ``view``: for a strided output, its ``(shape, strides, offset, storage as uploaded)``;
+    ``download`` reads that view back. ``uploaded``: an input's bytes as uploaded (compared after
+    every operator in a checked session). ``name``: the ABI argument it was last passed as."""
 
-    __slots__ = ("ptr", "nbytes", "view")
+    __slots__ = ("ptr", "nbytes", "view", "base", "guard", "tail", "uploaded", "name", "written")
 
-    def __init__(self, ptr, nbytes: int):
+    def __init__(self, ptr, nbytes: int, *, base=None, guard: int = 0, tail: int = 0):
         self.ptr = ptr
         self.nbytes = nbytes
         self.view = None
+        self.base = ptr if base is None else base
+        self.guard = guard
+        self.tail = tail
+        self.uploaded = None
+        self.name = None
+        self.written = False  # an operator documents writing it in place: no longer compared
 
 
 class Session:
     """One thread's device session; every resource it creates is released on exit."""
 
-    def __init__(self, rt: AclRuntime, layout: str = "contiguous"):
+    def __init__(self, rt: AclRuntime, layout: str = "contiguous", *, checked: bool = False):
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         self.rt = rt
         self.ffi = rt.ffi
         self.lib = rt.lib
         self.layout = layout
+        self.checked = checked
         self.stream = None
         self._device_set = False
         self._buffers: list[DeviceBuffer] = []
         self._tensors: list = []
+        self._tensor_buffer: dict = {}  # aclTensor address -> the DeviceBuffer it views
         self._strided = 0  # tensors laid out so far (picks each one's layout)
-        self._inputs: list = []  # strided mode: (buffer, storage as uploaded) of every input
+        self._sigint = _DeferredSigint()
+        self._guard_scratch = None  # a host buffer the guard checks reuse
 
     def __enter__(self) -> "Session":
+        self._sigint.__enter__()
         try:
             self.rt.call("aclrtSetDevice", self.rt.device)
             self._device_set = True
@@ -198,11 +282,15 @@ class Session:
             self.stream = stream[0]
         except BaseException:
             self.close()
+            self._sigint.release()
             raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        failure = self.close()
+        try:
+            failure = self.close()
+        finally:
+            self._sigint.release()  # an interrupt held during the session is raised here, after the release
         if failure is not None and exc_type is None:
             raise failure  # a leak must not pass silently; the caller's outputs are not yet written
         return False
@@ -218,8 +306,9 @@ class Session:
 
         while self._tensors:
             note("aclDestroyTensor", self.lib.aclDestroyTensor(self._tensors.pop()))
+        self._tensor_buffer.clear()
         while self._buffers:
-            note("aclrtFree", self.lib.aclrtFree(self._buffers.pop().ptr))
+            note("aclrtFree", self.lib.aclrtFree(self._buffers.pop().base))
         if self.stream is not None:
             note("aclrtDestroyStream", self.lib.aclrtDestroyStream(self.stream))
             self.stream = None
@@ -229,18 +318,28 @@ class Session:
         return first
 
     # -- memory ---------------------------------------------------------------------------
-    def malloc(self, nbytes: int) -> DeviceBuffer:
+    def malloc(self, nbytes: int, *, guarded: bool = False) -> DeviceBuffer:
+        """Device memory for ``nbytes``; ``guarded``: between two poisoned guard regions."""
+        nbytes = int(nbytes)
+        pad = GUARD_BYTES if guarded else 0
+        total = pad + nbytes + pad
         p = self.ffi.new("void **")
-        self.rt.call("aclrtMalloc", p, max(int(nbytes), 1), C.ACL_MEM_MALLOC_HUGE_FIRST)  # size 0 is refused
-        buf = DeviceBuffer(p[0], int(nbytes))
+        self.rt.call("aclrtMalloc", p, max(total, 1), C.ACL_MEM_MALLOC_HUGE_FIRST)  # size 0 is refused
+        base = p[0]
+        buf = DeviceBuffer(self.ffi.cast("char *", base) + pad if pad else base, nbytes, base=base, guard=pad,
+                           tail=pad)
         self._buffers.append(buf)
+        if pad:  # poison the guards only: the data keeps what the device gave it
+            for ptr in (base, self.ffi.cast("char *", buf.ptr) + nbytes):
+                self.rt.call("aclrtMemcpy", ptr, pad, self.ffi.from_buffer(_GUARD_PATTERN), pad,
+                             C.ACL_MEMCPY_HOST_TO_DEVICE)
         return buf
 
-    def upload(self, arr: np.ndarray, buf: DeviceBuffer | None = None) -> DeviceBuffer:
+    def upload(self, arr: np.ndarray, buf: DeviceBuffer | None = None, *, guarded: bool = False) -> DeviceBuffer:
         """Copy a C-contiguous host array to (new) device memory."""
         arr = np.ascontiguousarray(arr)
         if buf is None:
-            buf = self.malloc(arr.nbytes)
+            buf = self.malloc(arr.nbytes, guarded=guarded)
         if arr.nbytes:
             self.rt.call("aclrtMemcpy", buf.ptr, buf.nbytes, self.ffi.cast("void *", arr.ctypes.data), arr.nbytes,
                          C.ACL_MEMCPY_HOST_TO_DEVICE)
@@ -255,11 +354,15 @@ class Session:
             idx = view_indices(vshape, strides, offset)
             outside = np.ones(before.size, bool)
             outside[idx] = False
-            if not np.array_equal(after.view(np.uint8).reshape(before.size, -1)[outside],
-                                  before.view(np.uint8).reshape(before.size, -1)[outside]):
-                raise KernelError(f"layout=strided: the library wrote outside the output view (shape {vshape}, "
-                                  f"strides {strides}, offset {offset}) into the surrounding storage",
-                                  status=None, status_name="WRITE_OUTSIDE_VIEW")
+            a = after.view(np.uint8).reshape(before.size, -1)
+            b = before.view(np.uint8).reshape(before.size, -1)
+            diff = (a != b) & outside[:, None]
+            if diff.any():
+                first = int(np.flatnonzero(diff.reshape(-1))[0])
+                raise OutOfBoundsWrite(
+                    f"the library wrote {int(diff.sum())} byte(s) outside the view of output `{buf.name or '?'}` "
+                    f"(layout=strided: shape {vshape}, strides {strides}, offset {offset}), first at byte {first} of "
+                    "its storage", buffer=buf.name or "?", offset=first, nbytes=int(diff.sum()))
             return after[idx].reshape(shape).astype(dtype, copy=False)
         return self._read(buf, shape, dtype)
 
@@ -267,6 +370,13 @@ class Session:
         out = np.empty(shape, dtype=dtype)
         if out.nbytes:
             self.rt.call("aclrtMemcpy", self.ffi.cast("void *", out.ctypes.data), out.nbytes, buf.ptr, out.nbytes,
+                         C.ACL_MEMCPY_DEVICE_TO_HOST)
+        return out
+
+    def _read_raw(self, ptr, nbytes: int) -> np.ndarray:
+        out = np.empty(nbytes, np.uint8)
+        if nbytes:
+            self.rt.call("aclrtMemcpy", self.ffi.cast("void *", out.ctypes.data), nbytes, ptr, nbytes,
                          C.ACL_MEMCPY_DEVICE_TO_HOST)
         return out
 
@@ -287,6 +397,7 @@ class Session:
             raise KernelError("aclCreateTensor returned NULL" + (f": {detail}" if detail else ""),
                               status=None, status_name="NULL_TENSOR")
         self._tensors.append(t)
+        self._tensor_buffer[int(self.ffi.cast("uintptr_t", t))] = buf
         return t
 
     def _strided_storage(self, shape, dtype, output: bool):
@@ -296,62 +407,112 @@ class Session:
         return strides, offset, storage
 
     def put(self, arr: np.ndarray, dtype=None):
-        """Upload ``arr`` (optionally converted to ``dtype``) and wrap it in an aclTensor laid out
-        as the session's ``layout`` says."""
+        """Upload ``arr`` (optionally converted to ``dtype``) between guard regions and wrap it in an
+        aclTensor laid out as the session's ``layout`` says."""
         arr = np.asarray(arr)
         if dtype is not None and arr.dtype != np.dtype(dtype):
             arr = arr.astype(dtype)
         if self.layout == "contiguous":
-            buf = self.upload(arr)
+            arr = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
+            buf = self.upload(arr, guarded=True)
+            # the bytes uploaded, by reference (no copy): the host array is not written during the call
+            buf.uploaded = arr.reshape(-1).view(np.uint8) if self.checked else None
             return self.tensor(buf, arr.shape, arr.dtype), buf
         strides, offset, storage = self._strided_storage(arr.shape, arr.dtype, output=False)
         storage[view_indices(arr.shape, strides, offset)] = arr.reshape(-1)
-        buf = self.upload(storage)
-        self._inputs.append((buf, storage))
+        buf = self.upload(storage, guarded=True)
+        buf.uploaded = storage.view(np.uint8)  # strided mode compares its inputs always
         return self.tensor(buf, arr.shape, arr.dtype, strides=strides, offset=offset,
                            storage_shape=(storage.size,)), buf
 
     def empty(self, shape, dtype):
         """A new output tensor of ``shape`` and ``dtype`` (laid out as the session's ``layout``
-        says) and its device buffer, for :meth:`download`."""
+        says, between guard regions) and its device buffer, for :meth:`download`."""
         shape = tuple(int(d) for d in shape)
         if self.layout == "contiguous":
-            buf = self.malloc(math.prod(shape) * np.dtype(dtype).itemsize)
+            buf = self.malloc(math.prod(shape) * np.dtype(dtype).itemsize, guarded=True)
             return self.tensor(buf, shape, dtype), buf
         strides, offset, storage = self._strided_storage(shape, dtype, output=True)
-        buf = self.upload(storage)
+        buf = self.upload(storage, guarded=True)
         buf.view = (shape, strides, offset, storage)
         return self.tensor(buf, shape, dtype, strides=strides, offset=offset, storage_shape=(storage.size,)), buf
 
-    def check_inputs(self) -> None:
-        """Strided mode: raise KernelError if the library wrote into an input's storage."""
-        for k, (buf, before) in enumerate(self._inputs):
-            after = self._read(buf, before.shape, before.dtype)
-            if after.tobytes() != before.tobytes():
-                raise KernelError(f"layout=strided: the library wrote into input tensor #{k} (a const aclTensor)",
-                                  status=None, status_name="WROTE_INPUT")
+    # -- the memory contract -------------------------------------------------------------------
+    def _name_operands(self, op: str, args) -> None:
+        names = PARAMETERS.get(op, ())
+        written = WRITTEN_INPUTS.get(op, frozenset())
+        for name, arg in zip(names, args):
+            if isinstance(arg, self.ffi.CData):
+                buf = self._tensor_buffer.get(int(self.ffi.cast("uintptr_t", arg)))
+                if buf is not None:
+                    buf.name = name
+                    buf.written |= name in written
+
+    def check_guards(self, op: str) -> None:
+        """Raise OutOfBoundsWrite if a guard region of any buffer changed."""
+        if self._guard_scratch is None:
+            self._guard_scratch = self.ffi.new("unsigned char[]", GUARD_BYTES)
+        scratch, view = self._guard_scratch, self.ffi.buffer(self._guard_scratch)
+        for k, buf in enumerate(self._buffers):
+            if not buf.guard:
+                continue
+            for side, ptr in (("before", buf.base), ("after", self.ffi.cast("char *", buf.ptr) + buf.nbytes)):
+                self.rt.call("aclrtMemcpy", scratch, GUARD_BYTES, ptr, GUARD_BYTES, C.ACL_MEMCPY_DEVICE_TO_HOST)
+                if view[:] == _GUARD_PATTERN:  # the common case: one bytes comparison
+                    continue
+                bad = np.flatnonzero(np.frombuffer(view[:], np.uint8) != GUARD_FILL)
+                offset = int(bad[0]) - GUARD_BYTES if side == "before" else buf.nbytes + int(bad[0])
+                name = buf.name or f"device buffer #{k}"
+                raise OutOfBoundsWrite(
+                    f"{op} wrote {bad.size} byte(s) out of bounds {side} `{name}` ({buf.nbytes} bytes): first "
+                    f"at byte offset {offset} from the start of `{name}`", buffer=name, offset=offset,
+                    nbytes=int(bad.size))
+
+    def check_inputs(self, op: str = "the library") -> None:
+        """Raise InputModified if an input's device bytes differ from what was uploaded."""
+        for k, buf in enumerate(self._buffers):
+            if buf.uploaded is None or buf.written:
+                continue
+            got = self._read_raw(buf.ptr, buf.uploaded.size)
+            bad = np.flatnonzero(got != buf.uploaded)
+            if bad.size:
+                name = buf.name or f"device buffer #{k}"
+                raise InputModified(f"{op} wrote into input `{name}`: {bad.size} byte(s) changed, first at byte offset "
+                                    f"{int(bad[0])}", buffer=name, offset=int(bad[0]), nbytes=int(bad.size))
 
     # -- running ---------------------------------------------------------------------------
     def run(self, op: str, *args) -> int:
-        """Phase one (``opGetWorkspaceSize``), workspace allocation, phase two. Returns the workspace size.
+        """Phase one (``opGetWorkspaceSize``), workspace allocation, phase two; then the guard check
+        (and, checked or strided, the input comparison). Returns the workspace size.
 
         ``args`` are the operator's arguments before ``workspaceSize`` and ``executor``.
         """
+        self._name_operands(op, args)
         size = self.ffi.new("uint64_t *")
         exe = self.ffi.new("aclOpExecutor **")
         self.rt.call(op + "GetWorkspaceSize", *args, size, exe)
         executor = exe[0]
         try:
-            workspace = self.malloc(size[0]).ptr if size[0] else self.ffi.NULL
+            if size[0]:
+                ws = self.malloc(size[0], guarded=True)
+                ws.name = "workspace"
+                workspace = ws.ptr
+            else:
+                workspace = self.ffi.NULL
         except BaseException:
             # phase two never ran, so nothing released the executor
             if self.lib.has("aclDestroyAclOpExecutor"):
                 self.lib.aclDestroyAclOpExecutor(executor)
             raise
-        self.rt.call(op, workspace, size[0], executor, self.stream)  # consumes the single-use executor
+        status = self.lib.symbol(op)(workspace, size[0], executor, self.stream)  # consumes the single-use executor
+        # the memory contract first: an overrun explains a failure better than its status does
+        self.rt.lib.aclrtSynchronizeStream(self.stream)
+        self.check_guards(op)
+        if self.checked or self.layout == "strided":
+            self.check_inputs(op)
+        if status != 0:
+            raise self.rt.error(op, status)
         return int(size[0])
 
     def synchronize(self) -> None:
         self.rt.call("aclrtSynchronizeStream", self.stream)
-        if self._inputs:
-            self.check_inputs()

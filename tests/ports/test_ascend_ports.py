@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import xloss
 from xloss import cli, reference
+from xloss.errors import InputModified, OutOfBoundsWrite
 from xloss.backends.ascend_aclnn import emulator_library_path, emulator_runtime_path, make_backend
 from xloss.conformance import descriptor, runner
 from xloss.conformance import targets as declared_targets
@@ -131,7 +133,7 @@ def _numel(case_json) -> int:
 def test_correct_port_passes_everything_it_declares_through_the_cli(ports, port_backend, xloss_cli, tmp_path):
     """Through the CLI (child-process isolation, JSON): every declared target passes; the undeclared
     ones are refused, except BCE's "add" form, which runs but computes the clamp ("wrong if forced")."""
-    out = xloss_cli("check", "--backend", "ascend", "--lib", ports["correct"], "--max-examples", MAX_EXAMPLES,
+    out = xloss_cli("check", "--backend", "ascend", "--lib", ports["correct"], "--no-large", "--max-examples", MAX_EXAMPLES,
                     "--seed", SEED, "--json", tmp_path / "r.json", "--failures-dir", tmp_path / "f", cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
@@ -170,8 +172,9 @@ def test_a_port_without_an_operator_reports_it_not_implemented(ports):
     filled = make_backend(lib=os.pathsep.join([str(ports["no_focal_backward"]), emulator_library_path()]))
     assert filled.capabilities()["focal_loss"].variants["mode"] == {"forward", "grad", "forward+grad"}
     origin = filled.info()["operators"]
-    assert f"aclnnSigmoidFocalLossBackward from {emulator_library_path()} (not the first library given)" in origin
-    assert f"aclnnSigmoidFocalLoss, aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, " \
+    assert (f"aclnnXlossSigmoidFocalLossBackward, aclnnSigmoidFocalLoss, aclnnSigmoidFocalLossGrad from "
+            f"{emulator_library_path()} (not the first library given)") in origin
+    assert f"aclnnXlossSigmoidFocalLoss, aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, " \
            f"aclnnFusedLinearCrossEntropyLossGrad from {ports['no_focal_backward']}" in origin
 
 
@@ -203,7 +206,7 @@ def test_port_executors_are_the_runtimes_and_views_go_through_the_accessors(port
         assert lib.aclDestroyAclOpExecutor(exe[0]) == 0  # abandoned between the phases
         assert lib.aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(*args) == 0
         assert lib.aclnnBinaryCrossEntropyBackward(ffi.NULL, 0, exe[0], s.stream) == 0
-        assert lib.aclnnBinaryCrossEntropyBackward(ffi.NULL, 0, exe[0], s.stream) == 161002  # single use
+        assert lib.aclnnBinaryCrossEntropyBackward(ffi.NULL, 0, exe[0], s.stream) == 561000  # single use: unknown now
         assert lib.aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(*args) == 0
         assert lib.aclnnNLLLossBackward(ffi.NULL, 0, exe[0], s.stream) == 161002  # not its operator
         assert lib.aclDestroyAclOpExecutor(exe[0]) == 0
@@ -234,7 +237,7 @@ def test_seeded_bug_fails_its_kernel_only_with_a_replayable_input(variant, ports
     assert all(r.case is not None and _numel(r.case) <= 1024 for r in bad)
 
     saved = write_failures(bad, tmp_path / "failures", "ascend", str(ports[variant]))
-    assert set(saved) == failing
+    assert {k[:3] for k in saved} == failing  # keys: (kernel, dtype, mode, group)
     for path in saved.values():
         assert cli.main(["check", "--replay", path, "--backend", "ascend", "--lib", str(ports[variant])]) == 1, path
         assert cli.main(["check", "--replay", path, "--backend", "ascend", "--lib", str(ports["correct"])]) == 0, path
@@ -247,7 +250,7 @@ def test_seeded_bug_fails_its_kernel_only_with_a_replayable_input(variant, ports
 
 def test_a_buggy_port_through_the_cli_saves_a_replay_that_tells_the_ports_apart(ports, xloss_cli, tmp_path, capsys):
     out = xloss_cli("check", "--backend", "ascend", "--lib", ports["bce_eps_added"], "--kernels", "bce",
-                    "--max-examples", MAX_EXAMPLES, "--seed", SEED, "--json", tmp_path / "r.json",
+                    "--no-large", "--max-examples", MAX_EXAMPLES, "--seed", SEED, "--json", tmp_path / "r.json",
                     "--failures-dir", tmp_path / "f", cwd=tmp_path)
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
@@ -259,8 +262,9 @@ def test_a_buggy_port_through_the_cli_saves_a_replay_that_tells_the_ports_apart(
     x = case_from_json(r["case"]).kwargs["x"]
     assert x.size <= 16 and np.any((x > 0) & (x < 1e-9)), "the input shows where the epsilon matters"
     replay = r["replay_file"]
-    # the saved file names the library it failed on: a fresh process replays it with no options
-    bad = xloss_cli("check", "--replay", replay, cwd=tmp_path)
+    # the saved file names the library it failed on (shown, never loaded from the file): replay with --lib
+    bad = xloss_cli("check", "--replay", replay, "--lib", ports["bce_eps_added"], cwd=tmp_path)
+    assert "libport_bce_eps_added.so" in bad.stdout
     assert bad.returncode == 1 and "FAIL" in bad.stdout, bad.stdout + bad.stderr
     assert cli.main(["check", "--replay", replay, "--backend", "ascend", "--lib", str(ports["correct"])]) == 0
     assert "FAIL" not in capsys.readouterr().out
@@ -278,7 +282,7 @@ def test_stride_bug_is_caught_only_with_layout_strided(variant, ports, port_back
         assert r.status == "pass", (t, r.message)
 
     out = xloss_cli("check", "--backend", "ascend", "--lib", ports[variant], "--option", "layout=strided",
-                    "--kernels", "bce", "--max-examples", MAX_EXAMPLES, "--seed", SEED, "--json", tmp_path / "r.json",
+                    "--kernels", "bce", "--no-large", "--max-examples", MAX_EXAMPLES, "--seed", SEED, "--json", tmp_path / "r.json",
                     "--failures-dir", tmp_path / "f", cwd=tmp_path)
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
@@ -294,7 +298,68 @@ def test_stride_bug_is_caught_only_with_layout_strided(variant, ports, port_back
         if r["status"] == "fail":
             replay = r["replay_file"]
             # the saved case keeps the layout: the buggy port fails it again, the correct one passes it
-            assert xloss_cli("check", "--replay", replay, cwd=tmp_path).returncode == 1
+            assert xloss_cli("check", "--replay", replay, "--lib", ports[variant], "--option", "layout=strided",
+                             cwd=tmp_path).returncode == 1
             assert cli.main(["check", "--replay", replay, "--backend", "ascend", "--lib", str(ports["correct"]),
                              "--option", "layout=strided"]) == 0
     capsys.readouterr()
+
+
+# ---- memory-contract and large-size bugs (issue 12): guards, input comparison, the large ladder -----
+
+#: variant -> (the target where it lives, what it violates, the ABI argument the report must name)
+CONTRACT = {
+    "nll_zero_fill_rounded": (("nll_loss_grad", "float32", None), OutOfBoundsWrite, "out"),
+    "focal_grad_scratch_in_self": (("focal_loss", "float32", "grad"), InputModified, "self"),
+}
+
+
+def _replays(path, ports, variant, times=2):
+    """The replay fails against the buggy port every time and passes against the correct one."""
+    for _ in range(times):
+        assert cli.main(["check", "--replay", path, "--backend", "ascend", "--lib", str(ports[variant])]) == 1, path
+    assert cli.main(["check", "--replay", path, "--backend", "ascend", "--lib", str(ports["correct"])]) == 0, path
+
+
+@pytest.mark.parametrize("variant", sorted(CONTRACT))
+def test_memory_contract_bug_is_caught_naming_the_buffer(variant, ports, port_backend, port_findings, tmp_path,
+                                                         capsys):
+    target, error, buffer = CONTRACT[variant]
+    b = port_backend(variant)
+    # the violation is raised at the call, before any result reaches the caller's array
+    x = np.linspace(-3, 3, 7).astype(np.float32)
+    out = np.full(7, 42.0, np.float32)
+    with pytest.raises(error) as info:
+        if variant.startswith("nll"):  # 7 floats: 28 bytes, not a multiple of 32
+            xloss.nll_loss_grad(1.0, x, np.asarray(2), reduction="sum", backend=b.checked(), out=out)
+        else:
+            xloss.focal_loss_grad(x, (x > 0).astype(np.float32), backend=b.checked(), out=out)
+    assert info.value.buffer == buffer and info.value.nbytes > 0 and (out == 42.0).all()
+    t0 = time.perf_counter()
+    r = runner.run_target(b, *target, max_examples=MAX_EXAMPLES, seed=SEED)
+    assert r.status == "fail" and f"`{buffer}`" in r.message and error.kind in r.message, r.message
+    assert _numel(r.case) <= 64  # a small input shows it
+    assert runner.run_target(port_backend("correct"), *target, max_examples=MAX_EXAMPLES, seed=SEED).status == "pass"
+    saved = write_failures([r], tmp_path / "failures", "ascend", str(ports[variant]))
+    _replays(next(iter(saved.values())), ports, variant)
+    capsys.readouterr()
+    port_findings.append(dict(vendor="ascend", port=variant, target=target, first_failure=r.found_at,
+                              examples=r.examples, seconds=time.perf_counter() - t0, sweep_seconds=r.seconds))
+
+
+@pytest.mark.slow  # about 35 s on a loaded 2-core machine: 16.9 M elements through the port
+def test_count_overflow_above_2_24_is_caught_by_the_large_ladder(ports, port_backend, port_findings, tmp_path,
+                                                                 capsys):
+    target = ("bce_grad", "float32", "clamp")
+    b = port_backend("bce_mean_count_24bit")
+    drawn = runner.run_target(b, *target, max_examples=MAX_EXAMPLES, seed=SEED)
+    assert drawn.status == "pass"  # drawn cases never reach 2^24 elements
+    t0 = time.perf_counter()
+    r = runner.run_large(b, *target, seed=SEED, repeats=1)
+    assert r.status == "fail" and "2^24+ elements, mean" in r.message, r.message
+    saved = write_failures([r], tmp_path / "failures", "ascend", str(ports["bce_mean_count_24bit"]))
+    _replays(next(iter(saved.values())), ports, "bce_mean_count_24bit", times=1)
+    capsys.readouterr()
+    port_findings.append(dict(vendor="ascend", port="bce_mean_count_24bit (large ladder)", target=target,
+                              first_failure=r.found_at, examples=r.examples, seconds=time.perf_counter() - t0,
+                              sweep_seconds=r.seconds))

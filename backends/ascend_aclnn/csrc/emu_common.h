@@ -10,7 +10,8 @@
 #include <string.h>
 
 #include "acl/acl.h"
-#include "aclnn/acl_meta.h"
+#include "aclnn/aclnn_base.h"
+#include "aclnn/opdev/op_errno.h"
 #include "xloss_aclnn_emu.h"
 
 #define EMU_EXPORT ACL_FUNC_VISIBILITY

@@ -237,7 +237,7 @@ EMU_EXPORT aclnnStatus xlossEmuRunExecutor(const char *opName, void *workspace, 
         emu_unlock();
         emu_set_error("%s: %p is not a live executor (a single-use executor runs once; make it repeatable "
                       "with aclSetAclOpExecutorRepeatable to run it again)", api, (void *)executor);
-        return ACLNN_ERR_PARAM_INVALID;
+        return ACLNN_ERR_INNER; /* CANN's phase two reports an executor it does not know as 561000 */
     }
     if (strncmp(executor->op, opName, XLOSS_EMU_MAX_NAME) != 0) {
         char other[XLOSS_EMU_MAX_NAME + 1];

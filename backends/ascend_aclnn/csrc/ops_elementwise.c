@@ -1,4 +1,4 @@
-/* aclnnSigmoidFocalLoss[Backward] (xloss's own operators) and aclnnBinaryCrossEntropyBackward.
+/* aclnnXlossSigmoidFocalLoss[Backward] (xloss's own operators) and aclnnBinaryCrossEntropyBackward.
  *
  * Operands broadcast to self; mixed float dtypes are accepted (the aclnn promotion rule: all
  * are widened to float32) and the result is rounded once to out's dtype. */
@@ -9,43 +9,7 @@
 
 enum { FOCAL_SELF, FOCAL_TARGET, FOCAL_WEIGHT, FOCAL_OUT, FOCAL_GRAD };
 
-/* ---- the focal-loss math (float32) ------------------------------------------------------------- */
-
-typedef struct {
-    float ce, qg, r, pmy;
-} focal_terms;
-
-/* p = sigmoid(x), s = 1 - p, q = 1 - p_t, ce = bce_with_logits, qg = q^gamma, r = p*s/q (the
- * finite limit of q^(gamma-1)*p*s / q^gamma), pmy = p - y. Where the smaller sigmoid is
- * subnormal in float32 (|x| > 87.3) it has lost its precision, so q^gamma and r come from logs. */
-static inline focal_terms focal_eval(float x, float y, float gamma)
-{
-    focal_terms t;
-    float ax = fabsf(x);
-    float e = expf(-ax);
-    float big = 1.0f / (1.0f + e), small = e / (1.0f + e);
-    int pos = x >= 0.0f;
-    float p = pos ? big : small, s = pos ? small : big;
-    float q = p * (1.0f - y) + s * y;
-    float lin = x > 0.0f ? x * (1.0f - y) : -x * y;
-    t.ce = lin + log1pf(e);
-    t.pmy = p * (1.0f - y) - s * y;
-    if (e >= FLT_MIN) {
-        t.qg = powf(q, gamma); /* powf(0, 0) == 1, as torch */
-        t.r = q > 0.0f ? (p * s) / q : 1.0f;
-        return t;
-    }
-    float l1p = log1pf(e);
-    float log_big = -l1p, log_small = -ax - l1p;
-    float log_p = pos ? log_big : log_small, log_s = pos ? log_small : log_big;
-    float a = y < 1.0f ? log_p + log1pf(-y) : -INFINITY; /* log(p (1-y)) */
-    float b = y > 0.0f ? log_s + logf(y) : -INFINITY;    /* log(s y) */
-    float hi = fmaxf(a, b), lo = fminf(a, b);
-    float log_q = hi == -INFINITY ? -INFINITY : hi + log1pf(expf(lo - hi));
-    t.qg = gamma == 0.0f ? 1.0f : expf(gamma * log_q);
-    t.r = log_q == -INFINITY ? 1.0f : fminf(1.0f, expf(log_p + log_s - log_q));
-    return t;
-}
+#include "focal_math.h"
 
 static inline float alpha_t(float y, float alpha) { return alpha >= 0.0f ? alpha * y + (1.0f - alpha) * (1.0f - y) : 1.0f; }
 
@@ -155,14 +119,14 @@ static aclnnStatus check_focal_attrs(const emu_plan *ex)
     return ACLNN_SUCCESS;
 }
 
-EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
+EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
                                                              const aclTensor *weightOptional, double gamma,
                                                              double alpha, int64_t reduction, aclTensor *out,
                                                              uint64_t *workspaceSize, aclOpExecutor **executor)
 {
-    static const char api[] = "aclnnSigmoidFocalLossGetWorkspaceSize";
+    static const char api[] = "aclnnXlossSigmoidFocalLossGetWorkspaceSize";
     emu_plan ex;
-    emu_phase_one_start(&ex, api, "aclnnSigmoidFocalLoss", workspaceSize, executor);
+    emu_phase_one_start(&ex, api, "aclnnXlossSigmoidFocalLoss", workspaceSize, executor);
     EMU_REQUIRE(api, self, "self");
     EMU_REQUIRE(api, target, "target");
     EMU_REQUIRE(api, out, "out");
@@ -192,19 +156,19 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *se
     return emu_make_executor(&ex, workspaceSize, executor);
 }
 
-EMU_EXPORT aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                                              aclrtStream stream)
 {
-    return emu_launch("aclnnSigmoidFocalLoss", workspace, workspaceSize, executor, stream);
+    return emu_launch("aclnnXlossSigmoidFocalLoss", workspace, workspaceSize, executor, stream);
 }
 
-EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
+EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(
     const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional,
     double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
-    static const char api[] = "aclnnSigmoidFocalLossBackwardGetWorkspaceSize";
+    static const char api[] = "aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize";
     emu_plan ex;
-    emu_phase_one_start(&ex, api, "aclnnSigmoidFocalLossBackward", workspaceSize, executor);
+    emu_phase_one_start(&ex, api, "aclnnXlossSigmoidFocalLossBackward", workspaceSize, executor);
     EMU_REQUIRE(api, gradOutput, "gradOutput");
     EMU_REQUIRE(api, self, "self");
     EMU_REQUIRE(api, target, "target");
@@ -226,10 +190,10 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
     return emu_make_executor(&ex, workspaceSize, executor);
 }
 
-EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
+EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
                                                      aclOpExecutor *executor, aclrtStream stream)
 {
-    return emu_launch("aclnnSigmoidFocalLossBackward", workspace, workspaceSize, executor,
+    return emu_launch("aclnnXlossSigmoidFocalLossBackward", workspace, workspaceSize, executor,
                       stream);
 }
 

@@ -6,7 +6,10 @@
  *   G is rounded to input's dtype, then (float32 accumulation)
  *   inputGrad = G @ weight,  weightGrad = G.T @ input  (rounded to input's dtype).
  *
- * One pass over the tokens. The workspace holds the weight widened to float32, the float32
+ * High-performance mode (softmaxOptional given) forms G in softmaxOptional in place, in float32,
+ * as CANN's documentation writes it (softmax <- (softmax - update) * grad); V >= 128 there. BT = 0
+ * writes nothing. maskedTarget's range is not checked (CANN does not); an out-of-range target is
+ * never used as an index. One pass over the tokens. The workspace holds the weight widened to float32, the float32
  * weight-gradient accumulator, one row of G and two rows of H floats. */
 #include <stdlib.h>
 
@@ -62,18 +65,8 @@ static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
     int64_t bt = input->dims[0], h = input->dims[1], v = weight->dims[0];
     aclDataType dt = input->dtype;
 
-    /* local targets are device data: check the in-shard ones before anything is written */
-    for (int64_t i = 0; i < bt; i++) {
-        if (mask_bit(mask, i))
-            continue;
-        int64_t t = emu_load_i64(mt, emu_at1(mt, i));
-        if (t < 0 || t >= v) {
-            emu_set_error("aclnnFusedLinearCrossEntropyLossGrad: maskedTarget[%lld] = %lld is outside [0, %lld) "
-                          "for a token whose target is in this shard", (long long)i, (long long)t, (long long)v);
-            return ACLNN_ERR_RUNTIME_ERROR;
-        }
-    }
-
+    if (bt == 0) /* nothing to do: CANN returns success without writing either output */
+        return ACLNN_SUCCESS;
     flce_layout l;
     if (flce_workspace(v, h, &l) != 0 || l.total > ws_size)
         return ACLNN_ERR_INNER; /* phase one sized it; never write past it */
@@ -82,7 +75,6 @@ static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
     float *wf = (float *)(base + l.wf), *wg = (float *)(base + l.wg), *grow = (float *)(base + l.grow),
           *xrow = (float *)(base + l.xrow), *acc = (float *)(base + l.acc);
 
-    int changed = 0;
     for (int64_t r = 0; r < v; r++)
         emu_gather_f32(weight, emu_at2(weight, r, 0), weight->strides[1], h, wf + r * h);
     for (int64_t k = 0; k < v * h; k++)
@@ -99,14 +91,18 @@ static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
                 grow[r] = expf(dot_f32(xrow, wf + r * h, h) - m) / se;
         }
         if (!mask_bit(mask, i)) {
+            /* CANN does not check maskedTarget's range (the adapter does); the emulator never indexes
+             * outside the row with it: an out-of-range target subtracts nothing */
             int64_t t = emu_load_i64(mt, emu_at1(mt, i));
             if (t >= 0 && t < v)
                 grow[t] -= 1.0f;
-            else /* checked above; only a concurrent writer can change it: never index with it */
-                changed = 1;
         }
         for (int64_t r = 0; r < v; r++)
-            grow[r] = emu_round_to(dt, grow[r] * gi); /* G in the input dtype before the matmuls */
+            grow[r] *= gi;
+        if (sm->present) /* high-performance mode: G is formed in softmaxOptional itself, as CANN documents */
+            emu_scatter_f32(sm, emu_at2(sm, i, 0), sm->strides[1], v, grow);
+        for (int64_t r = 0; r < v; r++)
+            grow[r] = emu_round_to(dt, grow[r]); /* G in the input dtype before the matmuls */
 
         for (int64_t k = 0; k < h; k++)
             acc[k] = 0.0f;
@@ -125,11 +121,6 @@ static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
     }
     for (int64_t r = 0; r < v; r++)
         emu_scatter_f32(wgrad, emu_at2(wgrad, r, 0), wgrad->strides[1], h, wg + r * h);
-    if (changed) {
-        emu_set_error("aclnnFusedLinearCrossEntropyLossGrad: targetMask or maskedTarget changed while the kernel ran "
-                      "(another writer of their device memory)");
-        return ACLNN_ERR_RUNTIME_ERROR;
-    }
     return ACLNN_SUCCESS;
 }
 
@@ -234,6 +225,11 @@ EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
         return ACLNN_ERR_PARAM_INVALID;
     }
 
+    if (ex.t[FL_SOFTMAX].present && v < 128) { /* the high-performance mode's minimum vocabulary shard */
+        emu_set_error("%s: V=%lld: with softmaxOptional the vocabulary shard must hold at least 128 entries", api,
+                      (long long)v);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
     static const int outs[] = {FL_IGRAD, FL_WGRAD}, idx[] = {FL_MASK, FL_MT};
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++)

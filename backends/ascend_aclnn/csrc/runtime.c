@@ -269,6 +269,16 @@ EMU_EXPORT aclError aclFinalize(void)
     return ACL_SUCCESS;
 }
 
+/* aclnnInit/aclnnFinalize (aclnn/aclnn_base.h): the operator library's own init. The emulator's
+ * operators need none, so both succeed whenever called (configPath is not read). */
+EMU_EXPORT aclnnStatus aclnnInit(const char *configPath)
+{
+    (void)configPath;
+    return ACLNN_SUCCESS;
+}
+
+EMU_EXPORT aclnnStatus aclnnFinalize(void) { return ACLNN_SUCCESS; }
+
 EMU_EXPORT aclError aclrtGetDeviceCount(uint32_t *count)
 {
     if (!count) {

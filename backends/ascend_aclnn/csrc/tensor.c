@@ -33,8 +33,8 @@ EMU_EXPORT aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
     char why[160];
     if (viewDimsNum > EMU_CREATE_MAX_DIMS || storageDimsNum > EMU_CREATE_MAX_DIMS)
         return create_fail("too many dimensions");
-    if (viewDimsNum && (!viewDims || !stride))
-        return create_fail(viewDims ? "stride is NULL" : "viewDims is NULL");
+    if (viewDimsNum && !viewDims)
+        return create_fail("viewDims is NULL");
     if (storageDimsNum && !storageDims)
         return create_fail("storageDims is NULL");
     size_t elsize = emu_dtype_size(dataType);
@@ -59,6 +59,19 @@ EMU_EXPORT aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
         storage_bytes > (uint64_t)INT64_MAX)
         return create_fail("storage too large");
     int empty = 0;
+    /* stride NULL: the contiguous strides of the view, as CANN's aclTensor constructor
+     * (op::ToContiguousStrides) does */
+    int64_t contiguous[EMU_CREATE_MAX_DIMS];
+    if (!stride && viewDimsNum) {
+        int64_t acc = 1;
+        for (uint64_t i = viewDimsNum; i-- > 0;) {
+            contiguous[i] = acc;
+            if (viewDims[i] > 1 && acc > INT64_MAX / viewDims[i])
+                return create_fail("view too large: its contiguous strides overflow int64");
+            acc *= viewDims[i] > 1 ? viewDims[i] : 1;
+        }
+        stride = contiguous;
+    }
     for (uint64_t i = 0; i < viewDimsNum; i++) {
         if (viewDims[i] < 0)
             return create_fail("viewDims has a negative dimension");
@@ -125,10 +138,8 @@ EMU_EXPORT aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
 
 EMU_EXPORT aclnnStatus aclDestroyTensor(const aclTensor *tensor)
 {
-    if (!tensor) {
-        emu_set_error("aclDestroyTensor: tensor is NULL");
-        return ACLNN_ERR_PARAM_NULLPTR;
-    }
+    if (!tensor) /* nothing to destroy: success, as CANN's aclDestroyTensor */
+        return ACLNN_SUCCESS;
     emu_lock();
     int removed = emu_ptrset_remove(&emu_tensors, tensor);
     if (removed) {

@@ -124,9 +124,16 @@ void emu_gather_f32(const emu_view *v, int64_t start, int64_t stride, int64_t n,
             dst[i] = emu_bf16_to_f32(h);
         }
         break;
+    case ACL_INT32: /* DrivingSDK's one-hot focal target */
+        for (int64_t i = 0; i < n; i++) {
+            int32_t v;
+            memcpy(&v, b + (start + i * stride) * 4, 4);
+            dst[i] = (float)v;
+        }
+        break;
     default:
         for (int64_t i = 0; i < n; i++)
-            dst[i] = NAN; /* unreachable: phase one admits float operands only */
+            dst[i] = NAN; /* unreachable: phase one admits float (and INT32 target) operands only */
     }
 }
 

@@ -17,7 +17,8 @@
 #define XLOSS_ACLNN_EMU_H_
 
 #include "acl/acl.h"
-#include "aclnn/acl_meta.h"
+#include "aclnn/aclnn_base.h"
+#include "aclnn/opdev/op_errno.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -4,6 +4,8 @@ element conversions."""
 
 from __future__ import annotations
 
+import ctypes
+
 import threading
 
 import ml_dtypes
@@ -14,6 +16,7 @@ from xloss.backends.ascend_aclnn import _cdef as C
 
 NULLPTR, INVALID, RUNTIME = C.ACLNN_ERR_PARAM_NULLPTR, C.ACLNN_ERR_PARAM_INVALID, C.ACLNN_ERR_RUNTIME_ERROR
 INVALID_PARAM = 100000  # ACL_ERROR_INVALID_PARAM
+INNER = 561000  # ACLNN_ERR_INNER: what CANN's phase two returns for an executor it does not know
 
 
 def _phase_one(abi, op, d):
@@ -50,7 +53,6 @@ def test_create_tensor_null_data_and_null_arrays(session, abi):
     assert abi.create(buf, [2], C.ACL_FLOAT, data=abi.NULL) == abi.NULL  # non-empty storage needs data
     ffi, lib = abi.ffi, abi.lib
     dims = ffi.new("int64_t[]", [2])
-    assert lib.aclCreateTensor(dims, 1, C.ACL_FLOAT, ffi.NULL, 0, C.ACL_FORMAT_ND, dims, 1, buf.ptr) == ffi.NULL
     assert lib.aclCreateTensor(ffi.NULL, 1, C.ACL_FLOAT, dims, 0, C.ACL_FORMAT_ND, dims, 1, buf.ptr) == ffi.NULL
     # an empty tensor may have no data; a 0-d tensor over 1-element storage is fine
     t = lib.aclCreateTensor(ffi.new("int64_t[]", [0]), 1, C.ACL_FLOAT, ffi.new("int64_t[]", [1]), 0,
@@ -66,13 +68,28 @@ def test_destroy_tensor(session, abi):
     assert abi.lib.aclDestroyTensor(t) == 0
     assert abi.lib.aclDestroyTensor(t) == INVALID  # twice: reported, not a double free
     assert "not a live aclTensor" in abi.message()
-    assert abi.lib.aclDestroyTensor(abi.NULL) == NULLPTR
+    assert abi.lib.aclDestroyTensor(abi.NULL) == 0  # as CANN (opbase aclDestroyTensor): nothing to destroy
+
+
+def test_create_tensor_with_null_strides_is_contiguous(session, abi):
+    """CANN's aclTensor constructor derives contiguous strides when stride is NULL (ToContiguousStrides)."""
+    ffi, lib = abi.ffi, abi.lib
+    buf = session.malloc(2 * 3 * 4 * 4)
+    dims = ffi.new("int64_t[]", [2, 3, 4])
+    t = lib.aclCreateTensor(dims, 3, C.ACL_FLOAT, ffi.NULL, 0, C.ACL_FORMAT_ND, ffi.new("int64_t[]", [24]), 1,
+                            buf.ptr)
+    assert t != ffi.NULL
+    st, n = ffi.new("int64_t **"), ffi.new("uint64_t *")
+    assert lib.aclGetViewStrides(t, st, n) == 0
+    assert [st[0][i] for i in range(n[0])] == [12, 4, 1]
+    ctypes.CDLL(None).free(ctypes.c_void_p(int(ffi.cast("uintptr_t", st[0]))))  # the caller frees it (C: free)
+    assert lib.aclDestroyTensor(t) == 0
 
 
 # ---- phase one ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", ["aclnnSigmoidFocalLoss", "aclnnSigmoidFocalLossBackward",
+@pytest.mark.parametrize("op", ["aclnnXlossSigmoidFocalLoss", "aclnnXlossSigmoidFocalLossBackward",
                                 "aclnnBinaryCrossEntropyBackward", "aclnnNLLLossBackward",
                                 "aclnnFusedLinearCrossEntropyLossGrad"])
 def test_null_required_pointer_is_161001(session, abi, ops, op):
@@ -119,9 +136,9 @@ def test_flce_recompute_needs_both_row_tensors(session, abi, ops):
 def _bad_dtype_cases(s, abi, ops):
     i32 = s.put(np.zeros((3, 5), np.int32))[0]
     f64 = s.put(np.zeros((3, 5), np.float64))[0]
-    yield "aclnnSigmoidFocalLoss", {"self": i32}
-    yield "aclnnSigmoidFocalLoss", {"target": f64}
-    yield "aclnnSigmoidFocalLossBackward", {"gradOutput": s.put(np.asarray(1, np.int64))[0]}
+    yield "aclnnXlossSigmoidFocalLoss", {"self": i32}
+    yield "aclnnXlossSigmoidFocalLoss", {"target": f64}
+    yield "aclnnXlossSigmoidFocalLossBackward", {"gradOutput": s.put(np.asarray(1, np.int64))[0]}
     yield "aclnnBinaryCrossEntropyBackward", {"weightOptional": s.put(np.ones(5, np.int8))[0]}
     yield "aclnnBinaryCrossEntropyBackward", {"out": s.empty((3, 5), np.float64)[0]}
     yield "aclnnNLLLossBackward", {"target": s.put(np.zeros(4, np.float32))[0]}
@@ -139,10 +156,10 @@ def _bad_dtype_cases(s, abi, ops):
 
 
 def _bad_shape_cases(s, abi, ops):
-    yield "aclnnSigmoidFocalLoss", {"target": s.put(np.zeros((3, 4), np.float32))[0]}
-    yield "aclnnSigmoidFocalLoss", {"weightOptional": s.put(np.zeros((2, 3, 5), np.float32))[0]}
-    yield "aclnnSigmoidFocalLoss", {"out": s.empty((5, 3), np.float32)[0]}
-    yield "aclnnSigmoidFocalLossBackward", {"gradOutput": s.put(np.zeros((3, 2), np.float32))[0]}
+    yield "aclnnXlossSigmoidFocalLoss", {"target": s.put(np.zeros((3, 4), np.float32))[0]}
+    yield "aclnnXlossSigmoidFocalLoss", {"weightOptional": s.put(np.zeros((2, 3, 5), np.float32))[0]}
+    yield "aclnnXlossSigmoidFocalLoss", {"out": s.empty((5, 3), np.float32)[0]}
+    yield "aclnnXlossSigmoidFocalLossBackward", {"gradOutput": s.put(np.zeros((3, 2), np.float32))[0]}
     yield "aclnnBinaryCrossEntropyBackward", {"out": s.empty((15,), np.float32)[0]}
     yield "aclnnNLLLossBackward", {"weight": s.put(np.ones(4, np.float32))[0]}
     yield "aclnnNLLLossBackward", {"target": s.put(np.zeros(3, np.int64))[0]}
@@ -182,9 +199,9 @@ def test_bad_attributes_are_161002(session, abi, ops):
         assert _phase_one(abi, op, d)[0] == INVALID, (op, override)
     assert "labelSmoothing" in abi.message()
     # alpha < 0 (no class weighting) and gamma 0 are valid
-    d = ops.args(session, "aclnnSigmoidFocalLoss")
+    d = ops.args(session, "aclnnXlossSigmoidFocalLoss")
     d.update(alpha=-1.0, gamma=0.0)
-    st, _, ex = _phase_one(abi, "aclnnSigmoidFocalLoss", d)
+    st, _, ex = _phase_one(abi, "aclnnXlossSigmoidFocalLoss", d)
     assert st == 0
     abi.lib.aclDestroyAclOpExecutor(ex)
 
@@ -237,7 +254,7 @@ def test_single_use_executor_runs_once(session, abi, ops):
         assert st == 0
         wsp = _workspace(session, ws)
         assert abi.phase_two(op, wsp, ws, ex, session.stream) == 0, abi.message()
-        assert abi.phase_two(op, wsp, ws, ex, session.stream) == INVALID, op
+        assert abi.phase_two(op, wsp, ws, ex, session.stream) == INNER, op  # an executor CANN does not know
         assert "runs once" in abi.message()
         assert abi.lib.aclDestroyAclOpExecutor(ex) == INVALID  # already released by its run
 
@@ -253,14 +270,14 @@ def test_repeatable_executor_runs_many_times_then_is_destroyed(session, abi, ops
     assert abi.live(C.LIVE_EXECUTORS) == live
     assert abi.lib.aclDestroyAclOpExecutor(ex) == 0
     assert abi.live(C.LIVE_EXECUTORS) == live - 1
-    assert abi.phase_two(op, abi.NULL, 0, ex, session.stream) == INVALID  # gone
+    assert abi.phase_two(op, abi.NULL, 0, ex, session.stream) == INNER  # gone
     assert abi.lib.aclDestroyAclOpExecutor(ex) == INVALID
     assert abi.lib.aclDestroyAclOpExecutor(abi.NULL) == 561103  # ACLNN_ERR_INNER_NULLPTR
     assert abi.lib.aclSetAclOpExecutorRepeatable(abi.NULL) == 561103
 
 
 @pytest.mark.parametrize("op, kw", [("aclnnFusedLinearCrossEntropyLossGrad", {}),
-                                    ("aclnnSigmoidFocalLoss", {"reduction": 1})])
+                                    ("aclnnXlossSigmoidFocalLoss", {"reduction": 1})])
 def test_workspace_rules(session, abi, ops, op, kw):
     st, ws, ex = _phase_one(abi, op, ops.args(session, op, **kw))
     assert st == 0 and ws > 0 and ws % 32 == 0
@@ -279,7 +296,7 @@ def test_workspace_rules(session, abi, ops, op, kw):
     # a failed run spends a single-use executor too
     st, ws, ex = _phase_one(abi, op, ops.args(session, op, **kw))
     assert abi.phase_two(op, wsp, ws - 1, ex, session.stream) == INVALID
-    assert abi.phase_two(op, wsp, ws, ex, session.stream) == INVALID
+    assert abi.phase_two(op, wsp, ws, ex, session.stream) == INNER
 
 
 def test_executor_of_another_operator(session, abi, ops):
@@ -346,17 +363,60 @@ def test_nll_target_out_of_range_at_run_time(session, abi, ops):
         np.testing.assert_array_equal(session.download(out_buf, (4, 3), np.float32), 7.0)
 
 
-def test_flce_masked_target_out_of_range_at_run_time(session, abi, ops):
+def test_flce_masked_target_out_of_range_is_not_checked_and_never_indexes(session, abi, ops):
+    """CANN's operator does not check maskedTarget's range (the adapter does); the emulator runs, and an
+    out-of-range target subtracts nothing (it is never used as an index)."""
+    op = "aclnnFusedLinearCrossEntropyLossGrad"
+    results = []
+    for mt in ([6, 0, 5, 2, 0], [-3, 0, 5, 2, 0], [2**40, 0, 5, 2, 0]):
+        d = ops.args(session, op)
+        d["maskedTarget"] = session.put(np.array(mt, np.int64))[0]
+        d["inputGradOut"], big = session.empty((5, 4), np.float16)
+        st, ws, ex = _phase_one(abi, op, d)
+        assert st == 0
+        assert abi.phase_two(op, session.malloc(ws).ptr, ws, ex, session.stream) == 0
+        results.append(session.download(big, (5, 4), np.float16))
+    assert all(np.isfinite(r).all() for r in results)
+    np.testing.assert_array_equal(results[0], results[1])  # both out of range: the same (nothing subtracted)
+    np.testing.assert_array_equal(results[0], results[2])
+
+
+def test_flce_bt_zero_writes_nothing_and_small_v_only_refused_with_softmax(session, abi, ops):
     op = "aclnnFusedLinearCrossEntropyLossGrad"
     d = ops.args(session, op)
-    # token 1 is masked (bit 1 set), so its local target does not matter; token 0's does
-    d["maskedTarget"] = session.put(np.array([1, 99, 5, 2, 0], np.int64))[0]
+    z16 = np.zeros((0, 4), np.float16)
+    d.update(grad=session.put(np.zeros(0, np.float32))[0], input=session.put(z16)[0],
+             targetMask=session.put(np.zeros(0, bool))[0], maskedTarget=session.put(np.zeros(0, np.int64))[0],
+             logitsMaxOptional=session.put(np.zeros(0, np.float32))[0],
+             sumExpLogitsOptional=session.put(np.zeros(0, np.float32))[0], inputGradOut=session.empty((0, 4), np.float16)[0])
+    d["weightGradOut"], bw = session.empty((6, 4), np.float16)
     st, ws, ex = _phase_one(abi, op, d)
-    assert abi.phase_two(op, session.malloc(ws).ptr, ws, ex, session.stream) == 0
-    d["maskedTarget"] = session.put(np.array([6, 0, 5, 2, 0], np.int64))[0]
+    assert st == 0 and abi.phase_two(op, _workspace(session, ws), ws, ex, session.stream) == 0
+    assert np.isnan(session.download(bw, (6, 4), np.float16)).all()  # untouched: still the fresh-memory NaN
+    # V = 6: fine in recompute mode (above), refused with softmaxOptional
+    d = ops.args(session, op, mode="softmax")
+    w6 = np.ones((6, 4), np.float16)
+    d.update(weight=session.put(w6)[0], softmaxOptional=session.put(np.full((5, 6), 1 / 6, np.float32))[0],
+             weightGradOut=session.empty((6, 4), np.float16)[0])
+    assert _phase_one(abi, op, d)[0] == INVALID and "at least 128" in abi.message()
+
+
+def test_flce_high_performance_mode_forms_g_in_softmax(session, abi, ops):
+    """ops-nn's aclnnFusedLinearCrossEntropyLossGrad.md: softmax[i, t] -= 1 - mask; softmax *= grad."""
+    op = "aclnnFusedLinearCrossEntropyLossGrad"
+    d = ops.args(session, op, mode="softmax")
+    rng = np.random.default_rng(3)
+    sm = rng.random((5, 128)).astype(np.float32)
+    grad = rng.uniform(-1, 1, 5).astype(np.float32)
+    d["softmaxOptional"], bsm = session.put(sm)
+    d["grad"] = session.put(grad)[0]
     st, ws, ex = _phase_one(abi, op, d)
-    assert abi.phase_two(op, session.malloc(ws).ptr, ws, ex, session.stream) == RUNTIME
-    assert "maskedTarget[0] = 6" in abi.message()
+    assert st == 0 and abi.phase_two(op, _workspace(session, ws), ws, ex, session.stream) == 0
+    want = sm.astype(np.float64)
+    for i, (masked, t) in enumerate(zip([0, 1, 0, 0, 1], [1, 0, 5, 2, 0])):
+        want[i, t] -= 1 - masked
+    want *= grad[:, None]
+    np.testing.assert_allclose(session.download(bsm, (5, 128), np.float32), want, rtol=1e-6, atol=1e-7)
 
 
 # ---- the runtime subset ------------------------------------------------------------------------------

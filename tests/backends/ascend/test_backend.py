@@ -17,6 +17,7 @@ import xloss
 from xloss import reference as ref
 from xloss.backends import ascend_aclnn
 from xloss.backends.ascend_aclnn import _cdef as C
+from xloss.errors import InputModified, OutOfBoundsWrite
 from xloss.kernel_args import FLCEArgs, NLLArgs
 
 BF16 = ml_dtypes.bfloat16
@@ -31,7 +32,7 @@ def vendor_like(tmp_path_factory, helpers, emu):
     it keep binding to it."""
     d = tmp_path_factory.mktemp("vendor")
     script = d / "hide.map"
-    script.write_text("{ local: aclnnSigmoidFocalLoss*; xlossEmu*; aclGetRecentErrMsg; };\n")
+    script.write_text("{ local: aclnnXlossSigmoidFocalLoss*; aclnnSigmoidFocalLoss*; xlossEmu*; aclGetRecentErrMsg; };\n")
     out = d / "libvendor_like.so"
     cmd = helpers.build.combined_command(out)[1:] + [f"-Wl,--version-script={script}"]
     helpers.compile_c(cmd)
@@ -45,7 +46,8 @@ def test_registered_and_shows_its_library(emu):
     assert emu.info()["library"] == ascend_aclnn.emulator_library_path()
     assert emu.info()["implementation"].startswith("xloss aclnn host emulator")
     # every operator comes from the operator library itself (dladdr), none from elsewhere
-    assert emu.info()["operators"] == ("aclnnSigmoidFocalLoss, aclnnSigmoidFocalLossBackward, "
+    assert emu.info()["operators"] == ("aclnnXlossSigmoidFocalLoss, aclnnXlossSigmoidFocalLossBackward, "
+                                       "aclnnSigmoidFocalLoss, aclnnSigmoidFocalLossGrad, "
                                        "aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, "
                                        f"aclnnFusedLinearCrossEntropyLossGrad from {ascend_aclnn.emulator_library_path()}")
     # the runtime library alone: a working runtime with no operator at all
@@ -101,6 +103,7 @@ def test_a_library_without_some_symbols(vendor_like):
     assert b.availability() == (True, "")
     assert set(b.capabilities()) == {"bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad"}
     assert b.info()["implementation"] == "vendor library"
+    assert b.info()["error reporting"].startswith("no") and emu_info_error_reporting().startswith("yes")
     assert b.rt.live() is None  # no leak counter: tolerated
     x = np.linspace(-4, 4, 9).astype(np.float32)
     with pytest.raises(xloss.UnsupportedRequestError, match=r"kernel focal_loss"):
@@ -116,6 +119,10 @@ def test_a_library_without_some_symbols(vendor_like):
     assert info.value.status == 161001 and info.value.status_name == "ACLNN_ERR_PARAM_NULLPTR"
 
 
+def emu_info_error_reporting() -> str:
+    return ascend_aclnn.make_backend(lib=ascend_aclnn.emulator_library_path()).info()["error reporting"]
+
+
 def test_unusable_libraries_make_the_backend_unavailable(tmp_path):
     b = ascend_aclnn.make_backend(lib=str(tmp_path / "missing.so"))
     ok, why = b.availability()
@@ -125,7 +132,7 @@ def test_unusable_libraries_make_the_backend_unavailable(tmp_path):
     libm = subprocess.run(["gcc", "-print-file-name=libm.so.6"], capture_output=True, text=True).stdout.strip()
     ok, why = ascend_aclnn.make_backend(lib=libm).availability()
     assert not ok and "lacks runtime symbols: aclInit" in why
-    with pytest.raises(TypeError, match="lib=, device= and layout="):
+    with pytest.raises(TypeError, match="lib=, device=, layout= and checked="):
         ascend_aclnn.make_backend(memory="private")
     with pytest.raises(xloss.XLossError, match="layout must be one of contiguous, strided"):
         ascend_aclnn.make_backend(layout="diagonal")
@@ -314,13 +321,12 @@ def test_strided_session_catches_writes_outside_output_views_and_into_inputs(emu
         whole = s.tensor(bo, (bo.view[3].size,), np.float32)
         s.run("aclnnBinaryCrossEntropyBackward", g, s.put(np.full(bo.view[3].size, 0.5, np.float32))[0],
               s.put(np.zeros(bo.view[3].size, np.float32))[0], s.ffi.NULL, 0, whole)
-        with pytest.raises(xloss.KernelError, match="wrote outside the output view") as info:
+        with pytest.raises(OutOfBoundsWrite, match="outside the view of output `out`") as info:
             s.download(bo, (3,), np.float32)
-        assert info.value.status_name == "WRITE_OUTSIDE_VIEW"
+        assert info.value.buffer == "out" and info.value.nbytes > 0
         # a library writing into an input: an output tensor aliasing x's storage
         alias = s.tensor(bx, (3,), np.float32)
-        s.run("aclnnBinaryCrossEntropyBackward", g, ty, ty, s.ffi.NULL, 0, alias)
-        with pytest.raises(xloss.KernelError, match="wrote into input tensor #1") as info:
-            s.synchronize()
-        assert info.value.status_name == "WROTE_INPUT"
+        with pytest.raises(InputModified, match="aclnnBinaryCrossEntropyBackward wrote into input") as info:
+            s.run("aclnnBinaryCrossEntropyBackward", g, ty, ty, s.ffi.NULL, 0, alias)
+        assert info.value.offset is not None and info.value.nbytes > 0
     assert abi.live() == 0

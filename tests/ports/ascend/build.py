@@ -58,6 +58,10 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "flce_mask_from_target": ("BUG_FLCE_MASK_FROM_TARGET",),
     "half_output_trunc": ("BUG_HALF_OUTPUT_TRUNC",),
     "bce_contiguous_fast_path": ("BUG_BCE_CONTIGUOUS_FAST_PATH",),
+    # memory-contract and large-size bugs (issue 12): caught by guards, input comparison, the large ladder
+    "nll_zero_fill_rounded": ("BUG_NLL_ZERO_FILL_ROUNDED",),
+    "focal_grad_scratch_in_self": ("BUG_FOCAL_GRAD_SCRATCH_IN_SELF",),
+    "bce_mean_count_24bit": ("BUG_BCE_MEAN_COUNT_24BIT",),
 }
 
 

@@ -1,6 +1,6 @@
 /* aclnnBinaryCrossEntropyBackward: grad * weight * (x - y) / max(x(1-x), 1e-12), / n for mean.
  *
- * Seeded bugs here: BUG_BCE_EPS_ADDED, BUG_BCE_CONTIGUOUS_FAST_PATH (a stride/offset bug: only
+ * Seeded bugs here: BUG_BCE_EPS_ADDED, BUG_BCE_MEAN_COUNT_24BIT (above 2^24 elements), BUG_BCE_CONTIGUOUS_FAST_PATH (a stride/offset bug: only
  * strided tensors show it); BUG_HALF_OUTPUT_TRUNC, in port.h, reaches its output cast. */
 #include "port.h"
 
@@ -61,7 +61,13 @@ static aclnnStatus bce_kernel(const void *vplan, void *workspace, uint64_t works
             v *= port_load(&p->t[B_WEIGHT], w.at[B_WEIGHT]);
         float g = port_load(&p->t[B_GRAD], w.at[B_GRAD]);
         /* mean: (g / n) * value in double, one rounding (g / n alone can be a float32 subnormal) */
+#ifdef BUG_BCE_MEAN_COUNT_24BIT
+        /* BUG: the tiling hands the kernel the element count in a 24-bit field: above 2^24 elements
+         * the mean divides by the count modulo 2^24. */
+        double scale = p->reduction == 1 ? (double)(n & 0xFFFFFF) : 1.0;
+#else
         double scale = p->reduction == 1 ? (double)n : 1.0;
+#endif
         port_store(&p->t[B_OUT], w.at[B_OUT], (float)((double)g * (double)v / scale), ELEMENTWISE_OUT_ROUND);
     }
     return ACLNN_SUCCESS;

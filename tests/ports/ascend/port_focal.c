@@ -1,7 +1,8 @@
-/* aclnnSigmoidFocalLoss and aclnnSigmoidFocalLossBackward (float32 math, any mix of float dtypes).
+/* aclnnXlossSigmoidFocalLoss and aclnnXlossSigmoidFocalLossBackward (float32 math, any mix of float dtypes).
  *
  * Seeded bugs here: BUG_FOCAL_MEAN_PADDED_COUNT (forward mean), BUG_FOCAL_GRAD_GAMMA_SIGN
- * (backward, 0 < gamma < 1), BUG_FOCAL_WEIGHT_TILED (both); BUG_HALF_OUTPUT_TRUNC (port.h) reaches
+ * (backward, 0 < gamma < 1), BUG_FOCAL_WEIGHT_TILED (both), BUG_FOCAL_GRAD_SCRATCH_IN_SELF (backward,
+ * writes into its input); BUG_HALF_OUTPUT_TRUNC (port.h) reaches
  * both output casts. */
 #include "port.h"
 
@@ -131,6 +132,11 @@ static aclnnStatus focal_backward_kernel(const void *vplan, void *workspace, uin
         /* mean: (g / n) * value in double, one rounding (g / n alone can be a float32 subnormal) */
         double scale = p->reduction == 1 ? (double)n : 1.0;
         port_store(&p->t[F_OUT], w.at[F_OUT], (float)((double)dx * (double)g / scale), ELEMENTWISE_OUT_ROUND);
+#ifdef BUG_FOCAL_GRAD_SCRATCH_IN_SELF
+        /* BUG: the sigmoid is parked in self's buffer as scratch (to save on-chip memory for a second
+         * pass that was later removed): the results are right, the caller's input is not. */
+        port_store(x, w.at[F_SELF], f.p, PORT_ROUND_RINT);
+#endif
     }
     return ACLNN_SUCCESS;
 }
@@ -160,13 +166,13 @@ static aclnnStatus check_operands(const char *api, focal_plan *p, double gamma, 
     return ACLNN_SUCCESS;
 }
 
-ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
+ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
                                                                       const aclTensor *weightOptional, double gamma,
                                                                       double alpha, int64_t reduction,
                                                                       aclTensor *out, uint64_t *workspaceSize,
                                                                       aclOpExecutor **executor)
 {
-    static const char api[] = "aclnnSigmoidFocalLossGetWorkspaceSize";
+    static const char api[] = "aclnnXlossSigmoidFocalLossGetWorkspaceSize";
     port_phase_one_start(workspaceSize, executor);
     PORT_NOT_NULL(api, self, "self");
     PORT_NOT_NULL(api, target, "target");
@@ -190,23 +196,23 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclT
     }
     int64_t tiles = (p.t[F_SELF].numel + FOCAL_TILE - 1) / FOCAL_TILE;
     uint64_t ws = reduction != 0 ? port_align32((uint64_t)tiles * sizeof(double)) : 0;
-    return port_create_executor("aclnnSigmoidFocalLoss", p.t, operand_names, 5, &p, sizeof p, focal_forward_kernel,
+    return port_create_executor("aclnnXlossSigmoidFocalLoss", p.t, operand_names, 5, &p, sizeof p, focal_forward_kernel,
                                 ws, workspaceSize, executor);
 }
 
-ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t workspaceSize,
+ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLoss(void *workspace, uint64_t workspaceSize,
                                                       aclOpExecutor *executor, aclrtStream stream)
 {
-    return xlossEmuRunExecutor("aclnnSigmoidFocalLoss", workspace, workspaceSize, executor,
+    return xlossEmuRunExecutor("aclnnXlossSigmoidFocalLoss", workspace, workspaceSize, executor,
                            stream);
 }
 
 #ifndef PORT_OMIT_FOCAL_BACKWARD
-ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
+ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(
     const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional,
     double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
-    static const char api[] = "aclnnSigmoidFocalLossBackwardGetWorkspaceSize";
+    static const char api[] = "aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize";
     port_phase_one_start(workspaceSize, executor);
     PORT_NOT_NULL(api, gradOutput, "gradOutput");
     PORT_NOT_NULL(api, self, "self");
@@ -223,14 +229,14 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossBackwardGetWorkspaceSize(
     PORT_TRY(port_describe(api, "out", out, &p.t[F_OUT]));
     PORT_TRY(check_operands(api, &p, gamma, alpha, reduction));
     PORT_TRY(port_need_same_shape(api, "out", &p.t[F_OUT], &p.t[F_SELF]));
-    return port_create_executor("aclnnSigmoidFocalLossBackward", p.t, operand_names, 5, &p, sizeof p,
+    return port_create_executor("aclnnXlossSigmoidFocalLossBackward", p.t, operand_names, 5, &p, sizeof p,
                                 focal_backward_kernel, 0, workspaceSize, executor);
 }
 
-ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
+ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
                                                               aclOpExecutor *executor, aclrtStream stream)
 {
-    return xlossEmuRunExecutor("aclnnSigmoidFocalLossBackward", workspace,
+    return xlossEmuRunExecutor("aclnnXlossSigmoidFocalLossBackward", workspace,
                            workspaceSize, executor, stream);
 }
 #endif

@@ -1,7 +1,7 @@
 /* aclnnNLLLossBackward: out = 0 except out[i, t_i] = weight[t_i] * -(g_i [/ totalWeight]) for rows
  * whose target is not ignoreIndex. gradOutput, self, weight, totalWeight and out share one dtype.
  *
- * Seeded bug here: BUG_NLL_IGNORE_BY_RANGE. */
+ * Seeded bugs here: BUG_NLL_IGNORE_BY_RANGE, BUG_NLL_ZERO_FILL_ROUNDED (writes past out). */
 #include "port.h"
 
 enum { N_GRAD, N_SELF, N_TARGET, N_WEIGHT, N_TOTAL, N_OUT };
@@ -36,6 +36,14 @@ static aclnnStatus nll_kernel(const void *vplan, void *workspace, uint64_t works
         }
     }
     int64_t cstride = out->strides[out->ndim - 1], rstride = two_d ? out->strides[0] : 0;
+#ifdef BUG_NLL_ZERO_FILL_ROUNDED
+    /* BUG: a dense out is zero-filled with one DMA-style memset rounded up to the 32-byte block,
+     * which writes past the end of out whenever its size is not a multiple of 32 bytes. */
+    if (cstride == 1 && (!two_d || rstride == classes)) {
+        size_t es = out->dtype == ACL_FLOAT ? 4 : 2;
+        memset(out->base + (size_t)out->offset * es, 0, port_align32((uint64_t)(rows * classes) * es));
+    } else
+#endif
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < classes; j++)
             port_store(out, out->offset + i * rstride + j * cstride, 0.0f, PORT_ROUND_RINT);

@@ -1,7 +1,9 @@
-/* aclnn tensor and executor objects (CANN's aclnn/acl_meta.h subset): creation, the tensor accessors,
- * the executor calls, and the aclnn status codes. */
-#ifndef XLOSS_ACLNN_ACL_META_H_
-#define XLOSS_ACLNN_ACL_META_H_
+/* aclnn tensor and executor objects (CANN's aclnn/acl_meta.h subset, opbase
+ * include/nnopbase/aclnn/acl_meta.h): creation, the tensor accessors, the executor calls. As in
+ * CANN, the status codes are not here but in aclnn/opdev/op_errno.h. CANN's own header is C++ only
+ * (<cstdint>, constexpr); this one is usable from C and C++. */
+#ifndef OP_API_OP_API_COMMON_INC_EXTERNAL_ACL_META_H
+#define OP_API_OP_API_COMMON_INC_EXTERNAL_ACL_META_H
 
 #include <stdint.h>
 
@@ -11,23 +13,12 @@
 extern "C" {
 #endif
 
-typedef int32_t aclnnStatus;
-
-#define ACLNN_SUCCESS 0
-#define ACLNN_ERR_PARAM_NULLPTR 161001
-#define ACLNN_ERR_PARAM_INVALID 161002
-#define ACLNN_ERR_RUNTIME_ERROR 361001
-#define ACLNN_ERR_INNER 561000
-#define ACLNN_ERR_INNER_INFERSHAPE_ERROR 561001
-#define ACLNN_ERR_INNER_TILING_ERROR 561002
-#define ACLNN_ERR_INNER_FIND_KERNEL_ERROR 561003
-#define ACLNN_ERR_INNER_CREATE_EXECUTOR 561101
-#define ACLNN_ERR_INNER_NOT_TRANS_EXECUTOR 561102
-#define ACLNN_ERR_INNER_NULLPTR 561103
-#define ACLNN_ERR_INNER_WRONG_ATTR_INFO_SIZE 561104
-
-typedef struct aclTensor aclTensor;
+#ifndef ACLNN_META
+#define ACLNN_META
 typedef struct aclOpExecutor aclOpExecutor;
+typedef struct aclTensor aclTensor;
+typedef int32_t aclnnStatus;
+#endif
 
 /* A tensor view over device memory: viewDims/stride/offset count elements; tensorData is the
  * storage base (storageDims elements). Returns NULL on failure. */
@@ -61,4 +52,4 @@ ACL_FUNC_VISIBILITY aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)
 }
 #endif
 
-#endif
+#endif /* OP_API_OP_API_COMMON_INC_EXTERNAL_ACL_META_H */

@@ -2,7 +2,7 @@
 #ifndef XLOSS_ACLNNOP_ACLNN_BINARY_CROSS_ENTROPY_BACKWARD_H_
 #define XLOSS_ACLNNOP_ACLNN_BINARY_CROSS_ENTROPY_BACKWARD_H_
 
-#include "../aclnn/acl_meta.h"
+#include "../aclnn/aclnn_base.h"
 
 #ifdef __cplusplus
 extern "C" {

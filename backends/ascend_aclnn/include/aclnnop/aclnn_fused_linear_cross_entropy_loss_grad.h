@@ -2,7 +2,7 @@
 #ifndef XLOSS_ACLNNOP_ACLNN_FUSED_LINEAR_CROSS_ENTROPY_LOSS_GRAD_H_
 #define XLOSS_ACLNNOP_ACLNN_FUSED_LINEAR_CROSS_ENTROPY_LOSS_GRAD_H_
 
-#include "../aclnn/acl_meta.h"
+#include "../aclnn/aclnn_base.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -22,8 +22,8 @@
 #include "aclnnop/aclnn_binary_cross_entropy_backward.h"
 #include "aclnnop/aclnn_fused_linear_cross_entropy_loss_grad.h"
 #include "aclnnop/aclnn_nll_loss_backward.h"
-#include "aclnnop/aclnn_sigmoid_focal_loss.h"
-#include "aclnnop/aclnn_sigmoid_focal_loss_backward.h"
+#include "aclnnop/aclnn_xloss_sigmoid_focal_loss.h"
+#include "aclnnop/aclnn_xloss_sigmoid_focal_loss_backward.h"
 #include "xloss_aclnn_emu.h"
 
 static int failures;
@@ -157,10 +157,10 @@ static void fuzz_one(aclrtStream stream)
         for (int i = 0; i < 5; i++)
             t[i] = (clean || rnd() % 15) ? random_tensor(s2, 2, fdt) : NULL;
         if (op == 0)
-            st = aclnnSigmoidFocalLossGetWorkspaceSize(t[0], t[1], t[2], rnd() % 4 ? 2.0 : -1.0, 0.25, red, t[3], &ws,
+            st = aclnnXlossSigmoidFocalLossGetWorkspaceSize(t[0], t[1], t[2], rnd() % 4 ? 2.0 : -1.0, 0.25, red, t[3], &ws,
                                                        &ex);
         else if (op == 1)
-            st = aclnnSigmoidFocalLossBackwardGetWorkspaceSize(t[4], t[0], t[1], t[2], 0.5, -1.0, red, t[3], &ws, &ex);
+            st = aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(t[4], t[0], t[1], t[2], 0.5, -1.0, red, t[3], &ws, &ex);
         else
             st = aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(t[4], t[0], t[1], t[2], red, t[3], &ws, &ex);
         break;
@@ -205,7 +205,7 @@ static void fuzz_one(aclrtStream stream)
         if (repeat)
             aclSetAclOpExecutorRepeatable(ex);
         aclnnStatus (*run[])(void *, uint64_t, aclOpExecutor *, aclrtStream) = {
-            aclnnSigmoidFocalLoss, aclnnSigmoidFocalLossBackward, aclnnBinaryCrossEntropyBackward,
+            aclnnXlossSigmoidFocalLoss, aclnnXlossSigmoidFocalLossBackward, aclnnBinaryCrossEntropyBackward,
             aclnnNLLLossBackward, aclnnFusedLinearCrossEntropyLossGrad};
         for (int k = 0; k < 1 + repeat; k++) {
             aclnnStatus r = run[op](wsp, ws, ex, stream);
@@ -258,12 +258,12 @@ static void *worker(void *p)
         uint64_t ws = 0;
         aclOpExecutor *ex = NULL;
         /* the shared block may already be freed: then phase one refuses (161002) */
-        aclnnStatus st = aclnnSigmoidFocalLossBackwardGetWorkspaceSize(tx, tx, ts ? ts : tx, NULL, 2.0, 0.25, 0, to,
+        aclnnStatus st = aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(tx, tx, ts ? ts : tx, NULL, 2.0, 0.25, 0, to,
                                                                        &ws, &ex);
         if (st == ACLNN_SUCCESS) {
             aclSetAclOpExecutorRepeatable(ex);
             for (int k = 0; k < 5; k++) {
-                aclnnStatus r = aclnnSigmoidFocalLossBackward(NULL, 0, ex, stream);
+                aclnnStatus r = aclnnXlossSigmoidFocalLossBackward(NULL, 0, ex, stream);
                 if (r != ACLNN_SUCCESS && r != ACLNN_ERR_RUNTIME_ERROR)
                     FAIL("thread %d run: %d", a->id, r);
             }
