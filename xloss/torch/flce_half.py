@@ -20,6 +20,11 @@ accumulate in float32. The numerics, per token chunk of the batch:
 * ``db``: column sums of the float32 G, accumulated in float32, rounded once.
 
 Widened, every partial is float32 already and is accumulated in float32 directly.
+
+On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
+``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows16``) where Numba is
+installed — one sweep over the 2-byte logits each — and as PyTorch ops otherwise (and when a
+bias gradient is wanted, whose column sums the row passes do not form).
 """
 
 from __future__ import annotations
@@ -33,6 +38,23 @@ from .chunking import spans
 from .flce_chunks import RowStats, Shard, Targets, targets_of, token_loss
 
 HALF = (torch.bfloat16, torch.float16)
+_ROWS16 = []  # the Numba row passes, loaded once (None where Numba is missing)
+
+
+def rows16():
+    """The ``cpu`` backend's bf16 row passes, or None where they cannot be loaded."""
+    if not _ROWS16:
+        try:
+            from ..backends.cpu_onednn import flce_rows16
+        except Exception:  # Numba missing or broken: the PyTorch ops serve instead
+            flce_rows16 = None
+        _ROWS16.append(flce_rows16)
+    return _ROWS16[0]
+
+
+def _u16(t: torch.Tensor):
+    """A contiguous bf16 tensor's bits as a NumPy uint16 array (zero-copy)."""
+    return t.view(torch.int16).numpy().view("uint16")
 
 
 def native_gemm(dtype: torch.dtype) -> bool:
@@ -86,6 +108,12 @@ class HalfPass:
         self.w = sh.w.to(self.odt)
         self.b = None if sh.b is None else sh.b.to(self.odt)
         self.cw = sh.class_weight  # float32, (K,) or None
+        self.rows = rows16() if self.dt == torch.bfloat16 and self.native else None
+        if self.rows is not None:
+            import numpy as np
+
+            cw = sh.class_weight
+            self.cw_np = np.empty(0, np.float32) if cw is None else cw[sh.start:sh.start + sh.rows].float().numpy()
 
     # -- one chunk -------------------------------------------------------------------------
 
@@ -97,6 +125,8 @@ class HalfPass:
 
     def stats(self, z: torch.Tensor, tg: Targets) -> RowStats:
         """Global row max, sum of exponentials, target logit and smoothing sum, in float32."""
+        if self.rows is not None:
+            return self._stats_rows16(z, tg)
         sh, c = self.sh, z.shape[0]
         m = z.amax(1).float() if z.shape[1] else torch.full((c,), float("-inf"))
         sh.coll.max_(m)
@@ -113,14 +143,35 @@ class HalfPass:
         sh.coll.sum_(packed)
         return RowStats(m, packed[0], packed[1], packed[2], None)
 
+    def _stats_rows16(self, z: torch.Tensor, tg: Targets) -> RowStats:
+        sh, c = self.sh, z.shape[0]
+        m_loc, s, zt, smooth = (torch.empty(c) for _ in range(4))
+        tcol = torch.where(tg.in_shard, tg.local, -1)
+        self.rows.row_stats(_u16(z), tcol.numpy(), self.cw_np, bool(sh.label_smoothing), m_loc.numpy(), s.numpy(),
+                            zt.numpy(), smooth.numpy())
+        m = m_loc
+        if sh.coll.active:  # rescale each rank's sum to the global max
+            m = m_loc.clone()
+            sh.coll.max_(m)
+            s.mul_(torch.where(torch.isneginf(m_loc), 0.0, torch.exp(m_loc - m)))
+        packed = torch.stack([s, zt, smooth])
+        sh.coll.sum_(packed)
+        return RowStats(m, packed[0], packed[1], packed[2], None)
+
     def gradient_in_place(self, z: torch.Tensor, tg: Targets, g: torch.Tensor, st: RowStats) -> None:
         """Overwrite the logits z with G (float32 arithmetic, one rounding to the operand dtype);
         add its column sums to db."""
         sh, ls, k = self.sh, self.sh.label_smoothing, self.sh.vocab
         a = (1.0 - ls) * tg.w_t + (ls / k) * sh.w_sum if self.cw is not None else torch.ones_like(g)
+        hit_scale = g * (1.0 - ls) * tg.w_t
+        if self.rows is not None and self.gr.db is None:
+            tcol = torch.where(tg.in_shard, tg.local, -1)
+            self.rows.gradient_in_place(_u16(z), st.logits_max.contiguous().numpy(),
+                                        (1.0 / st.sum_exp).numpy(), (g * a).numpy(),
+                                        ((ls / k) * g).numpy(), hit_scale.numpy(), tcol.numpy(), self.cw_np)
+            return
         ga = (g * a)[:, None]
         inv = (1.0 / st.sum_exp)[:, None]
-        hit_scale = g * (1.0 - ls) * tg.w_t
         for v0, v1 in spans(sh.rows, sh.block):
             gf = z[:, v0:v1].float().sub_(  # (in z itself when z is float32: it is overwritten anyway)
                 st.logits_max[:, None]).exp_().mul_(inv).mul_(ga)
