@@ -1,10 +1,10 @@
-"""Row passes over a chunk of bfloat16 logits for ``xloss.torch``'s native 16-bit FLCE
-(:mod:`xloss.torch.flce_half`): one pass for the statistics, one that turns the logits into G in
-place. Each reads a row of bf16 logits (widened exactly to float32) while it is in cache, so a
-pass costs one sweep over the 2-byte chunk instead of the five to seven float32 sweeps of the
-same arithmetic in PyTorch ops.
+"""Row passes over a chunk of bfloat16 or float32 logits for ``xloss.torch``'s FLCE with the cpu
+backend (:mod:`xloss.torch.flce_native`): one pass for the statistics, one that turns the logits
+into G in place (rounded once to the storage type). Each reads a row (bf16 widened exactly to
+float32) while it is in cache, so a pass costs one sweep over the chunk instead of the five to
+seven float32 sweeps of the same arithmetic in PyTorch ops.
 
-Arrays: ``z`` (rows, V) uint16 (the bf16 bits); per-row float32 ``m``, ``s``, ``g``...; ``tcol``
+Arrays: ``z`` (rows, V) uint16 (the bf16 bits) or float32; per-row float32 ``m``, ``s``, ``g``...; ``tcol``
 int64, the target's column in this shard or -1; ``cw`` float32 class weights of this shard's
 columns (length V) or length 0 for none.
 """

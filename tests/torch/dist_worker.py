@@ -39,7 +39,7 @@ CASES = {
     "bf16_mean_ascend": dict(dtype="bfloat16", bt=20, h=8, v=40, reduction="mean", bias=True, chunk=8,
                              backend="ascend"),
     "f32_none_cpu": dict(dtype="float32", bt=40, h=16, v=64, reduction="none", ls=0.05, chunk=16, backend="cpu"),
-    # 16-bit operands on xloss.torch's native path (flce_half): bf16 GEMMs, float32 partials over ranks
+    # 16-bit operands on xloss.torch's native path (flce_native): bf16 GEMMs, float32 partials over ranks
     "bf16_mean_cpu_native": dict(dtype="bfloat16", bt=24, h=8, v=45, reduction="mean", ls=0.1, chunk=10,
                                  backend="cpu"),
     "bf16_none_cpu_bias_classweight": dict(dtype="bfloat16", bt=18, h=8, v=33, reduction="none", ls=0.1, bias=True,

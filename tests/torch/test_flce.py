@@ -305,10 +305,10 @@ def test_errors_name_the_argument():
         fn(x.float().requires_grad_(), w.float(), t, backend="ascend")  # Ascend's kernel takes 16-bit only
 
 
-# -- 16-bit operands on the native path (xloss.torch.flce_half) --------------------------------
+# -- 16-bit operands on the native path (xloss.torch.flce_native) --------------------------------
 
 from xloss.errors import UnsupportedRequestError  # noqa: E402
-from xloss.torch import flce_half  # noqa: E402
+from xloss.torch import flce_native  # noqa: E402
 
 HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -358,7 +358,7 @@ def test_half_gradients_are_rounded_once_whatever_the_chunks(dtype, reduction, u
     loss = xt.fused_linear_cross_entropy(*leaves[:2], t, leaves[2] if bias else None, reduction=reduction,
                                          chunk_size=chunk, vocab_chunk_size=7)
     loss.backward(upstream.to(loss.dtype))
-    exp_loss, exp = half_reference(x, w, b, t, upstream, native=flce_half.native_gemm(dt), reduction=reduction)
+    exp_loss, exp = half_reference(x, w, b, t, upstream, native=flce_native.native_gemm(dt), reduction=reduction)
     assert loss.dtype == torch.float32 and [a.grad.dtype for a in leaves] == [dt] * len(leaves)
     close(loss.detach(), exp_loss, 2e-6, "loss")
     for name, a, e in zip(("input", "weight", "bias"), leaves, exp):
@@ -378,7 +378,7 @@ def test_half_label_smoothing_class_weight_and_ignore_index(dtype):
                                              label_smoothing=0.15, class_weight=cw.float(), chunk_size=6,
                                              vocab_chunk_size=8)
         loss.backward(upstream.float())
-        exp_loss, exp = half_reference(x, w, b, t, upstream, native=flce_half.native_gemm(dt), reduction=reduction,
+        exp_loss, exp = half_reference(x, w, b, t, upstream, native=flce_native.native_gemm(dt), reduction=reduction,
                                        ignore_index=3, label_smoothing=0.15, class_weight=cw.float().to(F64))
         close(loss.detach(), exp_loss, 2e-6, f"{reduction} loss")
         for name, a, e in zip(("input", "weight", "bias"), leaves, exp):
@@ -387,7 +387,7 @@ def test_half_label_smoothing_class_weight_and_ignore_index(dtype):
 
 def test_half_takes_the_numba_row_passes_where_numba_is_installed():
     pytest.importorskip("numba")
-    assert flce_half.rows16() is not None
+    assert flce_native.rows16() is not None
 
 
 def test_half_label_smoothing_class_weight_without_bias_on_the_row_passes():
@@ -400,7 +400,7 @@ def test_half_label_smoothing_class_weight_without_bias_on_the_row_passes():
         loss = xt.fused_linear_cross_entropy(*leaves, t, reduction=reduction, label_smoothing=0.2,
                                              class_weight=cw.float(), chunk_size=9)
         loss.backward(upstream.float())
-        exp_loss, exp = half_reference(x, w, None, t, upstream, native=flce_half.native_gemm(torch.bfloat16),
+        exp_loss, exp = half_reference(x, w, None, t, upstream, native=flce_native.native_gemm(torch.bfloat16),
                                        reduction=reduction, label_smoothing=0.2, class_weight=cw.float().to(F64))
         close(loss.detach(), exp_loss, 2e-6, f"{reduction} loss")
         for name, a, e in zip(("input", "weight"), leaves, exp):
@@ -408,9 +408,9 @@ def test_half_label_smoothing_class_weight_without_bias_on_the_row_passes():
 
 
 def test_half_scale_is_exact_only_for_powers_of_two():
-    assert flce_half.exact_scale(torch.bfloat16, 1.0) and flce_half.exact_scale(torch.bfloat16, 2.0**-20)
-    assert flce_half.exact_scale(torch.float16, 1024.0) and not flce_half.exact_scale(torch.float16, 0.5)
-    assert not flce_half.exact_scale(torch.bfloat16, 0.3) and flce_half.exact_scale(torch.float16, 0.0)
+    assert flce_native.exact_scale(torch.bfloat16, 1.0) and flce_native.exact_scale(torch.bfloat16, 2.0**-20)
+    assert flce_native.exact_scale(torch.float16, 1024.0) and not flce_native.exact_scale(torch.float16, 0.5)
+    assert not flce_native.exact_scale(torch.bfloat16, 0.3) and flce_native.exact_scale(torch.float16, 0.0)
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -11,7 +11,7 @@ per chunk keeps it a few percent of the GEMM time on a CPU. Why not larger: peak
 grows with the chunk, and at ``chunk = H`` the logits transient equals the weight
 gradient, so the whole call peaks near 2–3× the weight instead of 3 × BT × V floats.
 
-16-bit operands on the native path (:mod:`.flce_half`) hold a chunk's logits in the operand
+16-bit operands on the native path (:mod:`.flce_native`) hold a chunk's logits in the operand
 dtype and turn them into G in place, two bytes per logit: the default chunk is then as many
 tokens as fit 2**26 logits (128 MiB), so that typical batches are one chunk and the weight
 gradient comes from one GEMM (rounded once; more chunks cost a second GEMM per chunk to carry

@@ -14,9 +14,9 @@ Two ways through, chosen by what autograd will need:
   backward knows the per-token upstream gradients and runs the kernel in "recompute" mode —
   the Ascend kernel's own mode — at the cost of a fourth GEMM.
 
-16-bit operands (bfloat16, float16) with the ``cpu`` backend (or the default) take
-:mod:`.flce_half`: the same two ways, with the products on the CPU's native 16-bit GEMMs and
-G rounded once to the operand dtype; the loss is float32 (as transformers and cut-cross-entropy
+float32 and 16-bit operands with the ``cpu`` backend (or the default) take :mod:`.flce_native`:
+the same two ways, with PyTorch's GEMMs called here and fused Numba row passes (16-bit: the
+products on the CPU's native 16-bit GEMMs and G rounded once to the operand dtype); the loss is float32 (as transformers and cut-cross-entropy
 return it), the gradients are in the operands' dtype. Under ``torch.autocast("cpu")`` the
 operands are cast to the autocast dtype first, as ``F.linear`` would cast them.
 
@@ -38,7 +38,7 @@ from ..errors import UnsupportedRequestError, XLossValueError
 from ..validation import real_number
 from . import _checks as C
 from . import flce_chunks as F
-from . import flce_half as H
+from . import flce_native as H
 from .chunking import resolve_sizes, spans
 from .distributed import Collectives
 
@@ -54,7 +54,7 @@ class _Settings:
     vocab: int
     coll: Collectives
     backend: object
-    half: bool  # 16-bit operands on the native path (flce_half)
+    native: bool  # float32/16-bit operands with the cpu backend: flce_native
 
     def shard(self, x, w, b, target, class_weight) -> F.Shard:
         return F.Shard(x, w, b, target, class_weight, self.start, self.vocab, self.ignore_index,
@@ -89,8 +89,8 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         bt = x.shape[0]
         ctx.cfg = cfg
         ctx.want = want
-        if cfg.half:
-            return _half_forward(ctx, sh, x, w, b, target, class_weight, want)
+        if cfg.native:
+            return _native_forward(ctx, sh, x, w, b, target, class_weight, want)
         if any(want) and cfg.reduction != "none":
             # scalar upstream: compute the gradients now (for upstream 1), scale them in backward
             denom = F.denominator(sh) if cfg.reduction == "mean" else 1.0
@@ -133,8 +133,8 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
                 "fused_linear_cross_entropy does not support second-order gradients (backward with "
                 "create_graph=True): its backward is not itself differentiable. Compute this loss's "
                 "gradients with create_graph=False, or use F.cross_entropy(F.linear(...)) for double backward")
-        if ctx.cfg.half:
-            return _half_backward(ctx, grad)
+        if ctx.cfg.native:
+            return _native_backward(ctx, grad)
         if ctx.precomputed:
             g = grad.item()
             return tuple(None if t is None else C.scaled(t, g) for t in ctx.saved_tensors) + (None, None, None)
@@ -155,7 +155,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         return dx, dw, db, None, None, None
 
 
-def _half_forward(ctx, sh: F.Shard, x, w, b, target, class_weight, want):
+def _native_forward(ctx, sh: F.Shard, x, w, b, target, class_weight, want):
     cfg = ctx.cfg
     denom = F.denominator(sh) if cfg.reduction == "mean" else 1.0
     ctx.scale = 1.0 / denom if denom else float("inf")
@@ -169,12 +169,12 @@ def _half_forward(ctx, sh: F.Shard, x, w, b, target, class_weight, want):
     return _reduce(sh, losses.sum(dtype=torch.float64), cfg.reduction, denom)
 
 
-def _half_backward(ctx, grad):
+def _native_backward(ctx, grad):
     x, w, b, target, class_weight, row_max, sum_exp, *saved = ctx.saved_tensors
     sh = ctx.cfg.shard(x, w, b, target, class_weight)
     if ctx.precomputed:
         g = grad.item()
-        if H.exact_scale(x.dtype, g):  # the saved 16-bit gradients times g: still rounded once
+        if x.dtype not in H.HALF or H.exact_scale(x.dtype, g):  # 16-bit gradients times g: still rounded once
             return tuple(None if t is None else C.scaled(t, g) for t in saved) + (None, None, None)
         g_all = _upstream(sh, ctx.scale * g)  # rounding twice otherwise: recompute with g folded in
     else:
@@ -203,7 +203,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     the summed class weight of the non-ignored tokens of the whole batch. The result is a scalar,
     or ``target``'s shape for ``"none"``, in float32 for 16-bit operands and in ``input``'s dtype
     otherwise; the gradients are in the operands' dtypes. 16-bit operands with the ``cpu`` (default)
-    backend run the products on the CPU's native 16-bit GEMMs (:mod:`xloss.torch.flce_half`), with
+    backend run the products on the CPU's native 16-bit GEMMs (:mod:`xloss.torch.flce_native`), with
     a default chunk of 2**26 logits (:func:`xloss.torch.chunking.default_half_chunk_size`).
 
     Memory: tokens are processed ``chunk_size`` at a time, so the transient logits are
@@ -265,8 +265,8 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     start, vocab = coll.vocab_layout(rows, bt, given_chunk)
     # the token chunk must be the same on every rank (each chunk is one round of collectives):
     # its default depends on the global vocabulary only; the vocabulary block is per rank
-    half = input.dtype in H.HALF and _cpu_backend(backend)
-    chunk, _ = resolve_sizes(chunk_size, 1, hidden, vocab, half=half)
+    native = input.dtype in H.DTYPES and _cpu_backend(backend)
+    chunk, _ = resolve_sizes(chunk_size, 1, hidden, vocab, half=native and input.dtype in H.HALF)
     _, block = resolve_sizes(chunk, vocab_chunk_size, hidden, rows)
     if vocab < 1 and bt:
         raise XLossValueError("weight has no rows: the vocabulary must hold at least one class")
@@ -280,7 +280,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         C.no_grad_required(class_weight, "class_weight", "fused_linear_cross_entropy gives no gradient w.r.t. it")
         class_weight = class_weight.to(cdt).contiguous()
 
-    cfg = _Settings(reduction, ignore_index, ls, chunk, block, start, vocab, coll, backend, half)
+    cfg = _Settings(reduction, ignore_index, ls, chunk, block, start, vocab, coll, backend, native)
     x2 = input.reshape(-1, hidden).contiguous()
     loss = _FusedLinearCrossEntropy.apply(x2, weight.contiguous(), None if bias is None else bias.contiguous(),
                                           target.reshape(-1).to(torch.int64), class_weight, cfg)
@@ -288,7 +288,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
 
 
 def _cpu_backend(backend) -> bool:
-    """The native 16-bit path serves the ``cpu`` backend (and the default): its products are PyTorch's GEMMs."""
+    """flce_native serves the ``cpu`` backend (and the default): its products are PyTorch's GEMMs anyway."""
     return backend is None or backend == "cpu" or getattr(backend, "name", None) == "cpu"
 
 

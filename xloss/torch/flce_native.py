@@ -1,4 +1,9 @@
-"""The fused linear-cross-entropy for 16-bit operands (bfloat16, float16), on the CPU's fast path.
+"""The fused linear-cross-entropy with the ``cpu`` backend: PyTorch's GEMMs and fused row passes.
+
+float32 operands: the three products in float32 (one GEMM per chunk over the shard's whole
+vocabulary), the statistics and G in one row pass each, the weight gradient accumulated in place
+— the three GEMMs of autograd through materialised logits plus two sweeps of the chunk's logits.
+For 16-bit operands (bfloat16, float16):
 
 Where the CPU has native 16-bit GEMMs (oneDNN's bfloat16 kernels on AVX512-BF16/AMX, about 2.5×
 float32 on the reference AMD machine) the three products run in the operand dtype; otherwise (float16
@@ -38,6 +43,7 @@ from .chunking import spans
 from .flce_chunks import RowStats, Shard, Targets, targets_of, token_loss
 
 HALF = (torch.bfloat16, torch.float16)
+DTYPES = HALF + (torch.float32,)  # what this path serves (float64 goes through the backend kernel)
 _ROWS16 = []  # the Numba row passes, loaded once (None where Numba is missing)
 
 
@@ -52,9 +58,9 @@ def rows16():
     return _ROWS16[0]
 
 
-def _u16(t: torch.Tensor):
-    """A contiguous bf16 tensor's bits as a NumPy uint16 array (zero-copy)."""
-    return t.view(torch.int16).numpy().view("uint16")
+def _np(t: torch.Tensor):
+    """A contiguous float32 tensor as a NumPy array, a bf16 one as its uint16 bits (zero-copy)."""
+    return t.view(torch.int16).numpy().view("uint16") if t.dtype == torch.bfloat16 else t.numpy()
 
 
 def native_gemm(dtype: torch.dtype) -> bool:
@@ -79,7 +85,7 @@ def exact_scale(dtype: torch.dtype, g: float) -> bool:
 
 
 @dataclass
-class HalfGrads:
+class NativeGrads:
     """Accumulators: 16-bit results written once where a single GEMM makes them, float32 otherwise."""
 
     dx: torch.Tensor | None  # (BT, H): operand dtype, or float32 when partials are summed (ranks, widened)
@@ -87,20 +93,20 @@ class HalfGrads:
     db: torch.Tensor | None  # (V_r,) float32
 
 
-class HalfPass:
+class NativePass:
     """One pass over the batch: logits, statistics and loss, and (when ``want`` any) the gradients."""
 
     def __init__(self, sh: Shard, want=(False, False, False)):
         self.sh = sh
         self.dt = sh.x.dtype
-        self.native = native_gemm(self.dt)
+        self.native = self.dt in HALF and native_gemm(self.dt)
         self.odt = self.dt if self.native else torch.float32  # the GEMMs' operand dtype
         bt, h = sh.x.shape
         self.one_chunk = sh.chunk >= bt
         wx, ww, wb = want
         dx_dt = self.dt if (self.native and not sh.coll.active) else torch.float32
         dw_dt = self.dt if (self.native and self.one_chunk) else torch.float32
-        self.gr = HalfGrads(torch.zeros(bt, h, dtype=dx_dt) if wx else None,
+        self.gr = NativeGrads(torch.zeros(bt, h, dtype=dx_dt) if wx else None,
                             torch.zeros(sh.rows, h, dtype=dw_dt) if ww else None,
                             torch.zeros(sh.rows, dtype=torch.float32) if wb else None)
         self.want = any(want)
@@ -108,7 +114,8 @@ class HalfPass:
         self.w = sh.w.to(self.odt)
         self.b = None if sh.b is None else sh.b.to(self.odt)
         self.cw = sh.class_weight  # float32, (K,) or None
-        self.rows = rows16() if self.dt == torch.bfloat16 and self.native else None
+        # the row passes round G to z's storage: bf16 logits (native) or float32 ones (float32 operands)
+        self.rows = rows16() if (self.dt == torch.bfloat16 and self.native) or self.dt == torch.float32 else None
         if self.rows is not None:
             import numpy as np
 
@@ -147,7 +154,7 @@ class HalfPass:
         sh, c = self.sh, z.shape[0]
         m_loc, s, zt, smooth = (torch.empty(c) for _ in range(4))
         tcol = torch.where(tg.in_shard, tg.local, -1)
-        self.rows.row_stats(_u16(z), tcol.numpy(), self.cw_np, bool(sh.label_smoothing), m_loc.numpy(), s.numpy(),
+        self.rows.row_stats(_np(z), tcol.numpy(), self.cw_np, bool(sh.label_smoothing), m_loc.numpy(), s.numpy(),
                             zt.numpy(), smooth.numpy())
         m = m_loc
         if sh.coll.active:  # rescale each rank's sum to the global max
@@ -166,7 +173,7 @@ class HalfPass:
         hit_scale = g * (1.0 - ls) * tg.w_t
         if self.rows is not None and self.gr.db is None:
             tcol = torch.where(tg.in_shard, tg.local, -1)
-            self.rows.gradient_in_place(_u16(z), st.logits_max.contiguous().numpy(),
+            self.rows.gradient_in_place(_np(z), st.logits_max.contiguous().numpy(),
                                         (1.0 / st.sum_exp).numpy(), (g * a).numpy(),
                                         ((ls / k) * g).numpy(), hit_scale.numpy(), tcol.numpy(), self.cw_np)
             return
@@ -237,7 +244,7 @@ def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None):
     """The whole batch. ``g_all``: per-token upstream gradient (float32, BT) or None for no gradients;
     ``stats``: saved (row max, sum of exponentials) to skip the statistics (backward), or None.
     Returns (per-token float32 losses or None, (row max, sum exp), (dx, dw, db))."""
-    hp = HalfPass(sh, want if g_all is not None else (False, False, False))
+    hp = NativePass(sh, want if g_all is not None else (False, False, False))
     bt = sh.x.shape[0]
     losses = None if stats is not None else torch.zeros(bt)
     row_max = torch.empty(bt) if stats is None else stats[0]
