@@ -108,6 +108,19 @@ def test_matches_pytorch_cross_entropy_in_float64(c):
             backend="reference")
 
 
+@given(flce_case())
+def test_float32_native_path_matches_pytorch_in_float64(c):
+    # float32 with the cpu backend runs xloss.torch.flce_native (PyTorch GEMMs, Numba row passes)
+    x, w, b, _ = problem(c["bt"], c["h"], c["v"], seed=c["seed"], bias=c["bias"], scale=c["scale"])
+    t = torch.tensor(c["t"], dtype=torch.int64)
+    g = torch.Generator().manual_seed(c["seed"] + 1)
+    cw = torch.rand(c["v"], generator=g, dtype=F64) + 0.2 if c["class_weight"] else None
+    upstream = lambda loss: torch.rand(loss.shape, generator=g, dtype=F64) * 2 - 0.5
+    compare(x.float(), w.float(), None if b is None else b.float(), t, upstream=upstream, reduction=c["reduction"],
+            ignore_index=c["ignore"], label_smoothing=c["ls"], class_weight=cw, chunk_size=c["chunk"],
+            vocab_chunk_size=c["block"], backend="cpu", tol=2e-5)
+
+
 # -- fixed edge cases ----------------------------------------------------------------------
 
 
