@@ -400,7 +400,7 @@ def test_half_label_smoothing_class_weight_and_ignore_index(dtype):
 
 def test_half_takes_the_numba_row_passes_where_numba_is_installed():
     pytest.importorskip("numba")
-    assert flce_native.rows16() is not None
+    assert flce_native.row_passes() is not None
 
 
 def test_half_label_smoothing_class_weight_without_bias_on_the_row_passes():

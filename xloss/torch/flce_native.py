@@ -27,7 +27,7 @@ accumulate in float32. The numerics, per token chunk of the batch:
 Widened, every partial is float32 already and is accumulated in float32 directly.
 
 On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
-``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows16``) where Numba is
+``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows``) where Numba is
 installed — one sweep over the 2-byte logits each — and as PyTorch ops otherwise (and when a
 bias gradient is wanted, whose column sums the row passes do not form).
 """
@@ -44,18 +44,18 @@ from .flce_chunks import RowStats, Shard, Targets, targets_of, token_loss
 
 HALF = (torch.bfloat16, torch.float16)
 DTYPES = HALF + (torch.float32,)  # what this path serves (float64 goes through the backend kernel)
-_ROWS16 = []  # the Numba row passes, loaded once (None where Numba is missing)
+_ROW_PASSES = []  # the Numba row passes, loaded once (None where Numba is missing)
 
 
-def rows16():
+def row_passes():
     """The ``cpu`` backend's bf16 row passes, or None where they cannot be loaded."""
-    if not _ROWS16:
+    if not _ROW_PASSES:
         try:
-            from ..backends.cpu_onednn import flce_rows16
+            from ..backends.cpu_onednn import flce_rows
         except Exception:  # Numba missing or broken: the PyTorch ops serve instead
-            flce_rows16 = None
-        _ROWS16.append(flce_rows16)
-    return _ROWS16[0]
+            flce_rows = None
+        _ROW_PASSES.append(flce_rows)
+    return _ROW_PASSES[0]
 
 
 def _np(t: torch.Tensor):
@@ -106,16 +106,16 @@ class NativePass:
         wx, ww, wb = want
         dx_dt = self.dt if (self.native and not sh.coll.active) else torch.float32
         dw_dt = self.dt if (self.native and self.one_chunk) else torch.float32
-        self.gr = NativeGrads(torch.zeros(bt, h, dtype=dx_dt) if wx else None,
-                            torch.zeros(sh.rows, h, dtype=dw_dt) if ww else None,
-                            torch.zeros(sh.rows, dtype=torch.float32) if wb else None)
-        self.want = any(want)
+        alloc = torch.empty if bt else torch.zeros  # every chunk writes its dx rows; the first one dw
+        self.gr = NativeGrads(alloc(bt, h, dtype=dx_dt) if wx else None,
+                              alloc(sh.rows, h, dtype=dw_dt) if ww else None,
+                              torch.zeros(sh.rows, dtype=torch.float32) if wb else None)
         # the weight (and bias) in the GEMMs' dtype: a view when native, one widened copy otherwise
         self.w = sh.w.to(self.odt)
         self.b = None if sh.b is None else sh.b.to(self.odt)
         self.cw = sh.class_weight  # float32, (K,) or None
         # the row passes round G to z's storage: bf16 logits (native) or float32 ones (float32 operands)
-        self.rows = rows16() if (self.dt == torch.bfloat16 and self.native) or self.dt == torch.float32 else None
+        self.rows = row_passes() if (self.dt == torch.bfloat16 and self.native) or self.dt == torch.float32 else None
         if self.rows is not None:
             import numpy as np
 
@@ -133,7 +133,7 @@ class NativePass:
     def stats(self, z: torch.Tensor, tg: Targets) -> RowStats:
         """Global row max, sum of exponentials, target logit and smoothing sum, in float32."""
         if self.rows is not None:
-            return self._stats_rows16(z, tg)
+            return self._stats_row_passes(z, tg)
         sh, c = self.sh, z.shape[0]
         m = z.amax(1).float() if z.shape[1] else torch.full((c,), float("-inf"))
         sh.coll.max_(m)
@@ -150,7 +150,7 @@ class NativePass:
         sh.coll.sum_(packed)
         return RowStats(m, packed[0], packed[1], packed[2], None)
 
-    def _stats_rows16(self, z: torch.Tensor, tg: Targets) -> RowStats:
+    def _stats_row_passes(self, z: torch.Tensor, tg: Targets) -> RowStats:
         sh, c = self.sh, z.shape[0]
         m_loc, s, zt, smooth = (torch.empty(c) for _ in range(4))
         tcol = torch.where(tg.in_shard, tg.local, -1)
