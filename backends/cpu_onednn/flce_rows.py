@@ -15,33 +15,33 @@ import numpy as np
 from numba import njit, prange
 
 from .access import load, store
+from .intrinsics import radd
 from .vecmath import vexp
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def row_stats(z, tcol, cw, want_smooth, m_out, s_out, zt_out, smooth_out):
-    """Per row: local max m, sum of exp(z - m), target logit (0 if none here), and the smoothing
-    sum (sum of z, or of cw * z) when ``want_smooth``."""
+def row_stats(z, m, tcol, cw, want_smooth, s_out, zt_out, smooth_out):
+    """Per row, given its max ``m`` (PyTorch's ``amax``: a vectorised max; a running max here would
+    not vectorise): sum of exp(z - m), target logit (0 if none here), and the smoothing sum (sum of
+    z, or of cw * z) when ``want_smooth``. The sums use ``radd`` so that they vectorise."""
     rows, v = z.shape
     weighted = cw.size > 0
     for r in prange(rows):
         row = z[r]
-        m = np.float32(-np.inf)
-        for j in range(v):
-            m = max(m, load(row, np.uint64(j)))
+        mr = m[r]
         s = np.float32(0.0)
         for j in range(v):
-            s += vexp(load(row, np.uint64(j)) - m)
+            s = radd(s, vexp(load(row, np.uint64(j)) - mr))
         sm = np.float32(0.0)
         if want_smooth:
             if weighted:
                 for j in range(v):
-                    sm += cw[np.uint64(j)] * load(row, np.uint64(j))
+                    sm = radd(sm, cw[np.uint64(j)] * load(row, np.uint64(j)))
             else:
                 for j in range(v):
-                    sm += load(row, np.uint64(j))
+                    sm = radd(sm, load(row, np.uint64(j)))
         t = tcol[r]
-        m_out[r], s_out[r], smooth_out[r] = m, s, sm
+        s_out[r], smooth_out[r] = s, sm
         zt_out[r] = load(row, t) if t >= 0 else np.float32(0.0)
 
 

@@ -152,9 +152,10 @@ class NativePass:
 
     def _stats_row_passes(self, z: torch.Tensor, tg: Targets) -> RowStats:
         sh, c = self.sh, z.shape[0]
-        m_loc, s, zt, smooth = (torch.empty(c) for _ in range(4))
+        s, zt, smooth = (torch.empty(c) for _ in range(3))
+        m_loc = z.amax(1).float() if z.shape[1] else torch.full((c,), float("-inf"))
         tcol = torch.where(tg.in_shard, tg.local, -1)
-        self.rows.row_stats(_np(z), tcol.numpy(), self.cw_np, bool(sh.label_smoothing), m_loc.numpy(), s.numpy(),
+        self.rows.row_stats(_np(z), m_loc.numpy(), tcol.numpy(), self.cw_np, bool(sh.label_smoothing), s.numpy(),
                             zt.numpy(), smooth.numpy())
         m = m_loc
         if sh.coll.active:  # rescale each rank's sum to the global max
