@@ -109,7 +109,9 @@ def main(argv=None):
 
     x, w, t = make_problem(args)
     fns = variants(args, x, w, t)
-    chunk = args.chunk_size or xt.default_chunk_size(args.hidden, args.vocab)
+    native16 = args.dtype != "float32" and args.backend == "cpu"  # xloss.torch.flce_native's 16-bit default
+    chunk = args.chunk_size or (xt.chunking.default_half_chunk_size(args.vocab) if native16
+                                else xt.default_chunk_size(args.hidden, args.vocab))
     print(f"FLCE fwd+bwd BT={args.bt} H={args.hidden} V={args.vocab} {args.dtype}, backend={args.backend}, "
           f"chunk={chunk}, torch threads={torch.get_num_threads()}, xloss {xloss.__version__}, "
           f"torch {torch.__version__}")

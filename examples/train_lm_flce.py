@@ -4,6 +4,7 @@ vocabulary-parallel over 2 ranks (torch.distributed, gloo).
     python examples/train_lm_flce.py                  # single process
     python examples/train_lm_flce.py --ranks 2        # lm_head split by vocabulary over 2 ranks
     python examples/train_lm_flce.py --backend reference --steps 10
+    python examples/train_lm_flce.py --autocast       # forward under torch.autocast("cpu", bfloat16)
 
 The data is synthetic but learnable (each next token is a fixed function of the current one,
 with some noise), so the loss falls from about log(V) within a few dozen steps. Before training,
@@ -14,11 +15,16 @@ With ``--ranks 2`` every rank holds the whole (replicated) backbone and its half
 ``lm_head``; the fused loss all-reduces the row statistics and the input gradient, so the
 backbone's gradients — and after each optimizer step its parameters — are the same on every
 rank without any extra synchronisation (checked at the end).
+
+With ``--autocast`` the forward (backbone and loss) runs under ``torch.autocast("cpu",
+bfloat16)``: the fused loss then computes in bf16 like the stock ``F.linear`` + cross entropy
+would (bf16 products with float32 accumulation, float32 loss), with float32 parameters.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import math
 import socket
@@ -92,7 +98,9 @@ def train(args, rank: int = 0, group=None):
     losses = []
     for step in range(args.steps):
         inputs, targets = batch(step, args)
-        loss = loss_fn(model(inputs), head, targets)  # every rank gets the full loss
+        amp = torch.autocast("cpu", dtype=torch.bfloat16) if args.autocast else contextlib.nullcontext()
+        with amp:
+            loss = loss_fn(model(inputs), head, targets)  # every rank gets the full loss (float32)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -134,6 +142,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--pool", type=int, default=2, help="distinct batches, cycled")
     p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--autocast", action="store_true", help='forward under torch.autocast("cpu", bfloat16)')
     args = p.parse_args(argv)
 
     memory_report(args)

@@ -141,6 +141,7 @@ class FLCEArgs:
     vocab_size: int
     input_grad_out: np.ndarray
     weight_grad_out: np.ndarray
+    outputs_given: bool = False  # the outputs are the caller's buffers (not to be left half-written)
 
     def request(self) -> Request:
         return Request("fused_linear_cross_entropy_grad", float_name(self.input.dtype), None,

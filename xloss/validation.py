@@ -335,4 +335,5 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
               "logits_max": lm, "sum_exp_logits": se}
     gi = output(input_grad_out, "input_grad_out", (bt, hidden), dt, inputs)
     gw = output(weight_grad_out, "weight_grad_out", (v, hidden), dt, {**inputs, "input_grad_out": gi})
-    return FLCEArgs(g, inp, w, m, fmt, mt, mode, lm, se, sm, ls, k, gi, gw)
+    return FLCEArgs(g, inp, w, m, fmt, mt, mode, lm, se, sm, ls, k, gi, gw,
+                    outputs_given=input_grad_out is not None or weight_grad_out is not None)

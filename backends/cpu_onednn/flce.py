@@ -12,9 +12,14 @@ very long inputs, the tokens into row tiles) so that one tile of G fits a fixed 
 
 The sums over tiles run in a fixed order, so results do not depend on the Numba thread
 count (the BLAS's own partitioning is the BLAS's). float64 inputs compute in float64;
-float32, bfloat16 and float16 in float32 — half inputs are widened once (input) or per
-column chunk (weight), both products accumulate in float32, and each output is rounded
-once at the end.
+float32, bfloat16 and float16 in float32. bfloat16 with PyTorch's BLAS on a CPU with native
+bf16 GEMMs runs the products in bf16 (:mod:`.flce_native16`: G rounded once to bf16, partials
+carried in float32); otherwise half inputs are widened once (input) or per column chunk
+(weight) and both products run and accumulate in float32. Each output is rounded once.
+
+Caller's output buffers (``input_grad_out=``/``weight_grad_out=``) are never left half-written:
+the results are computed into scratch buffers and copied at the end, with Ctrl-C (SIGINT) held
+back for the copies, so an interrupt leaves them untouched (or, after the copies, complete).
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+import signal
+import threading
+from contextlib import contextmanager
+
+from . import flce_native16
 from .access import convert_into, storage_view, writeable
 from .intrinsics import like
 from .layout import threads_for
@@ -95,13 +105,50 @@ def plan(bt: int, v: int, itemsize: int, chunk_bytes: int) -> tuple[int, int]:
     return rows, cols
 
 
+@contextmanager
+def _sigint_held():
+    """Hold back SIGINT (Ctrl-C) for the enclosed block and deliver it afterwards (main thread
+    only: Python runs signal handlers there alone, so other threads need nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *args: caught.append(args))
+    except (ValueError, TypeError):  # not settable here (e.g. an embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(*caught[0])
+        elif caught and previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
 def run(a, gemm, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
     """Fill ``a.input_grad_out`` and ``a.weight_grad_out`` of a validated :class:`FLCEArgs`."""
+    if not a.outputs_given:
+        _compute(a, gemm, chunk_bytes, a.input_grad_out, a.weight_grad_out)
+        return
+    ig, wg = np.empty_like(a.input_grad_out), np.empty_like(a.weight_grad_out)
+    _compute(a, gemm, chunk_bytes, ig, wg)
+    with _sigint_held():  # both copies or neither
+        np.copyto(a.input_grad_out, ig)
+        np.copyto(a.weight_grad_out, wg)
+
+
+def _compute(a, gemm, chunk_bytes, ig_out, wg_out) -> None:
     (bt, h), v = a.input.shape, a.weight.shape[0]
-    ig_out, wg_out = a.input_grad_out, a.weight_grad_out
     if bt == 0 or v == 0 or h == 0:
         ig_out[...] = 0
         wg_out[...] = 0
+        return
+    if flce_native16.applies(a, gemm):
+        rows, cols = plan(bt, v, 4, chunk_bytes)
+        flce_native16.run(a, gemm, rows, cols, ig_out, wg_out, (recompute_pass, softmax_pass))
         return
     half = a.input.dtype.itemsize == 2
     cdt = np.dtype(np.float64) if a.input.dtype == np.float64 else np.dtype(np.float32)

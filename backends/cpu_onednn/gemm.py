@@ -38,6 +38,9 @@ class NumpyGemm:
     def needs_scratch(self) -> bool:
         return True
 
+    def native_bf16(self) -> bool:
+        return False  # NumPy has no bf16 GEMM
+
 
 class TorchGemm:
     name = "torch"
@@ -46,6 +49,7 @@ class TorchGemm:
         import torch
 
         self._torch = torch
+        self._bf16 = None
 
     def _t(self, arr):
         return self._torch.from_numpy(writeable(arr))  # read-only inputs: torch would warn
@@ -58,6 +62,16 @@ class TorchGemm:
 
     def needs_scratch(self) -> bool:
         return False
+
+    def native_bf16(self) -> bool:
+        """Whether PyTorch runs bf16 GEMMs on native bf16 hardware kernels (oneDNN: AVX512-BF16, AMX)."""
+        if self._bf16 is None:
+            torch = self._torch
+            try:
+                self._bf16 = bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+            except (AttributeError, RuntimeError):
+                self._bf16 = False
+        return self._bf16
 
 
 def make(choice: str):

@@ -39,6 +39,13 @@ CASES = {
     "bf16_mean_ascend": dict(dtype="bfloat16", bt=20, h=8, v=40, reduction="mean", bias=True, chunk=8,
                              backend="ascend"),
     "f32_none_cpu": dict(dtype="float32", bt=40, h=16, v=64, reduction="none", ls=0.05, chunk=16, backend="cpu"),
+    # 16-bit operands on xloss.torch's native path (flce_native): bf16 GEMMs, float32 partials over ranks
+    "bf16_mean_cpu_native": dict(dtype="bfloat16", bt=24, h=8, v=45, reduction="mean", ls=0.1, chunk=10,
+                                 backend="cpu"),
+    "bf16_none_cpu_bias_classweight": dict(dtype="bfloat16", bt=18, h=8, v=33, reduction="none", ls=0.1, bias=True,
+                                           class_weight=True, chunk=7, backend="cpu"),
+    "f16_sum_cpu_classweight": dict(dtype="float16", bt=20, h=6, v=30, reduction="sum", class_weight=True, chunk=8,
+                                    backend="cpu"),
 }
 
 

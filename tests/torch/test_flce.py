@@ -15,6 +15,7 @@ import xloss.torch as xt
 from xloss.torch.memory import track_peak_memory
 
 F64 = torch.float64
+LOSS_DTYPE = {torch.bfloat16: torch.float32, torch.float16: torch.float32}  # 16-bit operands: float32 losses
 REDUCTIONS = ["none", "mean", "sum"]
 
 
@@ -57,7 +58,7 @@ def compare(x, w, b, t, *, upstream=None, tol=1e-12, **kw):
 
     got_loss, got = grads_of(ours, x, w, b, up)
     exp_loss, exp = grads_of(theirs, x.to(F64), w.to(F64), None if b is None else b.to(F64), up)
-    assert got_loss.shape == exp_loss.shape and got_loss.dtype == x.dtype
+    assert got_loss.shape == exp_loss.shape and got_loss.dtype == LOSS_DTYPE.get(x.dtype, x.dtype)
     close(got_loss, exp_loss, tol, "loss")
     # a gradient entry is a sum of terms of size about |g| * |x or w|, which can cancel to 0
     # (e.g. V = 1): errors are measured against that size, not only against the result
@@ -105,6 +106,19 @@ def test_matches_pytorch_cross_entropy_in_float64(c):
     compare(x, w, b, t, upstream=upstream, reduction=c["reduction"], ignore_index=c["ignore"],
             label_smoothing=c["ls"], class_weight=cw, chunk_size=c["chunk"], vocab_chunk_size=c["block"],
             backend="reference")
+
+
+@given(flce_case())
+def test_float32_native_path_matches_pytorch_in_float64(c):
+    # float32 with the cpu backend runs xloss.torch.flce_native (PyTorch GEMMs, Numba row passes)
+    x, w, b, _ = problem(c["bt"], c["h"], c["v"], seed=c["seed"], bias=c["bias"], scale=c["scale"])
+    t = torch.tensor(c["t"], dtype=torch.int64)
+    g = torch.Generator().manual_seed(c["seed"] + 1)
+    cw = torch.rand(c["v"], generator=g, dtype=F64) + 0.2 if c["class_weight"] else None
+    upstream = lambda loss: torch.rand(loss.shape, generator=g, dtype=F64) * 2 - 0.5
+    compare(x.float(), w.float(), None if b is None else b.float(), t, upstream=upstream, reduction=c["reduction"],
+            ignore_index=c["ignore"], label_smoothing=c["ls"], class_weight=cw, chunk_size=c["chunk"],
+            vocab_chunk_size=c["block"], backend="cpu", tol=2e-5)
 
 
 # -- fixed edge cases ----------------------------------------------------------------------
@@ -302,3 +316,138 @@ def test_errors_name_the_argument():
         fn(x, w[:0], t)
     with pytest.raises(xloss.UnsupportedRequestError, match="ascend"):
         fn(x.float().requires_grad_(), w.float(), t, backend="ascend")  # Ascend's kernel takes 16-bit only
+
+
+# -- 16-bit operands on the native path (xloss.torch.flce_native) --------------------------------
+
+from xloss.errors import UnsupportedRequestError  # noqa: E402
+from xloss.torch import flce_native  # noqa: E402
+
+HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def half_reference(x, w, b, t, upstream, *, native, reduction, ignore_index=-100, label_smoothing=0.0,
+                   class_weight=None):
+    """The documented 16-bit numerics, in float64: logits rounded to the operand dtype on the native
+    path, G = dloss/dlogits (upstream folded in) rounded once, each product rounded once; the bias
+    gradient sums the unrounded G."""
+    dt = x.dtype
+    X, W = x.to(F64), w.to(F64)
+    z = X @ W.T + (0.0 if b is None else b.to(F64))
+    if native:
+        z = z.to(dt).to(F64)
+    z.requires_grad_()
+    loss = F.cross_entropy(z, t, weight=class_weight, reduction=reduction, ignore_index=ignore_index,
+                           label_smoothing=label_smoothing)
+    loss.backward(upstream)
+    G = z.grad.to(dt).to(F64)
+    return loss.detach(), ((G @ W).to(dt), (G.T @ X).to(dt), None if b is None else z.grad.sum(0).to(dt))
+
+
+def assert_within_ulps(actual, expected, ulps, what, floor):
+    """|actual - expected| <= ulps * ulp(expected) elementwise, plus ``floor`` (absolute) for
+    entries that cancel towards 0."""
+    e = expected.to(F64)
+    ulp = torch.finfo(expected.dtype).eps * e.abs().clamp_min(torch.finfo(expected.dtype).tiny)
+    err = (actual.to(F64) - e).abs()
+    bad = err > ulps * ulp + floor
+    assert not bad.any(), (f"{what}: {int(bad.sum())} entries beyond {ulps} ulp (+{floor:.2g}); worst error "
+                           f"{err.max().item():.3g} at |expected| {e.abs().flatten()[err.argmax()].item():.3g}")
+
+
+@pytest.mark.parametrize("dtype", sorted(HALF))
+@pytest.mark.parametrize("reduction,up", [("mean", 1.0), ("mean", 0.3), ("sum", 0.25), ("none", None)])
+@pytest.mark.parametrize("chunk,bias", [(None, True), (1, True), (5, False), (None, False)])
+def test_half_gradients_are_rounded_once_whatever_the_chunks(dtype, reduction, up, chunk, bias):
+    # many chunks would add one rounding of each chunk's dW partial: at chunk 1 (40 partials)
+    # that is several ulps; accumulated in float32 the result stays within 1 ulp of the
+    # once-rounded products of the once-rounded G
+    dt = HALF[dtype]
+    # (without a bias gradient, bf16 takes the Numba row passes where Numba is installed)
+    x, w, b, t = problem(40, 12, 30, seed=3, dtype=dt, ignore_every=6, bias=bias, scale=0.6)
+    g = torch.Generator().manual_seed(4)
+    upstream = torch.rand(40, generator=g, dtype=F64) + 0.5 if up is None else torch.tensor(up, dtype=F64)
+    leaves = [a.detach().clone().requires_grad_() for a in (x, w) + ((b,) if bias else ())]
+    loss = xt.fused_linear_cross_entropy(*leaves[:2], t, leaves[2] if bias else None, reduction=reduction,
+                                         chunk_size=chunk, vocab_chunk_size=7)
+    loss.backward(upstream.to(loss.dtype))
+    exp_loss, exp = half_reference(x, w, b, t, upstream, native=flce_native.native_gemm(dt), reduction=reduction)
+    assert loss.dtype == torch.float32 and [a.grad.dtype for a in leaves] == [dt] * len(leaves)
+    close(loss.detach(), exp_loss, 2e-6, "loss")
+    for name, a, e in zip(("input", "weight", "bias"), leaves, exp):
+        assert_within_ulps(a.grad, e, 1, f"{name} grad", floor=e.abs().max().item() * 2**-14)
+
+
+@pytest.mark.parametrize("dtype", sorted(HALF))
+def test_half_label_smoothing_class_weight_and_ignore_index(dtype):
+    dt = HALF[dtype]
+    x, w, b, t = problem(25, 8, 19, seed=5, dtype=dt, bias=True, scale=0.8)
+    t[::4] = 3  # ignore_index inside the vocabulary
+    cw = torch.rand(19, generator=torch.Generator().manual_seed(6), dtype=F64) + 0.3
+    for reduction in REDUCTIONS:
+        upstream = torch.tensor(1.0, dtype=F64) if reduction != "none" else torch.linspace(0.5, 1.5, 25, dtype=F64)
+        leaves = [a.detach().clone().requires_grad_() for a in (x, w, b)]
+        loss = xt.fused_linear_cross_entropy(*leaves[:2], t, leaves[2], ignore_index=3, reduction=reduction,
+                                             label_smoothing=0.15, class_weight=cw.float(), chunk_size=6,
+                                             vocab_chunk_size=8)
+        loss.backward(upstream.float())
+        exp_loss, exp = half_reference(x, w, b, t, upstream, native=flce_native.native_gemm(dt), reduction=reduction,
+                                       ignore_index=3, label_smoothing=0.15, class_weight=cw.float().to(F64))
+        close(loss.detach(), exp_loss, 2e-6, f"{reduction} loss")
+        for name, a, e in zip(("input", "weight", "bias"), leaves, exp):
+            assert_within_ulps(a.grad, e, 1, f"{reduction} {name} grad", floor=e.abs().max().item() * 2**-14)
+
+
+def test_half_takes_the_numba_row_passes_where_numba_is_installed():
+    pytest.importorskip("numba")
+    assert flce_native.row_passes() is not None
+
+
+def test_half_label_smoothing_class_weight_without_bias_on_the_row_passes():
+    x, w, _, t = problem(25, 8, 19, seed=9, dtype=torch.bfloat16, scale=0.8)
+    t[::5] = -100
+    cw = torch.rand(19, generator=torch.Generator().manual_seed(6), dtype=F64) + 0.3
+    for reduction in REDUCTIONS:
+        upstream = torch.tensor(1.0, dtype=F64) if reduction != "none" else torch.linspace(0.5, 1.5, 25, dtype=F64)
+        leaves = [a.detach().clone().requires_grad_() for a in (x, w)]
+        loss = xt.fused_linear_cross_entropy(*leaves, t, reduction=reduction, label_smoothing=0.2,
+                                             class_weight=cw.float(), chunk_size=9)
+        loss.backward(upstream.float())
+        exp_loss, exp = half_reference(x, w, None, t, upstream, native=flce_native.native_gemm(torch.bfloat16),
+                                       reduction=reduction, label_smoothing=0.2, class_weight=cw.float().to(F64))
+        close(loss.detach(), exp_loss, 2e-6, f"{reduction} loss")
+        for name, a, e in zip(("input", "weight"), leaves, exp):
+            assert_within_ulps(a.grad, e, 1, f"{reduction} {name} grad", floor=e.abs().max().item() * 2**-14)
+
+
+def test_half_scale_is_exact_only_for_powers_of_two():
+    assert flce_native.exact_scale(torch.bfloat16, 1.0) and flce_native.exact_scale(torch.bfloat16, 2.0**-20)
+    assert flce_native.exact_scale(torch.float16, 1024.0) and not flce_native.exact_scale(torch.float16, 0.5)
+    assert not flce_native.exact_scale(torch.bfloat16, 0.3) and flce_native.exact_scale(torch.float16, 0.0)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_autocast_runs_in_bfloat16_like_the_stock_path(bias):
+    # stock under autocast: F.linear in bf16 (bf16 logits), cross_entropy upcast to float32
+    x, w, b, t = problem(30, 16, 45, seed=8, dtype=torch.float32, bias=bias, ignore_every=7)
+    ours, theirs = [[a.detach().clone().requires_grad_() for a in (x, w) + ((b,) if bias else ())] for _ in "12"]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = xt.fused_linear_cross_entropy(ours[0], ours[1], t, ours[2] if bias else None)
+        stock = F.cross_entropy(F.linear(*theirs), t)
+    assert loss.dtype == stock.dtype == torch.float32
+    close(loss.detach(), stock.detach(), 1e-6, "loss")  # the same bf16 logits, float32 softmax
+    loss.backward()
+    stock.backward()
+    for name, a, e in zip(("input", "weight", "bias"), ours, theirs):
+        assert a.grad.dtype == torch.float32
+        close(a.grad, e.grad, 2**-7, f"{name} grad")  # G and the products in bf16 on both sides
+
+
+def test_second_order_gradients_raise_a_clear_error():
+    x, w, b, t = problem(6, 4, 5, bias=True)
+    for dt, reduction in ((F64, "mean"), (torch.bfloat16, "none")):
+        leaves = [a.to(dt).requires_grad_() for a in (x, w, b)]
+        loss = xt.fused_linear_cross_entropy(leaves[0], leaves[1], t, leaves[2], reduction=reduction).sum()
+        with pytest.raises(UnsupportedRequestError, match="second-order gradients"):
+            torch.autograd.grad(loss, leaves, create_graph=True)
+        assert all(g is not None for g in torch.autograd.grad(loss, leaves))  # first order still works

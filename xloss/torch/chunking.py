@@ -11,6 +11,12 @@ per chunk keeps it a few percent of the GEMM time on a CPU. Why not larger: peak
 grows with the chunk, and at ``chunk = H`` the logits transient equals the weight
 gradient, so the whole call peaks near 2–3× the weight instead of 3 × BT × V floats.
 
+16-bit operands on the native path (:mod:`.flce_native`) hold a chunk's logits in the operand
+dtype and turn them into G in place, two bytes per logit: the default chunk is then as many
+tokens as fit 2**26 logits (128 MiB), so that typical batches are one chunk and the weight
+gradient comes from one GEMM (rounded once; more chunks cost a second GEMM per chunk to carry
+each partial in float32).
+
 Vocabulary block (``vocab_chunk_size``). The backend kernel is called per (chunk, block)
 with that block's rows of ``weight``: the kernel's outputs (``chunk × H`` and
 ``block × H``) and its G tile (``chunk × block``) are then bounded by the block, not by V.
@@ -42,16 +48,22 @@ def default_chunk_size(hidden: int, vocab: int) -> int:
     return max(1, _round_down(elements // vocab, 64))
 
 
+def default_half_chunk_size(vocab: int) -> int:
+    """Tokens per chunk on the native 16-bit path for the (global) vocabulary V: see the module docstring."""
+    return max(1, _round_down(LOGITS_MAX_ELEMENTS // max(vocab, 1), 64))
+
+
 def default_vocab_chunk_size(chunk: int, hidden: int, vocab: int) -> int:
     """Vocabulary rows per kernel call: see the module docstring."""
     rows = max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(chunk, hidden, 1))
     return max(1, min(vocab, _round_down(rows, 64)))
 
 
-def resolve_sizes(chunk_size, vocab_chunk_size, hidden: int, vocab: int) -> tuple[int, int]:
-    """The (token chunk, vocabulary block) a call uses: the given ones checked, or the defaults."""
+def resolve_sizes(chunk_size, vocab_chunk_size, hidden: int, vocab: int, half: bool = False) -> tuple[int, int]:
+    """The (token chunk, vocabulary block) a call uses: the given ones checked, or the defaults
+    (``half``: the native 16-bit path's chunk)."""
     if chunk_size is None:
-        chunk = default_chunk_size(hidden, vocab)
+        chunk = default_half_chunk_size(vocab) if half else default_chunk_size(hidden, vocab)
     else:
         chunk = C.integer(chunk_size, "chunk_size")
         if chunk < 1:

@@ -103,3 +103,104 @@ def test_torch_tensors_in_and_out(cpu):
     kw["weight"] = torch.from_numpy(np.ascontiguousarray(kw["weight"]).view(np.int16)).view(torch.bfloat16)
     ig, wg = xloss.fused_linear_cross_entropy_grad(**kw, backend=cpu)
     assert ig.dtype == torch.bfloat16 and wg.dtype == torch.bfloat16 and ig.shape == (9, 8)
+
+
+# -- bf16 on native bf16 GEMMs; caller's buffers and interrupts -------------------------------
+
+from xloss.backends.cpu_onednn import flce_native16  # noqa: E402
+from xloss.dtypes import BFLOAT16  # noqa: E402
+
+
+def _g_reference(case, dtype):
+    """G in float64 from the case's float64 logits, rounded once to ``dtype``, with the products
+    of the rounded G, each rounded once: the documented native-bf16 numerics."""
+    kw = case.kwargs
+    x, w = kw["input"].astype(np.float64), kw["weight"].astype(np.float64)
+    z = x @ w.T
+    p = np.exp(z - kw["logits_max"][:, None].astype(np.float64)) / kw["sum_exp_logits"][:, None].astype(np.float64)
+    hit = ~np.asarray(kw["target_mask"], bool)
+    p[np.flatnonzero(hit), kw["masked_target"][hit]] -= 1.0
+    g = (p * kw["grad"][:, None].astype(np.float64)).astype(dtype).astype(np.float64)
+    # one element of G computed in float32 may round to the neighbouring bf16 near a tie: that
+    # moves a product entry by up to ulp(G) * |operand|
+    tie = 2.0**-8 * np.abs(g).max() * max(np.abs(x).max(), np.abs(w).max())
+    return (g @ w).astype(dtype), (g.T @ x).astype(dtype), tie
+
+
+def _within_one_ulp(actual, expected, what, tie):
+    """Every entry within 1 ulp, but for a few (<= 0.1 %) moved by a G element rounded the other way at a tie."""
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(e), 1e-30))) - 7)  # bf16: 8 significant bits
+    err = np.abs(a - e) - ulp - np.abs(e).max() * 2.0**-14  # (and entries that cancel towards 0)
+    assert (err <= tie).all() and (err > 0).mean() <= 1e-3, \
+        f"{what}: {(err > 0).sum()} of {err.size} entries beyond 1 ulp; worst {np.abs(a - e).max():.3g}"
+
+
+@pytest.mark.parametrize("chunk", [4 * 256 * 8, 64 << 10, None])
+def test_bf16_native_products_round_g_and_each_result_once(chunk):
+    torch = pytest.importorskip("torch")
+    b = _backend("torch", chunk)
+    if not b.gemm().native_bf16():
+        pytest.skip("no native bf16 GEMMs on this CPU")
+    rng = np.random.default_rng(11)
+    bt, h, v = 40, 24, 700
+    x, w = rng.uniform(-1, 1, (bt, h)) * 2, rng.uniform(-1, 1, (v, h))
+    t = rng.integers(0, v, bt)
+    t[::7] = -100
+    case = shard_case("bfloat16", "recompute", x=x, w_global=w, target=t, start=0, v=v,
+                      grad=np.where(t == -100, 0.0, rng.uniform(0.2, 1.0, bt)))
+    kw = dict(case.kwargs)
+    args = xloss.validation.flce_args(**{k: kw[k] for k in ("grad", "input", "weight", "target_mask", "masked_target")},
+                                      logits_max=kw["logits_max"], sum_exp_logits=kw["sum_exp_logits"], softmax=None,
+                                      label_smoothing=0.0, vocab_size=None)
+    assert flce_native16.applies(args, b.gemm())
+    ig, wg = xloss.fused_linear_cross_entropy_grad(**kw, backend=b)
+    exp_ig, exp_wg, tie = _g_reference(case, BFLOAT16)
+    _within_one_ulp(ig, exp_ig, "input grad", tie)
+    _within_one_ulp(wg, exp_wg, "weight grad", tie)
+    del torch
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("stop_after", [1, 3])
+def test_interrupt_leaves_the_callers_outputs_untouched(monkeypatch, dtype, stop_after):
+    """A KeyboardInterrupt injected into the (stop_after)-th tile pass: the caller's buffers keep
+    their contents; a later call completes them."""
+    rng = np.random.default_rng(12)
+    x, w = rng.uniform(-1, 1, (30, 8)), rng.uniform(-1, 1, (1000, 8))
+    case = shard_case(dtype, "recompute", x=x, w_global=w, target=rng.integers(0, 1000, 30), start=0, v=1000,
+                      grad=rng.uniform(-1, 1, 30))
+    kw = case.kwargs
+    np_dt = kw["input"].dtype
+    ig_out, wg_out = np.full((30, 8), 7, np_dt), np.full((1000, 8), 7, np_dt)
+    real, calls = flce.recompute_pass, []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == stop_after:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(flce, "recompute_pass", interrupted)
+    b = _backend("torch" if dtype == "bfloat16" else "numpy", 4 * 256 * 8)  # 4 column chunks: 4 passes
+    with pytest.raises(KeyboardInterrupt):
+        xloss.fused_linear_cross_entropy_grad(**kw, backend=b, input_grad_out=ig_out, weight_grad_out=wg_out)
+    assert (ig_out.astype(np.float64) == 7).all() and (wg_out.astype(np.float64) == 7).all()
+    monkeypatch.setattr(flce, "recompute_pass", real)
+    xloss.fused_linear_cross_entropy_grad(**kw, backend=b, input_grad_out=ig_out, weight_grad_out=wg_out)
+    ig, wg = xloss.fused_linear_cross_entropy_grad(**kw, backend=b)
+    assert np.array_equal(ig_out, ig) and np.array_equal(wg_out, wg)
+
+
+def test_sigint_is_held_back_during_the_copies():
+    import os
+    import signal
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with flce._sigint_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # give the handler bytecodes to run on
+                pass
+            done.append(True)
+    assert done == [True] and signal.getsignal(signal.SIGINT) is signal.default_int_handler

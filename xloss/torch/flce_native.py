@@ -1,0 +1,259 @@
+"""The fused linear-cross-entropy with the ``cpu`` backend: PyTorch's GEMMs and fused row passes.
+
+float32 operands: the three products in float32 (one GEMM per chunk over the shard's whole
+vocabulary), the statistics and G in one row pass each, the weight gradient accumulated in place
+— the three GEMMs of autograd through materialised logits plus two sweeps of the chunk's logits.
+For 16-bit operands (bfloat16, float16):
+
+Where the CPU has native 16-bit GEMMs (oneDNN's bfloat16 kernels on AVX512-BF16/AMX, about 2.5×
+float32 on the reference AMD machine) the three products run in the operand dtype; otherwise (float16
+on CPUs without AVX512-FP16/AMX-FP16, where PyTorch's float16 ``mm`` is a scalar loop) the operands
+are widened to float32 — the products of 16-bit values are exact in float32 either way and both
+accumulate in float32. The numerics, per token chunk of the batch:
+
+* logits ``z = x W.T (+ b)``: one GEMM over this shard's vocabulary, rounded once to the operand
+  dtype on the native path (as the stock ``F.linear`` in bfloat16 rounds them), float32 when widened;
+* row max, sum of exponentials, loss: float32 (the loss is returned in float32);
+* ``G = g (a p - (1-ls) w_t onehot - (ls/K) w)`` (:mod:`.flce_chunks`) in float32, rounded once
+  to the operand dtype (as the Ascend kernel does) — in place of the logits;
+* ``dx[chunk] = G W``: one GEMM over the whole shard (K = V), so rounded once;
+* ``dW = sum over chunks of G.T x``: one GEMM when the batch is one chunk (the default up to
+  2**26 logits); otherwise each chunk's product is taken as ``hi + lo`` — ``hi`` the rounded
+  product, ``lo = round(G.T x - hi)`` from a second GEMM that subtracts ``hi`` inside its float32
+  accumulator — and summed in float32, then rounded once. The same split carries a rank's partial
+  ``dx`` to the float32 all-reduce of the vocabulary-parallel path;
+* ``db``: column sums of the float32 G, accumulated in float32, rounded once.
+
+Widened, every partial is float32 already and is accumulated in float32 directly.
+
+On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
+``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows``) where Numba is
+installed — one sweep over the 2-byte logits each — and as PyTorch ops otherwise (and when a
+bias gradient is wanted, whose column sums the row passes do not form).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .chunking import spans
+from .flce_chunks import RowStats, Shard, Targets, targets_of, token_loss
+
+HALF = (torch.bfloat16, torch.float16)
+DTYPES = HALF + (torch.float32,)  # what this path serves (float64 goes through the backend kernel)
+_ROW_PASSES = []  # the Numba row passes, loaded once (None where Numba is missing)
+
+
+def row_passes():
+    """The ``cpu`` backend's bf16 row passes, or None where they cannot be loaded."""
+    if not _ROW_PASSES:
+        try:
+            from ..backends.cpu_onednn import flce_rows
+        except Exception:  # Numba missing or broken: the PyTorch ops serve instead
+            flce_rows = None
+        _ROW_PASSES.append(flce_rows)
+    return _ROW_PASSES[0]
+
+
+def _np(t: torch.Tensor):
+    """A contiguous float32 tensor as a NumPy array, a bf16 one as its uint16 bits (zero-copy)."""
+    return t.view(torch.int16).numpy().view("uint16") if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def native_gemm(dtype: torch.dtype) -> bool:
+    """True where PyTorch runs ``dtype`` GEMMs on native 16-bit hardware kernels (oneDNN)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    check = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}.get(dtype)
+    try:
+        return bool(check and getattr(torch.ops.mkldnn, check)())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def exact_scale(dtype: torch.dtype, g: float) -> bool:
+    """True when ``round(v) * g == round(v * g)`` for every finite 16-bit ``v``: g is 0 or a power of two,
+    and for float16 (narrow exponent range) not below 1, so no result drops into the subnormals."""
+    if g == 0.0:
+        return True
+    if not math.isfinite(g) or math.frexp(abs(g))[0] != 0.5:
+        return False
+    return dtype == torch.bfloat16 or abs(g) >= 1.0
+
+
+@dataclass
+class NativeGrads:
+    """Accumulators: 16-bit results written once where a single GEMM makes them, float32 otherwise."""
+
+    dx: torch.Tensor | None  # (BT, H): operand dtype, or float32 when partials are summed (ranks, widened)
+    dw: torch.Tensor | None  # (V_r, H): operand dtype when one chunk on the native path, else float32
+    db: torch.Tensor | None  # (V_r,) float32
+
+
+class NativePass:
+    """One pass over the batch: logits, statistics and loss, and (when ``want`` any) the gradients."""
+
+    def __init__(self, sh: Shard, want=(False, False, False)):
+        self.sh = sh
+        self.dt = sh.x.dtype
+        self.native = self.dt in HALF and native_gemm(self.dt)
+        self.odt = self.dt if self.native else torch.float32  # the GEMMs' operand dtype
+        bt, h = sh.x.shape
+        self.one_chunk = sh.chunk >= bt
+        wx, ww, wb = want
+        dx_dt = self.dt if (self.native and not sh.coll.active) else torch.float32
+        dw_dt = self.dt if (self.native and self.one_chunk) else torch.float32
+        alloc = torch.empty if bt else torch.zeros  # every chunk writes its dx rows; the first one dw
+        self.gr = NativeGrads(alloc(bt, h, dtype=dx_dt) if wx else None,
+                              alloc(sh.rows, h, dtype=dw_dt) if ww else None,
+                              torch.zeros(sh.rows, dtype=torch.float32) if wb else None)
+        # the weight (and bias) in the GEMMs' dtype: a view when native, one widened copy otherwise
+        self.w = sh.w.to(self.odt)
+        self.b = None if sh.b is None else sh.b.to(self.odt)
+        self.cw = sh.class_weight  # float32, (K,) or None
+        # the row passes round G to z's storage: bf16 logits (native) or float32 ones (float32 operands)
+        self.rows = row_passes() if (self.dt == torch.bfloat16 and self.native) or self.dt == torch.float32 else None
+        if self.rows is not None:
+            import numpy as np
+
+            cw = sh.class_weight
+            self.cw_np = np.empty(0, np.float32) if cw is None else cw[sh.start:sh.start + sh.rows].float().numpy()
+
+    # -- one chunk -------------------------------------------------------------------------
+
+    def logits(self, x_c: torch.Tensor) -> torch.Tensor:
+        """(chunk, V_r) logits in the GEMMs' dtype (rounded once on the native path)."""
+        if self.b is None:
+            return torch.mm(x_c, self.w.T)
+        return torch.addmm(self.b, x_c, self.w.T)
+
+    def stats(self, z: torch.Tensor, tg: Targets) -> RowStats:
+        """Global row max, sum of exponentials, target logit and smoothing sum, in float32."""
+        if self.rows is not None:
+            return self._stats_row_passes(z, tg)
+        sh, c = self.sh, z.shape[0]
+        m = z.amax(1).float() if z.shape[1] else torch.full((c,), float("-inf"))
+        sh.coll.max_(m)
+        s, zt, smooth = torch.zeros(c), torch.zeros(c), torch.zeros(c)
+        for v0, v1 in spans(sh.rows, sh.block):
+            zf = z[:, v0:v1].to(torch.float32, copy=True)  # z stays: it becomes G later
+            hit = tg.in_shard & (tg.local >= v0) & (tg.local < v1)
+            col = torch.where(hit, tg.local - v0, 0)
+            zt += torch.where(hit, zf.gather(1, col[:, None]).squeeze(1), 0.0)
+            if sh.label_smoothing:
+                smooth += zf.sum(1) if self.cw is None else torch.mv(zf, self.cw[sh.start + v0:sh.start + v1])
+            s += zf.sub_(m[:, None]).exp_().sum(1)
+        packed = torch.stack([s, zt, smooth])
+        sh.coll.sum_(packed)
+        return RowStats(m, packed[0], packed[1], packed[2], None)
+
+    def _stats_row_passes(self, z: torch.Tensor, tg: Targets) -> RowStats:
+        sh, c = self.sh, z.shape[0]
+        s, zt, smooth = (torch.empty(c) for _ in range(3))
+        m_loc = z.amax(1).float() if z.shape[1] else torch.full((c,), float("-inf"))
+        tcol = torch.where(tg.in_shard, tg.local, -1)
+        self.rows.row_stats(_np(z), m_loc.numpy(), tcol.numpy(), self.cw_np, bool(sh.label_smoothing), s.numpy(),
+                            zt.numpy(), smooth.numpy())
+        m = m_loc
+        if sh.coll.active:  # rescale each rank's sum to the global max
+            m = m_loc.clone()
+            sh.coll.max_(m)
+            s.mul_(torch.where(torch.isneginf(m_loc), 0.0, torch.exp(m_loc - m)))
+        packed = torch.stack([s, zt, smooth])
+        sh.coll.sum_(packed)
+        return RowStats(m, packed[0], packed[1], packed[2], None)
+
+    def gradient_in_place(self, z: torch.Tensor, tg: Targets, g: torch.Tensor, st: RowStats) -> None:
+        """Overwrite the logits z with G (float32 arithmetic, one rounding to the operand dtype);
+        add its column sums to db."""
+        sh, ls, k = self.sh, self.sh.label_smoothing, self.sh.vocab
+        a = (1.0 - ls) * tg.w_t + (ls / k) * sh.w_sum if self.cw is not None else torch.ones_like(g)
+        hit_scale = g * (1.0 - ls) * tg.w_t
+        if self.rows is not None and self.gr.db is None:
+            tcol = torch.where(tg.in_shard, tg.local, -1)
+            self.rows.gradient_in_place(_np(z), st.logits_max.contiguous().numpy(),
+                                        (1.0 / st.sum_exp).numpy(), (g * a).numpy(),
+                                        ((ls / k) * g).numpy(), hit_scale.numpy(), tcol.numpy(), self.cw_np)
+            return
+        ga = (g * a)[:, None]
+        inv = (1.0 / st.sum_exp)[:, None]
+        for v0, v1 in spans(sh.rows, sh.block):
+            gf = z[:, v0:v1].float().sub_(  # (in z itself when z is float32: it is overwritten anyway)
+                st.logits_max[:, None]).exp_().mul_(inv).mul_(ga)
+            if ls:
+                share = (ls / k) * g[:, None]
+                gf.sub_(share if self.cw is None else share * self.cw[sh.start + v0:sh.start + v1][None, :])
+            rows = (tg.in_shard & (tg.local >= v0) & (tg.local < v1)).nonzero().squeeze(1)
+            cols = tg.local[rows] - v0
+            gf[rows, cols] -= hit_scale[rows]
+            if self.gr.db is not None:
+                self.gr.db[v0:v1] += gf.sum(0)
+            z[:, v0:v1].copy_(gf if self.native else gf.to(self.dt))  # the one rounding of G
+
+    def products(self, z: torch.Tensor, x_c: torch.Tensor, t0: int, t1: int) -> None:
+        """dx[t0:t1] and this chunk's part of dW from G (in z)."""
+        gr = self.gr
+        if gr.dx is not None:
+            _product_into(gr.dx[t0:t1], z, self.w, first=True)
+        if gr.dw is not None:
+            _product_into(gr.dw, z.T, x_c, first=t0 == 0)
+
+    def chunk(self, t0: int, t1: int, g: torch.Tensor | None, st: RowStats | None):
+        """Run tokens [t0, t1): returns (per-token float32 loss or None, stats)."""
+        sh = self.sh
+        tg = targets_of(sh, t0, t1)
+        x_c = sh.x[t0:t1].to(self.odt)
+        z = self.logits(x_c)
+        loss = None
+        if st is None:
+            st = self.stats(z, tg)
+            loss = token_loss(sh, tg, st)
+        if g is not None:
+            self.gradient_in_place(z, tg, torch.where(tg.valid, g, 0.0), st)
+            self.products(z, x_c, t0, t1)
+        return loss, st
+
+    def finish(self):
+        """(dx, dw, db) in the operand dtype: the float32 parts summed over the ranks and rounded once."""
+        gr, sh = self.gr, self.sh
+        if gr.dx is not None and sh.coll.active:
+            sh.coll.sum_(gr.dx)
+        return tuple(None if t is None else t.to(self.dt) for t in (gr.dx, gr.dw, gr.db))
+
+
+def _product_into(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, first: bool) -> None:
+    """``acc (=|+=) a @ b``. A 16-bit ``acc`` is written by one GEMM; a float32 ``acc`` takes a 16-bit
+    product as hi + lo (see the module docstring) and a float32 product directly."""
+    if a.dtype == torch.float32:
+        torch.mm(a, b, out=acc) if first else acc.addmm_(a, b)
+    elif acc.dtype == a.dtype:
+        torch.mm(a, b, out=acc)
+    else:
+        hi = torch.mm(a, b)
+        lo = torch.addmm(hi, a, b, beta=-1)  # round(a @ b - hi): the subtraction inside the float32 accumulator
+        if first:
+            acc.copy_(hi)
+        else:
+            acc.add_(hi)
+        acc.add_(lo)
+
+
+def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None):
+    """The whole batch. ``g_all``: per-token upstream gradient (float32, BT) or None for no gradients;
+    ``stats``: saved (row max, sum of exponentials) to skip the statistics (backward), or None.
+    Returns (per-token float32 losses or None, (row max, sum exp), (dx, dw, db))."""
+    hp = NativePass(sh, want if g_all is not None else (False, False, False))
+    bt = sh.x.shape[0]
+    losses = None if stats is not None else torch.zeros(bt)
+    row_max = torch.empty(bt) if stats is None else stats[0]
+    sum_exp = torch.empty(bt) if stats is None else stats[1]
+    for t0, t1 in spans(bt, sh.chunk):
+        st = None if stats is None else RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
+        loss, st = hp.chunk(t0, t1, None if g_all is None else g_all[t0:t1], st)
+        if loss is not None:
+            losses[t0:t1] = loss
+            row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
+    return losses, (row_max, sum_exp), hp.finish()
