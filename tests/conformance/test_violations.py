@@ -26,7 +26,7 @@ def test_write_into_input_fails_and_the_replay_file_holds_the_snapshot(tmp_path)
     assert np.abs(case.kwargs["x"]).max() > 10, "the saved case must be the pre-call input, not the clamped one"
     assert case.kwargs["x"].size <= 2, f"not minimal: {case.kwargs['x'].size} elements"
     saved = write_failures([r], tmp_path, "clamps", None)
-    cases, _ = load_cases(saved[("focal_loss", "float32", "forward", "drawn")])
+    cases, _ = load_cases(saved[("focal_loss", "float32", "forward")])
     with pytest.raises(InputWritten, match="wrote into input `x`"):
         call_checked(DESCRIPTORS["focal_loss"], cases[0], M.ClampsLogitsInPlace())
 
@@ -62,7 +62,7 @@ def test_mask_dependent_results_are_reported_with_both_outputs(tmp_path):
     assert "core_mask=0x01" in r.message
     assert r.outputs["first"]["label"] == "core_mask=255" and r.outputs["second"]["label"] == "core_mask=0x01"
     saved = write_failures([r], tmp_path, "masked", None)
-    path = saved[("bce_grad", "float32", "clamp", "drawn")]
+    path = saved[("bce_grad", "float32", "clamp")]
     assert json.loads(Path(path).read_text())["outputs"]["second"]["outputs"]["dx"]["dtype"] == "float32"
     load_cases(path)  # valid
     assert "MASK-DEPENDENT" in failures_text([r], saved)

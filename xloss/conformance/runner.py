@@ -305,10 +305,11 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
 
 
 def run_suite(backend: Backend, *, kernels=None, max_examples: int = 100, seed: int = 0, on_case=None,
-              on_result=None, targets=None, large_cases: bool = True, repeats: int = REPEATS,
+              on_result=None, targets=None, large_cases: bool = False, repeats: int = REPEATS,
               configurations: bool = True) -> list[TargetResult]:
     """Run every target (or the given ones, restricted to ``kernels``) in this process: the drawn
-    group of every target, then the large group of every declared one."""
+    group of every target, then (``large_cases``, as ``xloss check`` does) the large group of every
+    declared one."""
     out = []
     chosen = [t for t in (targets or universe()) if not kernels or t[0] in kernels]
     for kernel, dtype, mode in chosen:
