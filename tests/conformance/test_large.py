@@ -87,3 +87,23 @@ def test_in_tree_emulators_pass_the_ladder(target):
     assert r is not None and r.group == "large" and r.examples == len(large.rungs(kernel))
     assert r.status == "pass", r.message
     assert 0 < r.max_ratio < 1
+
+
+def test_repeated_compare_equals_the_full_compare():
+    from xloss.conformance.descriptor import compare
+
+    rng = np.random.default_rng(5)
+    period = rng.normal(0, 1, 1000)
+    oracle = np.tile(period, 7)
+    allowed = np.full(oracle.shape, 1e-6)
+    actual = (oracle + rng.uniform(-5e-7, 5e-7, 1000).repeat(1)[np.arange(7000) % 1000]).astype(np.float32)
+    actual[4321] = np.float32(oracle[4321] + 8e-7)  # differs from its counterpart, still within tolerance
+    full, fast = compare("dx", actual, oracle, allowed, "float32"), large.compare_repeated(
+        "dx", actual, oracle, allowed, "float32", 7)
+    assert fast.ok and full.ok
+    for field in ("max_abs", "max_rel", "max_ulp", "ratio", "tolerance", "n"):
+        assert getattr(fast, field) == pytest.approx(getattr(full, field)), field
+    assert fast.worst == full.worst
+    actual[6543] = 5.0  # wrong in a later period only
+    bad = large.compare_repeated("dx", actual, oracle, allowed, "float32", 7)
+    assert not bad.ok and bad.detail == compare("dx", actual, oracle, allowed, "float32").detail

@@ -110,3 +110,10 @@ def test_flce_logits_in_bf16_fail():
     ok = runner.run_target(M.FlceLogitsInBF16(), "fused_linear_cross_entropy_grad", "bfloat16", "softmax",
                            max_examples=10)
     assert ok.status == "pass", ok.message
+
+
+def test_write_into_input_of_a_large_case_is_found_and_the_snapshot_kept():
+    r = runner.run_large(M.ClampsLargeInputs(), "bce_grad", "float32", "clamp", repeats=1)
+    assert r.status == "fail" and f"wrote into input `x`: element [{2**20 + 7}]" in r.message, r.message
+    case = case_from_json(r.case)  # rebuilt from the ladder: the pre-call input
+    assert case.kwargs["x"][2**20 + 7] != np.float32(0.5)
