@@ -117,3 +117,15 @@ def test_write_into_input_of_a_large_case_is_found_and_the_snapshot_kept():
     assert r.status == "fail" and f"wrote into input `x`: element [{2**20 + 7}]" in r.message, r.message
     case = case_from_json(r.case)  # rebuilt from the ladder: the pre-call input
     assert case.kwargs["x"][2**20 + 7] != np.float32(0.5)
+
+
+def test_a_nondeterministic_failure_replays_with_repeats(tmp_path, capsys):
+    from xloss import cli
+
+    r = runner.run_large(M.Racy(), "nll_loss_grad", "float32", None, repeats=3)
+    saved = write_failures([r], tmp_path, "racy", None)
+    path = saved[("nll_loss_grad", "float32", None, "large")]
+    assert cli.main(["check", "--replay", path, "--backend", "misbehaving:Racy"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "run 1 and run 2 disagree" in out
+    assert cli.main(["check", "--replay", path, "--backend", "reference", "--repeat", "2"]) == 0
