@@ -259,8 +259,8 @@ def test_a_buggy_port_through_the_cli_saves_a_replay_that_tells_the_ports_apart(
     x = case_from_json(r["case"]).kwargs["x"]
     assert x.size <= 16 and np.any((x > 0) & (x < 1e-9)), "the input shows where the epsilon matters"
     replay = r["replay_file"]
-    # the saved file names the library it failed on: a fresh process replays it with no options
-    bad = xloss_cli("check", "--replay", replay, cwd=tmp_path)
+    # the saved file names the backend (and shows the library, which a replay loads only with --lib)
+    bad = xloss_cli("check", "--replay", replay, "--lib", ports["bce_eps_added"], cwd=tmp_path)
     assert bad.returncode == 1 and "FAIL" in bad.stdout, bad.stdout + bad.stderr
     assert cli.main(["check", "--replay", replay, "--backend", "ascend", "--lib", str(ports["correct"])]) == 0
     assert "FAIL" not in capsys.readouterr().out
@@ -294,7 +294,7 @@ def test_stride_bug_is_caught_only_with_layout_strided(variant, ports, port_back
         if r["status"] == "fail":
             replay = r["replay_file"]
             # the saved case keeps the layout: the buggy port fails it again, the correct one passes it
-            assert xloss_cli("check", "--replay", replay, cwd=tmp_path).returncode == 1
+            assert xloss_cli("check", "--replay", replay, "--lib", ports[variant], cwd=tmp_path).returncode == 1
             assert cli.main(["check", "--replay", replay, "--backend", "ascend", "--lib", str(ports["correct"]),
                              "--option", "layout=strided"]) == 0
     capsys.readouterr()
