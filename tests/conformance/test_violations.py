@@ -138,3 +138,16 @@ def test_a_one_row_bug_is_reported_on_one_row():
     assert r.status == "fail"
     case = case_from_json(r.case)
     assert case.kwargs["self"].shape[0] == 1, case.describe()
+
+
+def test_a_one_d_nll_failure_needs_no_shrinking():
+    class WrongOneD(M.Wrapper):
+        kernels = ("nll_loss_grad",)
+
+        def nll_loss_grad(self, a):
+            M.REF.nll_loss_grad(a)
+            if a.out.ndim == 1:
+                a.out[...] = 1.0
+    r = runner.run_target(WrongOneD(), "nll_loss_grad", "float32", None, max_examples=0)
+    assert r.status == "fail" and "outside tolerance" in r.message
+    assert case_from_json(r.case).kwargs["self"].ndim == 1

@@ -64,8 +64,8 @@ def _unit_of(case: Case, flat_index: int, output: int) -> int:
     kw = case.kwargs
     if case.kernel in (FOCAL.name, BCE_GRAD.name):
         return flat_index
-    if case.kernel == NLL_GRAD.name:
-        return flat_index // max(1, np.shape(kw["self"])[1])
+    if case.kernel == NLL_GRAD.name:  # a row of a 2-D input (a 1-D input is one unit: no hint)
+        return flat_index // max(1, np.shape(kw["self"])[1]) if np.ndim(kw["self"]) == 2 else -1
     return flat_index // max(1, np.shape(kw["input"])[1]) if output == 0 else -1
 
 
