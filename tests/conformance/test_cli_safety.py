@@ -143,7 +143,7 @@ def test_replay_files_get_unique_names_and_absolute_library_paths(tmp_path, monk
     r = TargetResult("bce_grad", "float32", "clamp", True, "fail", 1, message="m", case=case)
     first = write_failures([r], "f", "ft78ne", "lib/libport.so:other.so")
     second = write_failures([r], "f", "ft78ne", "lib/libport.so")
-    a, b = first[("bce_grad", "float32", "clamp", "drawn")], second[("bce_grad", "float32", "clamp", "drawn")]
+    a, b = first[("bce_grad", "float32", "clamp")], second[("bce_grad", "float32", "clamp")]
     assert a != b and (tmp_path / "f").resolve() == __import__("pathlib").Path(a).parent
     meta = json.loads(open(a).read())
     assert meta["library"] == f"{tmp_path / 'lib/libport.so'}:{tmp_path / 'other.so'}"

@@ -108,7 +108,7 @@ def write_failures(results: list[TargetResult], directory, backend: str, library
                    options: dict | None = None) -> dict:
     """Save each failing input as a replayable case file (with the backend options, so a replay
     runs the same configuration, and the library path, shown but not loaded by a replay);
-    return {(kernel, dtype, mode, group): path}."""
+    return {target key: path} (see :func:`_key`)."""
     options = {k: v for k, v in (options or {}).items() if k != "lib"}
     directory = Path(directory).resolve()
     saved = {}
@@ -120,12 +120,13 @@ def write_failures(results: list[TargetResult], directory, backend: str, library
                 json.dump({"format": FORMAT, "backend": backend, "library": absolute_library(library),
                            "options": options, "status": r.status, "message": r.message, "outputs": r.outputs,
                            "cases": [r.case]}, f, indent=1)
-            saved[(r.kernel, r.dtype, r.mode, r.group)] = str(path)
+            saved[_key(r)] = str(path)
     return saved
 
 
 def _key(r: TargetResult):
-    return (r.kernel, r.dtype, r.mode, r.group)
+    """(kernel, dtype, mode) for the drawn group, (kernel, dtype, mode, "large") for the ladder."""
+    return (r.kernel, r.dtype, r.mode) if r.group == DRAWN else (r.kernel, r.dtype, r.mode, r.group)
 
 
 def failures_text(results: list[TargetResult], saved: dict) -> str:

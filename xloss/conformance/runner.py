@@ -129,11 +129,6 @@ def main_label(backend: Backend) -> str:
     return ", ".join(f"{k}={v}" for k, v in backend.options.items()) or "default options"
 
 
-def _same_failure(exc: BaseException) -> Callable[[BaseException], bool]:
-    kind = type(exc)
-    return lambda other: type(other) is kind
-
-
 def _classify(res: TargetResult, case: Case, exc: BaseException):
     res.message = describe_failure(exc, res.kernel)
     if case.label:
@@ -219,7 +214,7 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
                 failure = (last["case"], last["exc"])
 
     if failure is not None and isinstance(failure[1], (Mismatch, InputWritten, PortViolation)):
-        failure = _minimise(failure, attempt)
+        failure = shrink.minimise(failure, attempt)
     if failure is not None:
         _classify(res, *failure)
     elif not declared:
@@ -228,42 +223,6 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     stats.store(res)
     res.seconds = time.perf_counter() - start
     return res
-
-
-def _minimise(failure, attempt):
-    """The post-shrink pass of :mod:`.shrink` on a failing case (same kind of failure)."""
-    case, exc = failure
-    same = _same_failure(exc)
-    caught = {}
-
-    def fails(c):
-        try:
-            attempt(c, count=False)
-        except Exception as e:
-            if same(e):
-                caught[id(c)] = e
-                return True
-        return False
-
-    hints = shrink.hints(case, exc.comparisons) if isinstance(exc, Mismatch) else []
-    if isinstance(exc, InputWritten) and case.kernel in ("focal_loss", "bce_grad"):
-        hints = [int(sum(i * s for i, s in zip(exc.index, _strides(case.kwargs[exc.buffer].shape))))]
-    smaller = shrink.shrink(case, fails, hints)
-    if smaller is case:
-        return failure
-    try:  # the exception of the kept case, for its message
-        attempt(smaller, count=False)
-    except Exception as e:
-        return smaller, e
-    return failure  # pragma: no cover - it failed a moment ago
-
-
-def _strides(shape) -> list[int]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= n
-    return out[::-1]
 
 
 def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0, repeats: int = REPEATS,
@@ -305,10 +264,11 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
 
 
 def run_suite(backend: Backend, *, kernels=None, max_examples: int = 100, seed: int = 0, on_case=None,
-              on_result=None, targets=None, large_cases: bool = True, repeats: int = REPEATS,
+              on_result=None, targets=None, large_cases: bool = False, repeats: int = REPEATS,
               configurations: bool = True) -> list[TargetResult]:
     """Run every target (or the given ones, restricted to ``kernels``) in this process: the drawn
-    group of every target, then the large group of every declared one."""
+    group of every target, then (``large_cases``, as ``xloss check`` does) the large group of every
+    declared one."""
     out = []
     chosen = [t for t in (targets or universe()) if not kernels or t[0] in kernels]
     for kernel, dtype, mode in chosen:

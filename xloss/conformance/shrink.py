@@ -64,8 +64,8 @@ def _unit_of(case: Case, flat_index: int, output: int) -> int:
     kw = case.kwargs
     if case.kernel in (FOCAL.name, BCE_GRAD.name):
         return flat_index
-    if case.kernel == NLL_GRAD.name:
-        return flat_index // max(1, np.shape(kw["self"])[1])
+    if case.kernel == NLL_GRAD.name:  # a row of a 2-D input (a 1-D input is one unit: no hint)
+        return flat_index // max(1, np.shape(kw["self"])[1]) if np.ndim(kw["self"]) == 2 else -1
     return flat_index // max(1, np.shape(kw["input"])[1]) if output == 0 else -1
 
 
@@ -111,3 +111,30 @@ def hints(case: Case, comparisons) -> list[int]:
     for i, c in enumerate(comparisons):
         out.extend(_unit_of(case, f, i) for f in c.failing)
     return [u for u in out if u >= 0]
+
+
+def minimise(failure, attempt):
+    """This pass on ``failure = (case, exception)``: the smallest case found that fails with the
+    same kind of exception under ``attempt(case, count=False)``, and that exception."""
+    from .execute import InputWritten, Mismatch
+
+    case, exc = failure
+
+    def fails(c):
+        try:
+            attempt(c, count=False)
+        except Exception as e:
+            return type(e) is type(exc)
+        return False
+
+    found = hints(case, exc.comparisons) if isinstance(exc, Mismatch) else []
+    if isinstance(exc, InputWritten) and case.kernel in ("focal_loss", "bce_grad"):
+        found = [int(np.ravel_multi_index(exc.index, case.kwargs[exc.buffer].shape))] if exc.index else []
+    smaller = shrink(case, fails, found)
+    if smaller is case:
+        return failure
+    try:  # the exception of the kept case, for its message
+        attempt(smaller, count=False)
+    except Exception as e:
+        return smaller, e
+    return failure  # pragma: no cover - it failed a moment ago
