@@ -10,6 +10,7 @@ import threading
 
 from ...backend import Backend, KernelCaps
 from ...dtypes import FLOAT_DTYPES
+from . import threads as _threads
 
 _ALL_DTYPES = tuple(FLOAT_DTYPES)  # float16, bfloat16 (widened in-kernel), float32, float64
 _MIN_NUMBA = (0, 59)
@@ -31,6 +32,16 @@ _kernels = None
 # Numba's workqueue threading layer (its fallback when no OpenMP or TBB runtime loads) must not be
 # entered from two Python threads at once: it aborts. Under it, kernel launches are serialised.
 _launch_lock = threading.RLock()
+
+
+def _fresh_locks() -> None:
+    """In a forked child: a thread that held these at the fork does not exist there."""
+    global _load_lock, _launch_lock
+    _load_lock = threading.Lock()
+    _launch_lock = threading.RLock()
+
+
+_threads.on_fork_child(_fresh_locks)
 
 
 def _layer_is_threadsafe() -> bool:
@@ -120,8 +131,15 @@ class CpuBackend(Backend):
     @contextlib.contextmanager
     def _thread_count(self):
         """The backend's thread count for the enclosed launches (Numba's setting is per thread),
-        serialised when the threading layer is not thread-safe."""
+        restored on every exit path: SIGINT is held for the call (see ``threads.py``). Launches
+        are serialised when the threading layer is not thread-safe; in a child forked from a
+        process running GNU OpenMP the kernels run serially (``threads.py``)."""
         with contextlib.ExitStack() as stack:
+            stack.enter_context(_threads.sigint_held())
+            if _threads.serial_only():
+                _threads.use_serial_kernels()
+                yield
+                return
             if not _layer_is_threadsafe():
                 stack.enter_context(_launch_lock)
             if self._threads is None:
@@ -130,11 +148,9 @@ class CpuBackend(Backend):
             import numba
 
             before = numba.get_num_threads()
+            stack.callback(numba.set_num_threads, before)
             numba.set_num_threads(min(self._threads, numba.config.NUMBA_NUM_THREADS))
-            try:
-                yield
-            finally:
-                numba.set_num_threads(before)
+            yield
 
     # -- the kernels ---------------------------------------------------------------------
     def focal_loss(self, a):
