@@ -117,7 +117,8 @@ class Competitor:
         self.proc = None
 
     def __enter__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         if self.cpu is not None and hasattr(os, "sched_setaffinity"):
             try:
                 os.sched_setaffinity(self.proc.pid, {self.cpu})
@@ -130,6 +131,17 @@ class Competitor:
         self.proc.kill()
         self.proc.wait(timeout=10)
         return False
+
+
+def _die_with_parent() -> None:
+    """Linux: the spinner is killed when the benchmark process dies, however it dies."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def interleaved(calls: dict, rounds: int, warmup: int = 1) -> dict:
