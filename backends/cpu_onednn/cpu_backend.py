@@ -74,6 +74,7 @@ def kernels():
     if _kernels is None:
         with _load_lock:
             if _kernels is None:
+                _threads.share_openmp_runtime()  # before anything loads Numba's threading layer
                 from . import bce, flce, focal, gemm, nll  # (importing them checks the disk cache)
 
                 _kernels = {"focal": focal, "bce": bce, "nll": nll, "flce": flce, "gemm": gemm}
@@ -114,8 +115,11 @@ class CpuBackend(Backend):
         try:
             import numba
 
+            _threads.share_openmp_runtime()  # (get_num_threads loads the threading layer)
             facts["numba"] = numba.__version__
             facts["numba threads"] = str(numba.get_num_threads())
+            facts["numba threading layer"] = numba.threading_layer()
+            facts["openmp runtimes loaded"] = ", ".join(_threads.loaded_openmp_runtimes()) or "none"
             torch_there = importlib.util.find_spec("torch") is not None  # (without importing it)
             facts["blas in use"] = "torch" if self._blas_choice == "torch" or (
                 self._blas_choice == "auto" and torch_there) else "numpy"

@@ -12,6 +12,16 @@ thread count is set to 1 there — what a DataLoader worker does — so the FLCE
 wait on the dead pool. Locks of this package that another thread held at the fork are
 replaced in the child (only the forking thread survives ``fork()``).
 
+**One OpenMP runtime.** PyTorch's CPU wheel ships its own GNU OpenMP; Numba's ``omp`` layer
+links whichever ``libgomp`` the dynamic linker finds. Two copies mean two thread pools whose
+idle threads spin (GNU OpenMP's default wait) while the other pool works: on a 2-core machine,
+a training loop alternating torch layers and xloss kernels then runs up to four busy threads on
+two cores. Before Numba's layer first loads, :func:`share_openmp_runtime` puts PyTorch's runtime
+(when PyTorch is installed) in the process's global symbol scope, so Numba's parallel regions
+bind to it: one pool, whose threads go straight from a torch operation to an xloss kernel.
+(With ``import torch`` before the first kernel this happens anyway; this makes the import order
+irrelevant, and costs a ``dlopen``, not a torch import.)
+
 **Interrupts.** Numba's thread count is a per-thread setting that the backend changes for the
 duration of a call (the ``threads=`` option, the single-thread rule for small inputs). A
 KeyboardInterrupt raised between the change and the ``finally`` that undoes it would leave it
@@ -130,6 +140,67 @@ def on_fork_child(hook) -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# -- one OpenMP runtime ---------------------------------------------------------------------
+
+_OPENMP_NAMES = ("libgomp", "libiomp5", "libomp")
+
+
+def torch_openmp_runtime() -> str | None:
+    """Path of the OpenMP runtime bundled with the installed PyTorch (without importing it)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    libdir = os.path.join(list(spec.submodule_search_locations)[0], "lib")
+    try:
+        names = sorted(os.listdir(libdir))
+    except OSError:
+        return None
+    for stem in _OPENMP_NAMES:
+        for name in names:
+            if name.startswith(stem) and ".so" in name:
+                return os.path.join(libdir, name)
+    return None
+
+
+_shared_runtime: str | None = None
+
+
+def share_openmp_runtime() -> str | None:
+    """Make Numba's ``omp`` layer use PyTorch's OpenMP runtime (call before the layer loads).
+    Returns the runtime's path, or None where there is nothing to share or it is too late."""
+    global _shared_runtime
+    if _shared_runtime is not None or parallel_layer_started() or sys.platform != "linux":
+        return _shared_runtime
+    if os.environ.get("NUMBA_THREADING_LAYER", "default") not in ("default", "omp", "safe", "threadsafe"):
+        return None
+    path = torch_openmp_runtime()
+    if path is None:
+        return None
+    import ctypes
+
+    try:
+        ctypes.CDLL(path, mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    except OSError:
+        return None
+    _shared_runtime = path
+    return path
+
+
+def loaded_openmp_runtimes() -> list[str]:
+    """The OpenMP runtime files mapped into this process (Linux), for diagnostics."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "/" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if os.path.basename(p).startswith(_OPENMP_NAMES))
 
 
 # -- interrupts ------------------------------------------------------------------------------

@@ -23,6 +23,18 @@ from dataclasses import dataclass
 from ..errors import XLossValueError
 
 SPIN = "while True: pass"
+BASELINE = "torch stock step"
+DTYPES = ("float32", "bfloat16")
+#: Backends a training step is timed on (the others take minutes per step at these sizes).
+FUSED_BACKENDS = ("cpu",)
+
+
+def competitor_cpu() -> int:
+    """The CPU a pinned competitor spins on: the last one this process may use."""
+    try:
+        return max(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return (os.cpu_count() or 1) - 1
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,7 @@ def parse_step(text: str, dtype: str) -> StepShape:
         raise XLossValueError(f"training-step size {text!r}: {exc}") from None
     if min(t, h, v) < 1:
         raise XLossValueError(f"training-step size {text!r}: every dimension must be at least 1")
-    if dtype not in ("float32", "bfloat16"):
+    if dtype not in DTYPES:
         raise XLossValueError(f"training-step dtype must be float32 or bfloat16; got {dtype!r}")
     return StepShape(t, h, v, 2, dtype)
 
@@ -169,7 +181,7 @@ def measure(shape: StepShape, rounds: int = 5, competitor: str = "none", backend
     if competitor == "none":
         times = interleaved(calls, rounds)
     else:
-        with Competitor((os.cpu_count() or 1) - 1 if competitor == "pinned" else None):
+        with Competitor(competitor_cpu() if competitor == "pinned" else None):
             times = interleaved(calls, rounds)
     return {"workload": shape.key, "competitor": competitor, "rounds": rounds, "load_before": load_before,
             "times": times}
