@@ -119,6 +119,7 @@ class CpuBackend(Backend):
             facts["numba"] = numba.__version__
             facts["numba threads"] = str(numba.get_num_threads())
             facts["numba threading layer"] = numba.threading_layer()
+            facts["openmp wait policy"] = _threads.wait_policy()
             facts["openmp runtimes loaded"] = ", ".join(_threads.loaded_openmp_runtimes()) or "none"
             torch_there = importlib.util.find_spec("torch") is not None  # (without importing it)
             facts["blas in use"] = "torch" if self._blas_choice == "torch" or (

@@ -22,6 +22,21 @@ bind to it: one pool, whose threads go straight from a torch operation to an xlo
 (With ``import torch`` before the first kernel this happens anyway; this makes the import order
 irrelevant, and costs a ``dlopen``, not a torch import.)
 
+**Passive waiting.** GNU OpenMP's idle threads spin for a while (about a millisecond) after
+each parallel region before they sleep. A training step alternates many short regions (torch
+layers, the loss's chunks) with Python between them; on a machine with more runnable threads
+than cores — another job, or simply a busy shared host — the spinning threads take the cores
+from the threads that have work, and every region waits at its barrier for a descheduled
+thread. Measured on the 2-core reference machine (``benchmarks/results/openmp_contention.md``):
+with ``OMP_WAIT_POLICY=PASSIVE`` both the stock and the fused step ran 2-5x faster under load,
+and the fused step went from 0.5-0.8x to 0.9-1.7x the stock one. So, unless the user chose
+(``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` set), importing xloss sets
+``OMP_WAIT_POLICY=PASSIVE`` while no OpenMP runtime is loaded yet — OpenMP reads it once, when
+it loads, so this works when xloss is imported before torch (``import xloss.torch`` without an
+earlier ``import torch`` does that). When torch came first the runtime's policy is already
+fixed; :func:`wait_policy` says which case applies (``xloss.backend("cpu").info()`` shows it).
+Set ``OMP_WAIT_POLICY=ACTIVE`` to keep spinning.
+
 **Interrupts.** Numba's thread count is a per-thread setting that the backend changes for the
 duration of a call (the ``threads=`` option, the single-thread rule for small inputs). A
 KeyboardInterrupt raised between the change and the ``finally`` that undoes it would leave it
@@ -142,6 +157,34 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+# -- passive waiting -------------------------------------------------------------------------
+
+_policy_note = "not decided"
+
+
+def prefer_passive_wait() -> str:
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` for the OpenMP runtime this process will load, unless the
+    user chose a policy or a runtime is already loaded. Returns what happened (also kept for
+    :func:`wait_policy`)."""
+    global _policy_note
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        _policy_note = "chosen by the environment"
+    elif sys.platform != "linux":
+        _policy_note = "runtime default (only set on Linux)"
+    elif loaded_openmp_runtimes():
+        _policy_note = ("runtime default: an OpenMP runtime was loaded before xloss (e.g. import torch first); "
+                        "import xloss first or set OMP_WAIT_POLICY=PASSIVE")
+    else:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        _policy_note = "set to PASSIVE by xloss before the runtime loaded"
+    return _policy_note
+
+
+def wait_policy() -> str:
+    """The OpenMP wait policy in force and who chose it, in words."""
+    return f"{os.environ.get('OMP_WAIT_POLICY', 'unset')} ({_policy_note})"
+
+
 # -- one OpenMP runtime ---------------------------------------------------------------------
 
 _OPENMP_NAMES = ("libgomp", "libiomp5", "libomp")
@@ -238,3 +281,6 @@ def _deliver(handler, frame) -> None:
         os.kill(os.getpid(), signal.SIGINT)  # the default action, now that it is back
     else:
         handler(signal.SIGINT, frame)
+
+
+prefer_passive_wait()

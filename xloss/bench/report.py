@@ -122,17 +122,23 @@ def plot(result: dict, path) -> None:
             values.append(v)
             colour, hatch = style[r["implementation"]]
             x = i + (k - (len(rows) - 1) / 2) * width
-            ax.bar(x, v, width * 0.95, color=colour, hatch=hatch, edgecolor="white" if not hatch else "black",
-                   linewidth=0.5)
-            ax.annotate(f"{_ratio_label(v)}\nn={r['samples']}", (x, v), xytext=(0, 2), textcoords="offset points",
-                        ha="center", va="bottom", fontsize=7, rotation=90 if len(rows) > 4 else 0)
+            # bars grow from the 1x line: up is faster than the baseline, down is slower
+            ax.bar(x, v - 1.0, width * 0.95, bottom=1.0, color=colour, hatch=hatch,
+                   edgecolor="white" if not hatch else "black", linewidth=0.5)
+            if abs(v - 1.0) < 0.02:  # the baseline itself (or level with it): a thick mark on the line
+                ax.plot([x - width * 0.45, x + width * 0.45], [1.0, 1.0], color=colour, linewidth=5,
+                        solid_capstyle="butt")
+            up = v >= 1.0
+            ax.annotate(f"{_ratio_label(v)}\nn={r['samples']}", (x, v), xytext=(0, 2 if up else -2),
+                        textcoords="offset points", ha="center", va="bottom" if up else "top", fontsize=7,
+                        rotation=90 if len(rows) > 4 else 0)
     ax.axhline(1.0, color="black", linewidth=1.0)
     ax.set_yscale("log")
     if values:
         lo, hi = min(min(values), 1.0), max(max(values), 1.0)
-        ax.set_ylim(lo / 1.6, hi * 3.5)  # room for the labels above the tallest bar
+        ax.set_ylim(lo / 2.2, hi * 3.5)  # room for the labels beyond the longest bars
         ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
-                 if lo / 1.6 <= t <= hi * 3.5]
+                 if lo / 2.2 <= t <= hi * 3.5]
         ax.yaxis.set_major_locator(FixedLocator(ticks))
         ax.yaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _ratio_label(v)))
