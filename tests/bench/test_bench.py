@@ -98,6 +98,7 @@ def test_mistakes_raise_one_line_xloss_value_errors(kwargs, match):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow  # a fresh interpreter compiles the BCE kernel from an empty cache
 def test_cold_first_call_includes_compilation_in_a_fresh_process():
     """The cold first call runs in another interpreter with empty caches: it must take at least
     as long as a warm call here (it compiles), and report a time, not an error."""
@@ -123,3 +124,41 @@ def test_busy_warnings():
     assert len(warns) == 3 and "load average" in warns[0] and "other processes" in warns[1] and "spread" in warns[2]
     assert machine.busy_warnings(0.0, 0.0, [{"kernel": "k", "mode": "m", "size": "s", "results": [
         {"implementation": "a", "p20_s": 1.0, "p80_s": 1.1}]}]) == []
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_training_step_workload_runs_both_steps_with_the_same_loss(dtype):
+    """The stock and the fused step of one seeded model compute the same loss (the fused loss is
+    the same cross entropy), and both update the parameters."""
+    from xloss.bench import training
+
+    lm = training.LM(training.parse_step("64x16x100", dtype))
+    head = lm.head.weight.detach().clone()
+    stock = lm.stock_step()
+    assert not torch_equal(head, lm.head.weight)
+    lm2 = training.LM(training.parse_step("64x16x100", dtype))
+    fused = lm2.fused_step("cpu")
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    assert fused == pytest.approx(stock, rel=tol)
+
+
+def torch_equal(a, b):
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+@pytest.mark.slow  # 25 s on the shared 2-core machine at load 15 (a few seconds when quiet)
+def test_lm_step_cells_idle_and_busy_with_equal_samples():
+    pytest.importorskip("torch")
+    r = run(BenchConfig(kernels=["lm_step"], backends=["cpu", "reference"], sizes=["64x16x100"], repeat=2,
+                        cold_start=False), progress=False)
+    cells = {c["mode"]: c for c in r["cells"]}
+    assert set(cells) == {"idle", "busy"}
+    for cell in cells.values():
+        names = {x["implementation"] for x in cell["results"]}
+        assert names == {"torch stock step", "xloss fused step (cpu)"}
+        assert {x["samples"] for x in cell["results"]} == {2}
+        assert any(s["name"] == "xloss fused step (reference)" for s in cell["skipped"])
+    with pytest.raises(XLossValueError, match="training-step size"):
+        __import__("xloss.bench.training", fromlist=["x"]).parse_step("64x16", "float32")
