@@ -56,9 +56,9 @@ import sys
 import threading
 import types
 
-#: The package whose kernel modules are switched to serial twins in a forked child.
+#: The package whose kernel modules (every loaded submodule) are switched to serial twins in a
+#: forked child.
 _PACKAGE = __name__.rsplit(".", 1)[0]
-_KERNEL_MODULES = ("access", "bce", "flce", "focal", "nll", "layout", "gemm")
 
 _state = threading.local()  # per thread: inside a deferred-SIGINT region?
 _serial_only = False  # set in a forked child whose parent had started a parallel layer
@@ -114,12 +114,12 @@ def _is_parallel_dispatcher(obj) -> bool:
 
 
 def use_serial_kernels() -> None:
-    """Point every kernel module of this package at serial twins of its parallel kernels
-    (this process only). Idempotent; twins compile (or load from the disk cache) on first use."""
+    """Point every loaded module of this package at serial twins of its parallel kernels (this
+    process only; a kernel must be called through its module's global, as every driver here
+    does). Idempotent; twins compile (or load from the disk cache) on first use."""
     with _twin_lock:
-        for short in _KERNEL_MODULES:
-            mod = sys.modules.get(f"{_PACKAGE}.{short}")
-            if mod is None:
+        for mod_name, mod in list(sys.modules.items()):
+            if mod is None or not mod_name.startswith(_PACKAGE + "."):
                 continue
             for name, obj in list(vars(mod).items()):
                 if _is_parallel_dispatcher(obj):
