@@ -15,6 +15,9 @@ import textwrap
 import pytest
 
 pytest.importorskip("numba")
+# each case is a fresh interpreter (30-90 s each on the shared 2-core machine at load 12, with the
+# serial twins compiling once; a few seconds each from a warm cache on a quiet machine)
+pytestmark = pytest.mark.slow
 
 PRELUDE = textwrap.dedent("""
     import os, sys, signal, threading

@@ -52,6 +52,7 @@ def test_after_torch_loaded_openmp_xloss_leaves_the_policy_and_says_why():
     assert "loaded before xloss" in out.stdout
 
 
+@pytest.mark.slow  # 77 s at load 15 (a cold kernel cache and the linker's full trace)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the dynamic linker's trace is Linux's")
 def test_numbas_parallel_regions_run_on_torchs_openmp_runtime_whatever_the_import_order():
     """The first cpu kernel runs before torch is imported, yet Numba's OpenMP pool binds to the
