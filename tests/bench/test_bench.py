@@ -62,6 +62,7 @@ def test_writers(result, tmp_path):
     assert "focal_loss forward+grad" in text and "timed samples" in text
 
 
+@pytest.mark.slow  # 134 s at load 15: two cold-start interpreters (compiling, importing torch)
 def test_cli_quick_flags(tmp_path):
     out = subprocess.run([sys.executable, "-m", "xloss.cli", "bench", "--kernels", "bce", "--sizes", "2k",
                           "--backends", "cpu", "--repeat", "2", "--no-compile", "--no-progress", "--json",

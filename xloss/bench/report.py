@@ -29,7 +29,8 @@ def table(result: dict) -> str:
     for w in result.get("warnings", []):
         lines.append(f"WARNING: busy machine: {w} (compare ratios from the same cell, not absolute times)")
     lines.append("n: timed samples per implementation (the same for every implementation of a cell); first call: "
-                 "a fresh process with empty Numba/TorchInductor caches, compilation included")
+                 "a fresh process with empty Numba/TorchInductor caches, compilation and the backend's lazy imports "
+                 "included")
     lines.append("")
     head = ("implementation", "median", "p20..p80", "n", "speed-up", "throughput", "of roofline", "peak extra",
             "first call")

@@ -101,8 +101,10 @@ def common_rounds(slowest_call_s: float, repeat: int, budget_s: float) -> int:
 
 def cold_first_call(spec: dict, timeout_s: float = 900) -> tuple[float | None, str]:
     """Seconds of one candidate's first call in a fresh interpreter whose Numba and
-    TorchInductor caches are new, empty folders, so compilation is really included (the
-    imports of xloss and torch are not: a program has paid for them already). ``spec``:
+    TorchInductor caches are new, empty folders, so compilation is really included. Not
+    included: importing xloss, and torch for a PyTorch candidate (a program has paid for them);
+    included: what an xloss backend imports on its first call (Numba; torch for the FLCE
+    products). ``spec``:
     kernel, mode, size, dtype, backends, candidate. Returns (seconds, "") or (None, why)."""
     import json
     import os
