@@ -47,3 +47,7 @@ __all__ = [
     "fused_linear_cross_entropy_grad", "list_backends", "nll_loss_grad", "register_backend",
     "unregister_backend",
 ]
+
+# The cpu backend's threading setup must run before any OpenMP runtime loads (before torch):
+# see backends/cpu_onednn/threads.py. It imports nothing heavy (no Numba, no torch).
+from .backends.cpu_onednn import threads as _cpu_threads  # noqa: E402,F401

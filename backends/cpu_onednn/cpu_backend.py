@@ -10,6 +10,7 @@ import threading
 
 from ...backend import Backend, KernelCaps
 from ...dtypes import FLOAT_DTYPES
+from . import threads as _threads
 
 _ALL_DTYPES = tuple(FLOAT_DTYPES)  # float16, bfloat16 (widened in-kernel), float32, float64
 _MIN_NUMBA = (0, 59)
@@ -31,6 +32,16 @@ _kernels = None
 # Numba's workqueue threading layer (its fallback when no OpenMP or TBB runtime loads) must not be
 # entered from two Python threads at once: it aborts. Under it, kernel launches are serialised.
 _launch_lock = threading.RLock()
+
+
+def _fresh_locks() -> None:
+    """In a forked child: a thread that held these at the fork does not exist there."""
+    global _load_lock, _launch_lock
+    _load_lock = threading.Lock()
+    _launch_lock = threading.RLock()
+
+
+_threads.on_fork_child(_fresh_locks)
 
 
 def _layer_is_threadsafe() -> bool:
@@ -63,6 +74,7 @@ def kernels():
     if _kernels is None:
         with _load_lock:
             if _kernels is None:
+                _threads.share_openmp_runtime()  # before anything loads Numba's threading layer
                 from . import bce, flce, focal, gemm, nll  # (importing them checks the disk cache)
 
                 _kernels = {"focal": focal, "bce": bce, "nll": nll, "flce": flce, "gemm": gemm}
@@ -103,8 +115,12 @@ class CpuBackend(Backend):
         try:
             import numba
 
+            _threads.share_openmp_runtime()  # (get_num_threads loads the threading layer)
             facts["numba"] = numba.__version__
             facts["numba threads"] = str(numba.get_num_threads())
+            facts["numba threading layer"] = numba.threading_layer()
+            facts["openmp wait policy"] = _threads.wait_policy()
+            facts["openmp runtimes loaded"] = ", ".join(_threads.loaded_openmp_runtimes()) or "none"
             torch_there = importlib.util.find_spec("torch") is not None  # (without importing it)
             facts["blas in use"] = "torch" if self._blas_choice == "torch" or (
                 self._blas_choice == "auto" and torch_there) else "numpy"
@@ -120,8 +136,15 @@ class CpuBackend(Backend):
     @contextlib.contextmanager
     def _thread_count(self):
         """The backend's thread count for the enclosed launches (Numba's setting is per thread),
-        serialised when the threading layer is not thread-safe."""
+        restored on every exit path: SIGINT is held for the call (see ``threads.py``). Launches
+        are serialised when the threading layer is not thread-safe; in a child forked from a
+        process running GNU OpenMP the kernels run serially (``threads.py``)."""
         with contextlib.ExitStack() as stack:
+            stack.enter_context(_threads.sigint_held())
+            if _threads.serial_only():
+                _threads.use_serial_kernels()
+                yield
+                return
             if not _layer_is_threadsafe():
                 stack.enter_context(_launch_lock)
             if self._threads is None:
@@ -130,11 +153,9 @@ class CpuBackend(Backend):
             import numba
 
             before = numba.get_num_threads()
+            stack.callback(numba.set_num_threads, before)
             numba.set_num_threads(min(self._threads, numba.config.NUMBA_NUM_THREADS))
-            try:
-                yield
-            finally:
-                numba.set_num_threads(before)
+            yield
 
     # -- the kernels ---------------------------------------------------------------------
     def focal_loss(self, a):

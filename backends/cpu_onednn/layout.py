@@ -24,6 +24,7 @@ from numba import njit
 
 from .access import storage_view
 from .intrinsics import inline_me
+from .threads import serial_only
 
 #: Elements per block: a multiple of every SIMD width, small enough for L1/L2-resident scratch.
 BLOCK = 8192
@@ -94,16 +95,18 @@ SERIAL_MAX = 4 * BLOCK
 
 @contextlib.contextmanager
 def threads_for(n: int):
-    """Run the enclosed kernel calls single-threaded when ``n`` elements are too few to share."""
-    if n > SERIAL_MAX:
+    """Run the enclosed kernel calls single-threaded when ``n`` elements are too few to share.
+    (The backend holds SIGINT around its calls, so the restore below cannot be skipped by a
+    KeyboardInterrupt: ``threads.py``.)"""
+    if n > SERIAL_MAX or serial_only():
         yield
         return
     before = numba.get_num_threads()
     if before == 1:
         yield
         return
-    numba.set_num_threads(1)
     try:
+        numba.set_num_threads(1)
         yield
     finally:
         numba.set_num_threads(before)

@@ -1,4 +1,5 @@
-"""`xloss bench` on a tiny run: the table, JSON, CSV and PNG it writes have the promised structure."""
+"""`xloss bench` on a tiny run: the table, JSON, CSV and PNG it writes have the promised structure;
+every candidate gets the same number of samples; mistakes raise XLossValueError with one line."""
 
 import csv
 import json
@@ -7,13 +8,14 @@ import sys
 
 import pytest
 
-from xloss.bench import BenchConfig, report, run, timing, workloads
+from xloss.bench import BenchConfig, machine, report, run, timing, workloads
+from xloss.errors import XLossValueError
 
 
 @pytest.fixture(scope="module")
 def result():
-    cfg = BenchConfig(kernels=["focal", "nll", "flce"], backends=["cpu", "reference", "no-such-backend"],
-                      sizes=["4k", "64x10", "8x16x40"], repeat=2, compile=False)
+    cfg = BenchConfig(kernels=["focal", "nll", "flce"], backends=["cpu", "reference"],
+                      sizes=["4k", "64x10", "8x16x40"], repeat=2, compile=False, cold_start=False)
     return run(cfg, progress=False)
 
 
@@ -28,12 +30,14 @@ def test_every_cell_has_the_promised_columns(result):
         assert {"xloss:cpu", "xloss:reference", cell["baseline"]} <= names
         base = next(r for r in cell["results"] if r["implementation"] == cell["baseline"])
         assert base["speedup_vs_baseline"] == pytest.approx(1.0)
+        assert len({r["samples"] for r in cell["results"]}) == 1  # the same count for everyone
         for r in cell["results"]:
-            assert 0 < r["p20_s"] <= r["median_s"] <= r["p80_s"] and r["samples"] >= 1
-            assert r["first_call_s"] > 0
+            assert 0 < r["p20_s"] <= r["median_s"] <= r["p80_s"] and r["samples"] == 2
+            assert r["first_call_s"] is None and r["first_call_note"] == "cold start disabled"
             assert ("fraction_of_bandwidth" in r) == (cell["kernel"] != "fused_linear_cross_entropy_grad")
-        assert any(s["name"] == "xloss:no-such-backend" and "no backend named" in s["reason"]
-                   for s in cell["skipped"])
+        assert cell["other_cpus"] is None or cell["other_cpus"] >= 0
+    assert result["ceilings"]["gemm_peak_library"] == "torch"  # fixed: torch when installed
+    assert isinstance(result["warnings"], list) and "load" in result
     focal = cells[("focal_loss", "forward+grad")]
     assert any(s["name"] == "torch.compile (A.1)" and "disabled" in s["reason"] for s in focal["skipped"])
     nll = {r["implementation"] for r in cells[("nll_loss_grad", "grad")]["results"]}
@@ -55,9 +59,10 @@ def test_writers(result, tmp_path):
     report.plot(result, tmp_path / "b.png")
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = report.table(result)
-    assert "focal_loss forward+grad" in text and "skipped xloss:no-such-backend" in text
+    assert "focal_loss forward+grad" in text and "timed samples" in text
 
 
+@pytest.mark.slow  # 134 s at load 15: two cold-start interpreters (compiling, importing torch)
 def test_cli_quick_flags(tmp_path):
     out = subprocess.run([sys.executable, "-m", "xloss.cli", "bench", "--kernels", "bce", "--sizes", "2k",
                           "--backends", "cpu", "--repeat", "2", "--no-compile", "--no-progress", "--json",
@@ -73,6 +78,88 @@ def test_sizes_and_rounds():
     with pytest.raises(ValueError, match="not a size"):
         workloads.parse_count("lots")
     assert workloads.sizes_for("nll_loss_grad", ["8M", "10x20"], quick=False) == ["10x20"]
-    assert timing.plan_rounds(0.001, 15, 6.0) == 15 and timing.plan_rounds(10.0, 15, 6.0) == 1
+    assert timing.common_rounds(0.001, 15, 6.0) == 15 and timing.common_rounds(10.0, 15, 6.0) == timing.MIN_ROUNDS
+    assert timing.common_rounds(10.0, 2, 6.0) == 2 and timing.common_rounds(1.0, 15, 6.0) == 6
     t = timing.Timing.of([3.0, 1.0, 2.0, 5.0, 4.0])
     assert (t.median, t.p20, t.p80) == (3.0, 1.8, 4.2)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(backends=["cpuu"]), "unknown backend 'cpuu'"),
+    (dict(sizes=["4X"]), "bad size '4X'"),
+    (dict(sizes=["lots"]), "bad size 'lots'"),
+    (dict(kernels=["focal"], sizes=["10x20"]), "fits none of the selected kernels"),
+    (dict(kernels=["focul"]), "unknown kernel 'focul'"),
+    (dict(dtype="float8"), "unknown dtype"),
+    (dict(repeat=0), "repeat must be a positive integer"),
+])
+def test_mistakes_raise_one_line_xloss_value_errors(kwargs, match):
+    with pytest.raises(XLossValueError, match=match) as info:
+        run(BenchConfig(**kwargs), progress=False)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow  # a fresh interpreter compiles the BCE kernel from an empty cache
+def test_cold_first_call_includes_compilation_in_a_fresh_process():
+    """The cold first call runs in another interpreter with empty caches: it must take at least
+    as long as a warm call here (it compiles), and report a time, not an error."""
+    spec = {"kernel": "bce_grad", "mode": "grad", "size": "2k", "dtype": "float32", "backends": ["cpu"],
+            "candidate": "xloss:cpu"}
+    seconds, why = timing.cold_first_call(spec, timeout_s=300)
+    assert why == "" and seconds is not None, why
+    w = workloads.build("bce_grad", "grad", "2k", "float32")
+    from xloss.bench import impls
+
+    fn = impls.xloss_candidates(w, ["cpu"])[0][0].fn
+    warm = min(timing.first_call_seconds(fn) for _ in range(3))
+    assert seconds > warm
+    bad = dict(spec, candidate="no such candidate")
+    assert timing.cold_first_call(bad, timeout_s=300)[1].startswith("no candidate")
+
+
+def test_busy_warnings():
+    cells = [{"kernel": "k", "mode": "m", "size": "s",
+              "results": [{"implementation": "a", "p20_s": 1.0, "p80_s": 2.0}]}]
+    cpus = __import__("os").cpu_count()
+    warns = machine.busy_warnings(load_before=10.0 * cpus, other_cpus=1.5, cells=cells)
+    assert len(warns) == 3 and "load average" in warns[0] and "other processes" in warns[1] and "spread" in warns[2]
+    assert machine.busy_warnings(0.0, 0.0, [{"kernel": "k", "mode": "m", "size": "s", "results": [
+        {"implementation": "a", "p20_s": 1.0, "p80_s": 1.1}]}]) == []
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_training_step_workload_runs_both_steps_with_the_same_loss(dtype):
+    """The stock and the fused step of one seeded model compute the same loss (the fused loss is
+    the same cross entropy), and both update the parameters."""
+    from xloss.bench import training
+
+    lm = training.LM(training.parse_step("64x16x100", dtype))
+    head = lm.head.weight.detach().clone()
+    stock = lm.stock_step()
+    assert not torch_equal(head, lm.head.weight)
+    lm2 = training.LM(training.parse_step("64x16x100", dtype))
+    fused = lm2.fused_step("cpu")
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    assert fused == pytest.approx(stock, rel=tol)
+
+
+def torch_equal(a, b):
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+@pytest.mark.slow  # 25 s on the shared 2-core machine at load 15 (a few seconds when quiet)
+def test_lm_step_cells_idle_and_busy_with_equal_samples():
+    pytest.importorskip("torch")
+    r = run(BenchConfig(kernels=["lm_step"], backends=["cpu", "reference"], sizes=["64x16x100"], repeat=2,
+                        cold_start=False), progress=False)
+    cells = {c["mode"]: c for c in r["cells"]}
+    assert set(cells) == {"idle", "busy"}
+    for cell in cells.values():
+        names = {x["implementation"] for x in cell["results"]}
+        assert names == {"torch stock step", "xloss fused step (cpu)"}
+        assert {x["samples"] for x in cell["results"]} == {2}
+        assert any(s["name"] == "xloss fused step (reference)" for s in cell["skipped"])
+    with pytest.raises(XLossValueError, match="training-step size"):
+        __import__("xloss.bench.training", fromlist=["x"]).parse_step("64x16", "float32")

@@ -88,3 +88,85 @@ def test_cpu_backend_under_numbas_workqueue_layer():
     env.update({k: v for k, v in os.environ.items() if k.startswith(("NUMBA_CACHE", "HOME", "PYTHON"))})
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_sigint_storm_leaves_numbas_thread_count_and_the_handler_as_they_were():
+    """SIGINTs every half millisecond while the main thread makes cpu calls that change Numba's
+    thread count (``threads=1``, and small inputs that run single-threaded): every interrupt
+    surfaces as a KeyboardInterrupt after its call, and afterwards the count and the handler
+    are the ones from before."""
+    script = textwrap.dedent("""
+        import os, signal, threading, time
+        import numpy as np, numba, xloss
+
+        one = xloss.backend("cpu", threads=1)
+        big = np.linspace(-6, 6, 300_000, dtype=np.float32)
+        small = big[:5000].copy()
+        want = {id(x): xloss.focal_loss(x, (x > 0).astype(np.float32), reduction="sum") for x in (big, small)}
+        before = numba.get_num_threads()
+        assert before > 1, before
+
+        inside = False
+        def handler(signum, frame):
+            if inside:
+                raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, handler)
+
+        stop = threading.Event()
+        def storm():
+            while not stop.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.0005)
+        t = threading.Thread(target=storm)
+        t.start()
+        calls = hits = 0
+        end = time.monotonic() + 4
+        while time.monotonic() < end:
+            x = big if calls % 3 == 0 else small
+            try:
+                inside = True
+                got = xloss.focal_loss(x, (x > 0).astype(np.float32), reduction="sum",
+                                       backend=one if calls % 2 else "cpu")
+                inside = False
+                assert got == want[id(x)]
+                calls += 1
+            except KeyboardInterrupt:
+                inside = False
+                hits += 1
+        stop.set()
+        t.join()
+        time.sleep(0.05)
+        assert numba.get_num_threads() == before, (numba.get_num_threads(), before)
+        assert signal.getsignal(signal.SIGINT) is handler
+        assert calls > 0 and hits > 0, (calls, hits)
+        print("ok", calls, hits)
+    """)
+    import os
+
+    env = {**os.environ, "NUMBA_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stdout + out.stderr[-3000:]
+
+
+def test_a_sigint_during_a_cpu_call_is_delivered_after_it():
+    import signal as sig
+    import os
+
+    from xloss.backends.cpu_onednn import threads
+
+    if threading_main() is False:
+        pytest.skip("signals reach the main thread only")
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with threads.sigint_held():
+            os.kill(os.getpid(), sig.SIGINT)
+            for _ in range(1000):  # bytecodes run: a pending signal would be handled here
+                done.append(1)
+    assert len(done) == 1000
+    assert sig.getsignal(sig.SIGINT) is sig.default_int_handler
+
+
+def threading_main():
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -62,7 +62,9 @@ def _xloss_calls(w: Workload, b):
     raise ValueError(w.kernel)
 
 
-def xloss_candidates(w: Workload, names) -> tuple[list[Candidate], list[Skip]]:
+def xloss_candidates(w: Workload, names, probe: bool = True) -> tuple[list[Candidate], list[Skip]]:
+    """Candidates for the xloss backends ``names``; ``probe``: make one call each here, so a
+    backend that does not declare the request is skipped (with its reason) up front."""
     cands, skips = [], []
     for name in names:
         label = f"xloss:{name}"
@@ -77,7 +79,8 @@ def xloss_candidates(w: Workload, names) -> tuple[list[Candidate], list[Skip]]:
             continue
         try:
             calls = _xloss_calls(w, b)
-            calls[0][1]()  # refuses here if the backend does not declare the request
+            if probe:
+                calls[0][1]()  # refuses here if the backend does not declare the request
         except XLossError as exc:
             skips.append(Skip(label, str(exc)))
             continue

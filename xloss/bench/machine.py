@@ -78,22 +78,84 @@ def copy_bandwidth(nbytes: int = 256 << 20, repeat: int = 5) -> float:
     return 2 * n * 8 / best
 
 
+def gemm_library(torch=None) -> str:
+    """The BLAS the GEMM peak is measured on, fixed per run: PyTorch's when installed (what the
+    cpu backend's FLCE and the "3 bare GEMMs" floor use), else NumPy's. Never "whichever was
+    faster this time", which would change the roofline between runs."""
+    return "torch" if torch is not None else "numpy"
+
+
 def gemm_peak(torch=None, dtype: str = "float32", n: int = 2048, repeat: int = 5) -> tuple[float, str]:
-    """FLOP/s of a square GEMM on the fastest BLAS at hand, and which one."""
-    best = (0.0, "none")
+    """FLOP/s of a square GEMM on :func:`gemm_library` (best of ``repeat``), and that library."""
+    lib = gemm_library(torch)
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
-    if dtype == "float32":
-        np.matmul(a, a)
-        t = min(_timed(lambda: np.matmul(a, a)) for _ in range(repeat))
-        best = max(best, (2 * n**3 / t, "numpy"))
-    if torch is not None:
-        tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-               "float64": torch.float64}[dtype]
-        ta = torch.from_numpy(a).to(tdt)
-        torch.mm(ta, ta)
-        t = min(_timed(lambda: torch.mm(ta, ta)) for _ in range(repeat))
-        best = max(best, (2 * n**3 / t, "torch"))
-    return best
+    if lib == "numpy":
+        b = a.astype(np.float64) if dtype == "float64" else a
+        np.matmul(b, b)
+        t = min(_timed(lambda: np.matmul(b, b)) for _ in range(repeat))
+        return 2 * n**3 / t, lib
+    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+           "float64": torch.float64}[dtype]
+    ta = torch.from_numpy(a).to(tdt)
+    torch.mm(ta, ta)
+    t = min(_timed(lambda: torch.mm(ta, ta)) for _ in range(repeat))
+    return 2 * n**3 / t, lib
+
+
+class OtherLoad:
+    """CPU time other processes used while it ran, in CPUs (Linux ``/proc``; None elsewhere):
+    all busy time of the machine minus this process's and its children's."""
+
+    def __init__(self):
+        self.start = self._snapshot()
+
+    @staticmethod
+    def _snapshot():
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(v) for v in f.readline().split()[1:]]
+            busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)  # minus idle, iowait
+            t = os.times()
+            own = t.user + t.system + t.children_user + t.children_system
+            return time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), own
+        except (OSError, ValueError, IndexError, AttributeError):
+            return None
+
+    def cpus(self) -> float | None:
+        end = self._snapshot()
+        if self.start is None or end is None or end[0] <= self.start[0]:
+            return None
+        wall = end[0] - self.start[0]
+        return max(0.0, ((end[1] - self.start[1]) - (end[2] - self.start[2])) / wall)
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+#: Thresholds of the busy-machine warning: other processes using more than this many CPUs on
+#: average, a load average above this fraction of the CPUs, or a timing spread (p80 / p20) above.
+BUSY_OTHER_CPUS = 0.25
+BUSY_LOAD_PER_CPU = 0.5
+BUSY_SPREAD = 1.3
+
+
+def busy_warnings(load_before: float | None, other_cpus: float | None, cells: list) -> list[str]:
+    """One line per sign that the machine was not quiet while the benchmark ran."""
+    cpus = os.cpu_count() or 1
+    out = []
+    if load_before is not None and load_before > BUSY_LOAD_PER_CPU * cpus:
+        out.append(f"load average {load_before:.1f} on {cpus} CPUs before the run")
+    if other_cpus is not None and other_cpus > BUSY_OTHER_CPUS:
+        out.append(f"other processes used {other_cpus:.2f} CPUs on average during the run")
+    spread = [f"{c['kernel']} {c['mode']} {c['size']}: {r['implementation']} p80/p20 = {r['p80_s'] / r['p20_s']:.2f}"
+              for c in cells for r in c["results"] if r["p20_s"] > 0 and r["p80_s"] / r["p20_s"] > BUSY_SPREAD]
+    if spread:
+        out.append(f"timing spread above {BUSY_SPREAD}x in {len(spread)} result(s), e.g. " + "; ".join(spread[:3]))
+    return out
 
 
 def _timed(fn) -> float:

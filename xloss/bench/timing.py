@@ -75,22 +75,54 @@ class Timing:
         return cls(statistics.median(s), q[0], q[3], len(s))
 
 
-def race(candidates: dict, rounds: dict, warmup: set) -> dict:
-    """{name: Timing}: candidate ``name`` timed ``rounds[name]`` times, all interleaved round by
-    round (a noisy machine slows them alike); those in ``warmup`` get one untimed call first."""
-    for name in warmup:
-        candidates[name]()
+def race(candidates: dict, rounds: int) -> dict:
+    """{name: Timing}: every candidate timed ``rounds`` times, interleaved round by round (a noisy
+    machine slows them alike), so every candidate has the same number of samples."""
     times = {name: [] for name in candidates}
-    for rnd in range(max(rounds.values(), default=0)):
+    for _ in range(rounds):
         for name, fn in candidates.items():
-            if rnd < rounds[name]:
-                t = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
     return {name: Timing.of(ts) for name, ts in times.items()}
 
 
-def plan_rounds(first_call_s: float, repeat: int, budget_s: float) -> int:
-    """How many timed rounds a candidate gets: ``repeat``, fewer if that would exceed ``budget_s``
-    (its first call tells its cost), at least one."""
-    return max(1, min(repeat, int(budget_s / max(first_call_s, 1e-9))))
+#: Every candidate of a cell gets at least this many timed samples, whatever the budget.
+MIN_ROUNDS = 3
+
+
+def common_rounds(slowest_call_s: float, repeat: int, budget_s: float) -> int:
+    """Timed rounds for a whole cell: ``repeat``, fewer if the slowest candidate (by its warm
+    call) would exceed ``budget_s``, never fewer than :data:`MIN_ROUNDS` (nor than ``repeat``
+    when that is smaller)."""
+    fit = int(budget_s / max(slowest_call_s, 1e-9))
+    return max(min(MIN_ROUNDS, repeat), min(repeat, fit))
+
+
+def cold_first_call(spec: dict, timeout_s: float = 900) -> tuple[float | None, str]:
+    """Seconds of one candidate's first call in a fresh interpreter whose Numba and
+    TorchInductor caches are new, empty folders, so compilation is really included. Not
+    included: importing xloss, and torch for a PyTorch candidate (a program has paid for them);
+    included: what an xloss backend imports on its first call (Numba; torch for the FLCE
+    products). ``spec``:
+    kernel, mode, size, dtype, backends, candidate. Returns (seconds, "") or (None, why)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="xloss-cold-") as tmp:
+        env = {**os.environ, "NUMBA_CACHE_DIR": os.path.join(tmp, "numba"),
+               "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, "inductor"), "TRITON_CACHE_DIR": os.path.join(tmp, "triton"),
+               "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+        try:
+            out = subprocess.run([sys.executable, "-m", "xloss.bench.coldstart", json.dumps(spec)], env=env,
+                                 capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            return None, f"the cold first call took over {timeout_s:.0f} s"
+    try:
+        answer = json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return None, f"the cold-start process failed (exit {out.returncode}): {out.stderr.strip()[-200:]}"
+    return answer.get("seconds"), answer.get("error", "")

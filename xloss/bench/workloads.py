@@ -10,16 +10,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import dtypes as xdt
+from ..errors import XLossValueError
 
-KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad")
-ALIASES = {"focal": "focal_loss", "bce": "bce_grad", "nll": "nll_loss_grad", "flce": "fused_linear_cross_entropy_grad"}
+KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad", "lm_step")
+ALIASES = {"focal": "focal_loss", "bce": "bce_grad", "nll": "nll_loss_grad", "flce": "fused_linear_cross_entropy_grad",
+           "lm_step": "lm_step"}
+DTYPES = tuple(xdt.FLOAT_DTYPES)
+#: Dimensions of a size, per kernel: N; N x C; BT x H x V (lm_step: tokens x hidden x vocab).
+DIMS = {"focal_loss": 1, "bce_grad": 1, "nll_loss_grad": 2, "fused_linear_cross_entropy_grad": 3, "lm_step": 3}
 FOCAL_MODES = ("forward", "grad", "forward+grad")
 
 #: Default sizes: elements for focal/BCE, N x C for NLL, BT x H x V for FLCE.
 FULL_SIZES = {"focal_loss": ["8M"], "bce_grad": ["8M"], "nll_loss_grad": ["32768x1000"],
-              "fused_linear_cross_entropy_grad": ["2048x1024x32000"]}
+              "fused_linear_cross_entropy_grad": ["2048x1024x32000"], "lm_step": ["4096x256x32000"]}
 QUICK_SIZES = {"focal_loss": ["1M"], "bce_grad": ["1M"], "nll_loss_grad": ["8192x1000"],
-               "fused_linear_cross_entropy_grad": ["256x256x4000"]}
+               "fused_linear_cross_entropy_grad": ["256x256x4000"], "lm_step": ["512x128x8000"]}
 
 
 @dataclass
@@ -40,14 +45,14 @@ class Workload:
 def parse_count(text: str) -> int:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", text.strip())
     if not m:
-        raise ValueError(f"not a size: {text!r} (e.g. 8M, 4096, 32768x1000, 2048x1024x32000)")
+        raise XLossValueError(f"not a size: {text!r} (e.g. 8M, 4096, 32768x1000, 2048x1024x32000)")
     return int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()])
 
 
 def parse_dims(text: str, n: int) -> tuple[int, ...]:
     parts = [parse_count(p) for p in text.lower().split("x")]
     if len(parts) != n:
-        raise ValueError(f"size {text!r} needs {n} dimensions separated by 'x'")
+        raise XLossValueError(f"size {text!r} needs {n} dimensions separated by 'x'")
     return tuple(parts)
 
 
@@ -55,8 +60,25 @@ def sizes_for(kernel: str, requested: list[str] | None, quick: bool) -> list[str
     """The sizes of ``kernel`` among ``requested`` (by form: N, NxC, BTxHxV), else the defaults."""
     if not requested:
         return (QUICK_SIZES if quick else FULL_SIZES)[kernel]
-    want = {"focal_loss": 1, "bce_grad": 1, "nll_loss_grad": 2, "fused_linear_cross_entropy_grad": 3}[kernel]
-    return [s for s in requested if len(s.lower().split("x")) == want]
+    return [s for s in requested if len(s.lower().split("x")) == DIMS[kernel]]
+
+
+def check_sizes(sizes: list[str], kernels: list[str]) -> None:
+    """Raise :class:`XLossValueError` (one line) for a size that does not parse or that no
+    selected kernel takes."""
+    for text in sizes:
+        if not isinstance(text, str):
+            raise XLossValueError(f"size must be a string such as 8M or 2048x1024x32000; got {text!r}")
+        n = len(text.lower().split("x"))
+        try:
+            dims = parse_dims(text, n)
+        except ValueError as exc:
+            raise XLossValueError(f"bad size {text!r}: {exc}") from None
+        if n > 3 or min(dims) < 1:
+            raise XLossValueError(f"bad size {text!r}: give N, NxC or BTxHxV with every dimension at least 1")
+        if not any(DIMS[k] == n for k in kernels):
+            forms = ", ".join(f"{k} takes {DIMS[k]} dimension(s)" for k in kernels)
+            raise XLossValueError(f"size {text!r} fits none of the selected kernels ({forms})")
 
 
 def scaled(kernel: str, size: str, factor: int) -> str:
