@@ -164,7 +164,7 @@ def cmd_bench(args) -> int:
             raise UsageError(f"--backends: no backend named {name!r}; registered backends: {', '.join(known)}")
     config = BenchConfig(kernels=args.kernels or BenchConfig().kernels, backends=args.backends, sizes=args.sizes,
                          dtype=args.dtype, repeat=args.repeat, quick=args.quick, compile=not args.no_compile,
-                         max_call_s=args.max_call)
+                         max_call_s=args.max_call, cold_start=not args.no_cold_start)
     try:
         result = run(config, progress=not args.no_progress)
     except ValueError as exc:
@@ -224,7 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. 8M (focal, bce), 32768x1000 (nll), 2048x1024x32000 (flce: BT x H x V)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     p.add_argument("--repeat", type=int, help="timed rounds per cell (default 15; 5 with --quick)")
-    p.add_argument("--quick", action="store_true", help="small sizes, fewer rounds: under a minute")
+    p.add_argument("--quick", action="store_true", help="small sizes, fewer rounds")
+    p.add_argument("--no-cold-start", action="store_true",
+                   help="skip the first-call column (measured in a fresh process with empty compiler caches)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles for tens of seconds)")
     p.add_argument("--max-call", type=float, metavar="SECONDS",
                    help="skip an xloss backend whose single call would take longer (default 20; 5 with --quick)")

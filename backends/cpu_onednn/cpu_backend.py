@@ -24,7 +24,8 @@ _CAPS = {
     "nll_loss_grad": KernelCaps.declare("nll_loss_grad", dtypes=_ALL_DTYPES),
     "fused_linear_cross_entropy_grad": KernelCaps.declare(
         "fused_linear_cross_entropy_grad", dtypes=_ALL_DTYPES,
-        notes="half types: float32 products, one rounding at the end; memory bounded by flce_chunk_bytes"),
+        notes=("bfloat16: native bf16 GEMMs with float32 partials, G rounded once to bf16; float16: float32 "
+               "products; one rounding at the end; memory bounded by flce_chunk_bytes")),
 }
 
 _load_lock = threading.Lock()
