@@ -23,10 +23,8 @@ import numpy as np
 
 from ...backend import Backend, KernelCaps
 from ...errors import BackendUnavailableError, KernelError, XLossTypeError, XLossValueError
-from ...kernels import REDUCTION_CODES
 from . import abi
 
-NONE, MEAN, SUM = (REDUCTION_CODES[r] for r in ("none", "mean", "sum"))
 BCE_EPS = 1e-12  # FT78NE_BCE_EPS: the eps of x(1-x) + eps, fixed inside the library
 ALIGN = 64  # the emulator's allocation granularity; the tile planner counts in it
 
@@ -89,6 +87,15 @@ def _check_int(what: str, value: int) -> int:
     return int(value)
 
 
+def _mean_operands(g, tw, dt):
+    """(loss_grad, total_weight) of a mean call in the dtype. A total weight beyond the dtype's
+    range (a half sum over more than 65504 unit weights) is scaled with g by the same power of
+    two, exactly: the library's g / total_weight is unchanged."""
+    big = float(np.finfo(dt).max) / 2
+    scale = 2.0 ** math.ceil(math.log2(abs(tw) / big)) if math.isfinite(tw) and abs(tw) > big else 1.0
+    return (np.asarray(g, np.float64) / scale).astype(dt), np.array([tw / scale], dt)
+
+
 @dataclass
 class _PBuf:
     """A buffer in a core's private memory: the vendor-call pointer and a NumPy view for staging."""
@@ -100,7 +107,7 @@ class _PBuf:
 class DspBackend(Backend):
     """``ft78ne`` (fp32) or ``mt7004`` (fp16, fp32) over the DSP calling convention."""
 
-    OPTIONS = ("memory", "core_mask", "lib", "private_bytes")
+    OPTIONS = ("memory", "core_mask", "lib", "private_bytes", *abi.CODE_OPTIONS)
 
     def __init__(self, chip: str, **options):
         unknown = sorted(set(options) - set(self.OPTIONS))
@@ -135,7 +142,13 @@ class DspBackend(Backend):
         self.cores = [c for c in range(abi.NUM_CORES) if core_mask >> c & 1]
         self.private_bytes = private_bytes
         self.paths = abi.resolve(options.get("lib"))
+        try:
+            self._codes = abi.code_table(**{k: options.get(k) for k in abi.CODE_OPTIONS})
+        except ValueError as exc:
+            raise XLossValueError(f"backend {chip!r}: {exc}") from None
         shown = {"memory": memory, "core_mask": f"{core_mask:#04x}"}
+        shown.update({k: ",".join(abi.parse_codes(k, options[k])) for k in abi.CODE_OPTIONS
+                      if options.get(k) is not None})
         if options.get("lib") is not None:
             shown["lib"] = ":".join(self.paths)
         if private_bytes is not None:
@@ -158,6 +171,7 @@ class DspBackend(Backend):
                     self._has_private = all(lib.has(s) for s in abi.PRIVATE_HELPERS)
                     self._has_capacity = lib.has(abi.CAPACITY_HELPER)
                     self._direct = abi.is_emulator(self.paths)
+                    self._has_ext = lib.has(abi.EXT_MARKER) and int(lib.symbol(abi.EXT_MARKER)()) == abi.EXT_ABI
                     self._lib = lib
         return self._lib
 
@@ -217,8 +231,9 @@ class DspBackend(Backend):
         suffix = "_s" if self.memory == "shared" else "_p"
         dtypes = _CHIP_DTYPES[self.chip]
 
-        def has(dtype, *ops):
-            return all(lib.has(f"{_PREFIX[dtype]}_{op}{suffix}") for op in ops)
+        def has(dtype, *ops):  # ours only where the library declares our layouts (abi.OURS_OPS)
+            return all(lib.has(f"{_PREFIX[dtype]}_{op}{suffix}") and (op in abi.VENDOR_OPS or self._has_ext)
+                       for op in ops)
 
         limit = abi.INT_MAX  # sizes are C ints
         memory_note = f"{self.memory} memory, core_mask {self.core_mask:#04x}"
@@ -296,6 +311,10 @@ class DspBackend(Backend):
                 symbol = f"{_PREFIX[req.dtype]}_{op}{suffix}"
                 if not self.lib.has(symbol):
                     raise BackendUnavailableError(f"{':'.join(self.paths)} does not export {symbol}")
+                if op in abi.OURS_OPS and not self._has_ext:
+                    raise BackendUnavailableError(
+                        f"{':'.join(self.paths)} exports {symbol} but not {abi.EXT_MARKER}() returning {abi.EXT_ABI}: "
+                        f"{op} is xloss's own layout (no vendor page), called only in libraries that declare it")
         self.check(req)
 
     def _names(self, dtype, op):
@@ -311,29 +330,28 @@ class DspBackend(Backend):
         return np.full_like(arr, np.nan)  # aligned; unwritten elements show as NaN
 
     # -- upstream gradients --------------------------------------------------------------------
-    @staticmethod
-    def _upstream(grad, reduction: str, dtype):
-        """(reduction code, dloss) for one call over the whole input.
+    def _upstream(self, op: str, grad, reduction: str, dtype):
+        """(reduction code of ``op``, dloss) for one call over the whole input.
 
         A uniform gradient for ``none`` goes as one element with reduction=sum, which the
         convention defines identically (dx_n = dloss * ...), instead of an n-element array."""
+        codes = self._codes[op]
         if isinstance(grad, np.ndarray):
-            return NONE, grad.reshape(-1)
-        return (MEAN if reduction == "mean" else SUM), np.array([grad], dtype=dtype)
+            return codes["none"], grad.reshape(-1)
+        return codes["mean" if reduction == "mean" else "sum"], np.array([grad], dtype=dtype)
 
-    @staticmethod
-    def _tile_upstream(grad, reduction: str, dtype, lo: int, hi: int, n: int, ntiles: int):
+    def _tile_upstream(self, op: str, grad, reduction: str, dtype, lo: int, hi: int, n: int, ntiles: int):
         """(reduction code, dloss) for the tile [lo, hi) of n elements: ``mean`` stays global.
 
         The library divides a mean's upstream gradient by the size it is given, the tile's m, so the
         tile gets g * m / n (rounded once to the dtype; balanced tiles keep it near g / ntiles, far
         from underflow)."""
         if isinstance(grad, np.ndarray):
-            return NONE, grad.reshape(-1)[lo:hi]
+            return self._codes[op]["none"], grad.reshape(-1)[lo:hi]
         if reduction != "mean" or ntiles == 1:
-            return DspBackend._upstream(grad, reduction, dtype)
+            return self._upstream(op, grad, reduction, dtype)
         with np.errstate(over="ignore", under="ignore"):
-            return MEAN, np.array([grad * (hi - lo) / n], dtype=dtype)
+            return self._codes[op]["mean"], np.array([grad * (hi - lo) / n], dtype=dtype)
 
     # -- private memory -------------------------------------------------------------------------
     def _budget(self) -> int:
@@ -423,7 +441,7 @@ class DspBackend(Backend):
             fname, ct = self._names(a.x.dtype, "sigmoidfocalloss")
             if self.memory == "shared":
                 out = self._out(a.loss_out.reshape(-1))
-                self._invoke(fname, n, REDUCTION_CODES[a.reduction], a.alpha, a.gamma, self._ptr(x, ct),
+                self._invoke(fname, n, self._codes["sigmoidfocalloss"][a.reduction], a.alpha, a.gamma, self._ptr(x, ct),
                              self._ptr(y, ct), self._ptr(out, ct), self.core_mask)
                 self._finish(a.loss_out, out)
             else:
@@ -431,7 +449,7 @@ class DspBackend(Backend):
         if a.grad_out is not None:
             fname, ct = self._names(a.x.dtype, "sigmoidfocallossgrad")
             if self.memory == "shared":
-                red, dl = self._upstream(a.grad, a.reduction, a.x.dtype)
+                red, dl = self._upstream("sigmoidfocallossgrad", a.grad, a.reduction, a.x.dtype)
                 out = self._out(a.grad_out.reshape(-1))
                 self._invoke(fname, n, red, a.alpha, a.gamma, self._ptr(x, ct), self._ptr(y, ct),
                              self._ptr(dl, ct), self._ptr(out, ct), self.core_mask)
@@ -450,7 +468,7 @@ class DspBackend(Backend):
         w = None if a.weight is None else np.ascontiguousarray(np.broadcast_to(a.weight, a.x.shape)).reshape(-1)
         fname, ct = self._names(a.x.dtype, "binarycrossentropygrad")
         if self.memory == "shared":
-            red, dl = self._upstream(a.grad, a.reduction, a.x.dtype)
+            red, dl = self._upstream("binarycrossentropygrad", a.grad, a.reduction, a.x.dtype)
             out = self._out(a.out.reshape(-1))
             self._invoke(fname, n, red, self._ptr(x, ct), self._ptr(y, ct), self._ptr(w, ct), self._ptr(dl, ct),
                          self._ptr(out, ct), int(w is not None), self.core_mask)
@@ -471,6 +489,7 @@ class DspBackend(Backend):
 
     def _elementwise_grad_private(self, a, fname, ct, n, ins, args_of, out, *, has_weight=False):
         """BCE / focal gradient through private memory: tiles of m elements, mean kept global."""
+        op = fname[3:-2]
         dt = a.x.dtype
         es = dt.itemsize
         per_element = isinstance(a.grad, np.ndarray)
@@ -492,7 +511,7 @@ class DspBackend(Backend):
             m = hi - lo
             for j, arr in enumerate(ins):
                 b[f"x{j}"].arr[:m] = arr[lo:hi]
-            red, dl = self._tile_upstream(a.grad, a.reduction, dt, lo, hi, n, len(tiles))
+            red, dl = self._tile_upstream(op, a.grad, a.reduction, dt, lo, hi, n, len(tiles))
             b["dl"].arr[:dl.size] = dl
             self._invoke(fname, *args_of(b, m, red, has_weight))
             host[lo:hi] = b["dx"].arr[:m]
@@ -501,27 +520,33 @@ class DspBackend(Backend):
         out.reshape(-1)[...] = host
 
     def _focal_forward_private(self, a, fname, ct, x, y, n):
+        """Focal loss through private memory. ``none`` or one tile: the library's own reduction.
+        ``mean``/``sum`` over several tiles: each tile returns its sum, combined here in float64
+        (``math.fsum``, in tile order, whatever core ran it) and rounded once to the dtype. float16
+        tiles run the ``fp_`` form on exact float32 copies when the library has it: a half tile sum
+        would be rounded (and could overflow) before the tiles meet, one rounding more than a
+        single call makes (without ``fp_``, half sums: README, "memory model")."""
         dt = a.x.dtype
-        es = dt.itemsize
         none = a.reduction == "none"
 
-        def need(t):
-            return 2 * _blk(t * es) + _blk((t if none else 1) * es)
+        def plan(es):
+            def need(t):
+                return 2 * _blk(t * es) + _blk((t if none else 1) * es)
+            t = _fit(self._budget(), need, max(n, 1))
+            if t == 0:
+                raise self._too_big(f"{fname} on one element", need(1))
+            return t, _ranges(n, t)
 
-        t = _fit(self._budget(), need, max(n, 1))
-        if t == 0:
-            raise self._too_big(f"{fname} on one element", need(1))
-        tiles = _ranges(n, t)
-        single = len(tiles) == 1
-        # Several tiles: fp32 tiles return sums (combined here in float64); fp16 tiles return
-        # means (a half sum could overflow where the mean does not), weighted by their size here.
-        if none or single:
-            tile_red = REDUCTION_CODES[a.reduction]
-        else:
-            tile_red = SUM if dt == np.float32 else MEAN
+        t, tiles = plan(dt.itemsize)
+        single = none or len(tiles) == 1
+        tdt, suffix = dt, fname[2:]
+        if not single and dt == np.float16 and self.lib.has("fp" + suffix):
+            tdt, fname, ct = np.dtype(np.float32), "fp" + suffix, "float"
+            t, tiles = plan(4)
+        tile_red = self._codes["sigmoidfocalloss"][a.reduction if single else "sum"]
         host = np.empty(n if none else 1, dt)
         partial = np.zeros(len(tiles), np.float64)
-        specs = {"x": (ct, dt, t), "y": (ct, dt, t), "loss": (ct, dt, t if none else 1)}
+        specs = {"x": (ct, tdt, t), "y": (ct, tdt, t), "loss": (ct, tdt, t if none else 1)}
 
         def stage(i, b):
             lo, hi = tiles[i]
@@ -534,96 +559,105 @@ class DspBackend(Backend):
             elif single:
                 host[0] = b["loss"].arr[0]
             else:
-                partial[i] = float(b["loss"].arr[0]) * (1 if tile_red == SUM else m)
+                partial[i] = float(b["loss"].arr[0])
 
         self._run_private(specs, len(tiles), stage)
-        if not (none or single):
-            total = math.fsum(partial)  # in tile order, whatever core ran which tile
+        if not single:
+            total = math.fsum(partial)
             with np.errstate(over="ignore", invalid="ignore"):
                 host[0] = np.asarray(total / n if a.reduction == "mean" else total).astype(dt)
         a.loss_out.reshape(-1)[...] = host
 
     def nll_loss_grad(self, a):
+        """The manual's nlllossgrad has no ignore_index: rows whose target is ignore_index are
+        left out of the call (the kept rows are compacted, their gradient rows scattered back, the
+        ignored ones zero), so the port's own none/sum/mean paths run on exactly the rows PyTorch
+        counts, with the global total_weight: no extra rounding, whatever is ignored."""
         self._require(a.request())
         dt = a.self.dtype
         batch = _check_int("batch", a.self.shape[0] if a.self.ndim == 2 else 1)
-        classes = _check_int("classes", a.self.shape[-1])
+        classes = _check_int("class_num", a.self.shape[-1])
         t64 = a.target.reshape(-1).astype(np.int64)
-        ign = a.ignore_index
-        valid = t64 != ign
-        if -(2**31) <= ign <= abi.INT_MAX:
-            c_ign, t32 = int(ign), t64.astype(np.int32)  # every target is in [0, C) or equal to ign
-        else:  # an ignore_index beyond C int: ignored rows get -1, which no class index equals
-            c_ign, t32 = -1, np.where(valid, t64, -1).astype(np.int32)
-        w = a.weight
+        kept = t64 != a.ignore_index
+        rows = None if kept.all() else np.flatnonzero(kept)  # None: every row, no copy
+        w = np.ones(classes, dt) if a.weight is None else a.weight  # the signature has no weight_defined
+        codes = self._codes["nlllossgrad"]
+        per_row = isinstance(a.grad, np.ndarray)
+        g = a.grad.reshape(-1) if per_row else np.array([a.grad], dt)
+        # a uniform gradient for none is the sum call's (-g * w), as for the element-wise operators
+        red = codes["none" if per_row else "mean" if a.reduction == "mean" else "sum"]
         tw = None
         if a.reduction == "mean":
-            if a.total_weight is not None:
-                tw = a.total_weight
-            else:
-                ws = np.ones(classes) if w is None else w.astype(np.float64)
-                tw = math.fsum(ws[t64[valid]])
-            tw = np.array([tw], np.float32)
+            tw = a.total_weight
+            if tw is None:
+                ws = np.ones(classes) if a.weight is None else a.weight.astype(np.float64)
+                tw = math.fsum(ws[t64[kept]])
+            g, tw = _mean_operands(g, tw, dt)
+        out = a.out.reshape(batch, classes)
+        labels = (t64 if rows is None else t64[rows]).astype(np.int32)
         fname, ct = self._names(dt, "nlllossgrad")
-        if self.memory == "shared":
-            red, dl = self._upstream(a.grad, a.reduction, dt)
-            out = self._out(a.out.reshape(-1))
-            self._invoke(fname, batch, classes, red, c_ign, self._ptr(dl, ct), self._ptr(t32, "int"),
-                         self._ptr(w, ct), self._ptr(tw, "float"), self._ptr(out, ct), int(w is not None),
-                         self.core_mask)
-            self._finish(a.out, out)
+        if self.memory == "private":
+            return self._nll_private(a, fname, ct, rows, labels, w, g, red, tw, per_row, out)
+        if rows is not None:
+            out[...] = 0
+            if rows.size == 0:
+                return
+        logits = a.self.reshape(batch, classes) if rows is None else a.self.reshape(batch, classes)[rows]
+        dl = g if rows is None or not per_row else g[rows]
+        dst = self._out(out) if rows is None else np.empty((rows.size, classes), dt)
+        self._invoke(fname, self._ptr(logits, ct), self._ptr(dl, ct), self._ptr(labels, "int"), self._ptr(w, ct),
+                     self._ptr(tw, ct), self._ptr(dst, ct), labels.size, classes, red, self.core_mask)
+        if rows is None:
+            self._finish(a.out, dst)
         else:
-            self._nll_private(a, fname, ct, batch, classes, t64, valid, t32, c_ign, w, tw)
+            out[rows] = dst
 
-    def _nll_private(self, a, fname, ct, batch, classes, t64, valid, t32, c_ign, w, tw):
-        """Row tiles (and class chunks when a row does not fit); total_weight stays global."""
+    def _nll_private(self, a, fname, ct, rows, labels, w, g, red, tw, per_row, out):
+        """Tiles of kept rows (and class chunks when a row does not fit: a chunk's call gets the
+        rows whose label lies in it, relative to it); total_weight stays global."""
         dt = a.self.dtype
         es = dt.itemsize
-        per_row = isinstance(a.grad, np.ndarray)
+        batch, classes = out.shape
+        rows = np.arange(batch) if rows is None else rows
+        logits = a.self.reshape(batch, classes)
 
-        def need(rows, cc):
-            return (_blk((rows if per_row else 1) * es) + _blk(rows * 4) + (_blk(cc * es) if w is not None else 0)
-                    + (_blk(4) if tw is not None else 0) + _blk(rows * cc * es))
+        def need(r, cc):
+            return (2 * _blk(r * cc * es) + _blk((r if per_row else 1) * es) + _blk(r * 4) + _blk(cc * es)
+                    + (_blk(es) if tw is not None else 0))
 
         budget = self._budget()
         cc = classes if need(1, classes) <= budget else _fit(budget, lambda c: need(1, c), classes)
         if classes and cc == 0:
             raise self._too_big(f"{fname} on one row and one class", need(1, 1))
-        rows = _fit(budget, lambda r: need(r, cc), max(batch, 1))
-        row_tiles = _ranges(batch, rows)
-        class_tiles = _ranges(classes, cc) if cc else [(0, 0)]
-        tiles = [(r, c) for c in class_tiles for r in row_tiles]
-        host = np.empty((batch, classes), dt)
-        specs = {"dl": (ct, dt, rows if per_row else 1), "t": ("int", np.int32, rows),
-                 "dx": (ct, dt, rows * cc)}
-        if w is not None:
-            specs["w"] = (ct, dt, cc)
+        rmax = _fit(budget, lambda r: need(r, cc), max(rows.size, 1))
+        tiles = []  # (rows of the call, their labels relative to the chunk, chunk start, chunk end)
+        for c0, c1 in _ranges(classes, cc) if cc else []:
+            inside = (labels >= c0) & (labels < c1)
+            sel, lab = rows[inside], labels[inside] - c0
+            tiles += [(sel[lo:hi], lab[lo:hi], c0, c1) for lo, hi in _ranges(sel.size, rmax) if hi > lo]
+        host = np.zeros((batch, classes), dt)
+        specs = {"lg": (ct, dt, rmax * cc), "dl": (ct, dt, rmax if per_row else 1), "t": ("int", np.int32, rmax),
+                 "w": (ct, dt, cc), "dx": (ct, dt, rmax * cc)}
         if tw is not None:
-            specs["tw"] = ("float", np.float32, 1)
-        chunked = len(class_tiles) > 1
+            specs["tw"] = (ct, dt, 1)
 
         def stage(i, b):
-            (r0, r1), (c0, c1) = tiles[i]
-            m, k = r1 - r0, c1 - c0
-            if chunked:  # targets relative to the chunk; rows whose target lies elsewhere are "ignored" here
-                inside = valid[r0:r1] & (t64[r0:r1] >= c0) & (t64[r0:r1] < c1)
-                b["t"].arr[:m] = np.where(inside, t64[r0:r1] - c0, -1)
-                ign = -1
-            else:
-                b["t"].arr[:m] = t32[r0:r1]
-                ign = c_ign
-            red, dl = self._upstream(a.grad.reshape(-1)[r0:r1] if per_row else a.grad, a.reduction, dt)
+            sel, lab, c0, c1 = tiles[i]
+            m, k = sel.size, c1 - c0
+            b["lg"].arr[:m * k] = logits[sel, c0:c1].reshape(-1)
+            dl = g[sel] if per_row else g
             b["dl"].arr[:dl.size] = dl
-            if w is not None:
-                b["w"].arr[:k] = w[c0:c1]
+            b["t"].arr[:m] = lab
+            b["w"].arr[:k] = w[c0:c1]
             if tw is not None:
                 b["tw"].arr[0] = tw[0]
-            self._invoke(fname, m, k, red, ign, b["dl"].ptr, b["t"].ptr, b["w"].ptr if w is not None else self.ffi.NULL,
-                         b["tw"].ptr if tw is not None else self.ffi.NULL, b["dx"].ptr, int(w is not None))
-            host[r0:r1, c0:c1] = b["dx"].arr[:m * k].reshape(m, k)
+            self._invoke(fname, b["lg"].ptr, b["dl"].ptr, b["t"].ptr, b["w"].ptr,
+                         b["tw"].ptr if tw is not None else self.ffi.NULL, b["dx"].ptr, m, k, red)
+            host[sel, c0:c1] = b["dx"].arr[:m * k].reshape(m, k)
 
-        self._run_private(specs, len(tiles), stage)
-        a.out.reshape(-1)[...] = host.reshape(-1)
+        if tiles:
+            self._run_private(specs, len(tiles), stage)
+        out[...] = host
 
     def fused_linear_cross_entropy_grad(self, a):
         self._require(a.request())

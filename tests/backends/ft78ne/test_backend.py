@@ -178,6 +178,24 @@ def test_port_library_by_argument(port_lib):
         xloss.bce_grad(x, y, eps_mode="add", backend=xloss.backend("ft78ne", lib=port_lib, memory="private"))
 
 
+def test_ours_are_called_only_in_libraries_that_declare_them(compile_c, tmp_path):
+    """The same port without xloss_ft78ne_ext_abi(): its fp_sigmoidfocalloss_s could be a vendor's
+    function of another layout, so focal loss is not declared, and a call names the marker; the
+    vendor-paged BCE is used as before."""
+    lib = str(compile_c([os.path.join(HERE, "c", "port_minimal.c")], tmp_path / "libport_nomarker.so", "-shared",
+                        "-fPIC", "-DPORT_NO_EXT_MARKER"))
+    b = xloss.backend("ft78ne", lib=lib)
+    assert set(b.capabilities()) == {"bce_grad"}
+    x, y = _data()
+    with pytest.raises(xloss.UnsupportedRequestError, match="kernel focal_loss"):
+        xloss.focal_loss(x, y, backend=b)
+    from xloss.conformance import runner
+    r = runner.run_target(b, "focal_loss", "float32", "forward", max_examples=2, seed=0)
+    assert r.status == runner.NOT_IMPLEMENTED and "but not xloss_ft78ne_ext_abi" in r.message, r.message
+    got = xloss.bce_grad(x, y, 0.5, eps_mode="add", reduction="sum", backend=b)
+    np.testing.assert_allclose(got, reference.bce_grad(x, y, 0.5, eps_mode="add", reduction="sum"), rtol=1e-5)
+
+
 def test_port_library_by_environment(port_lib, monkeypatch):
     monkeypatch.setenv(abi.ENV_VAR, port_lib)
     assert ft78ne_shim.library_path() == port_lib
