@@ -17,16 +17,16 @@ from __future__ import annotations
 import math
 import os
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...backend import Backend, KernelCaps
 from ...errors import BackendUnavailableError, KernelError, XLossTypeError, XLossValueError
-from . import abi
+from . import abi, guards, staging
+from .staging import blk as _blk, fit as _fit, ranges as _ranges
 
 BCE_EPS = 1e-12  # FT78NE_BCE_EPS: the eps of x(1-x) + eps, fixed inside the library
-ALIGN = 64  # the emulator's allocation granularity; the tile planner counts in it
+ALIGN = staging.ALIGN
 
 _PREFIX = {"float32": "fp", "float16": "hp"}
 _CTYPE = {"float32": "float", "float16": "half"}
@@ -41,50 +41,24 @@ _FOCAL_MODES = {
     "forward+grad": ("sigmoidfocalloss", "sigmoidfocallossgrad"),
 }
 
-_core_locks: dict[tuple, threading.Lock] = {}
-_core_locks_guard = threading.Lock()
-
-
-def _core_lock(lib, core: int) -> threading.Lock:
-    """One lock per (library, core): a core's private memory serves one staged call at a time."""
-    with _core_locks_guard:
-        return _core_locks.setdefault((id(lib), core), threading.Lock())
-
-
-def _blk(nbytes: int) -> int:
-    """Bytes an allocation of ``nbytes`` takes (at least one granule, as the allocator does)."""
-    return max(1, -(-nbytes // ALIGN)) * ALIGN
-
-
-def _fit(budget: int, need, hi: int) -> int:
-    """The largest t in [1, hi] with need(t) <= budget (need is non-decreasing); 0 if none."""
-    if hi < 1 or need(1) > budget:
-        return 0
-    lo = 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if need(mid) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _ranges(n: int, t: int):
-    """Bounds [lo, hi) of the fewest tiles of at most t items covering n, balanced (sizes differ by at
-    most one: no small last tile, whose mean scale g*m/n would be the smallest); [(0, 0)] for n == 0."""
-    if n == 0:
-        return [(0, 0)]
-    k = -(-n // t)
-    bounds = [i * (n // k) + min(i, n % k) for i in range(k + 1)]
-    return list(zip(bounds[:-1], bounds[1:]))
-
+#: masks ``configurations()`` runs: one core, alternate cores, the two ends, the upper half, all
+CONFIG_MASKS = (0x01, 0x55, 0x81, 0xF0, 0xFF)
 
 def _check_int(what: str, value: int) -> int:
     if value > abi.INT_MAX:
         raise XLossValueError(f"{what}={value} does not fit the C int of the FT78NE/MT7004 signature "
                               f"(at most {abi.INT_MAX})")
     return int(value)
+
+
+def _flag(chip: str, name: str, value) -> bool:
+    """A boolean option, also as the command line passes it (a string)."""
+    if isinstance(value, (bool, np.bool_)) or value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return text in ("true", "yes", "on", "1")
+    raise XLossValueError(f"backend {chip!r}: {name} must be true or false; got {value!r}")
 
 
 def _mean_operands(g, tw, dt):
@@ -96,18 +70,10 @@ def _mean_operands(g, tw, dt):
     return (np.asarray(g, np.float64) / scale).astype(dt), np.array([tw / scale], dt)
 
 
-@dataclass
-class _PBuf:
-    """A buffer in a core's private memory: the vendor-call pointer and a NumPy view for staging."""
-
-    ptr: object
-    arr: np.ndarray
-
-
 class DspBackend(Backend):
     """``ft78ne`` (fp32) or ``mt7004`` (fp16, fp32) over the DSP calling convention."""
 
-    OPTIONS = ("memory", "core_mask", "lib", "private_bytes", *abi.CODE_OPTIONS)
+    OPTIONS = ("memory", "core_mask", "lib", "private_bytes", *abi.CODE_OPTIONS, "guards", "deterministic")
 
     def __init__(self, chip: str, **options):
         unknown = sorted(set(options) - set(self.OPTIONS))
@@ -136,6 +102,11 @@ class DspBackend(Backend):
             if private_bytes < ALIGN:
                 raise XLossValueError(f"backend {chip!r}: private_bytes must be >= {ALIGN}; got {private_bytes}")
             private_bytes = int(private_bytes)
+        self.guards = _flag(chip, "guards", options.get("guards", False))
+        # the in-tree emulator is deterministic for every mask (fixed blocks, fixed order); a
+        # library says so with deterministic=True
+        declared = options.get("deterministic")
+        self._given = {k: v for k, v in options.items() if v is not None}
         self.chip = chip
         self.memory = memory
         self.core_mask = core_mask
@@ -153,7 +124,14 @@ class DspBackend(Backend):
             shown["lib"] = ":".join(self.paths)
         if private_bytes is not None:
             shown["private_bytes"] = private_bytes
+        if self.guards:
+            shown["guards"] = True
+        if declared is not None:
+            shown["deterministic"] = _flag(chip, "deterministic", declared)
         super().__init__(name=chip, description=_DESCRIPTION[chip], options=shown)
+        self.deterministic = (abi.is_emulator(self.paths) if declared is None
+                              else _flag(chip, "deterministic", declared))
+        self._private_blocks = threading.local()  # checked mode: this core thread's guarded blocks
         self._lib = None
         self._caps = None
         self._state_lock = threading.Lock()
@@ -214,7 +192,13 @@ class DspBackend(Backend):
             out["private memory per core"] = f"{int(lib.ft78ne_emu_private_capacity())} bytes"
         if self.private_bytes is not None:
             out["staging budget per core"] = f"{self.private_bytes} bytes"
-        out["error reporting"] = "yes" if self._has_errors else "no (library lacks ft78ne_emu_last_error)"
+        if self._has_errors:
+            out["error reporting"] = "yes (ft78ne_emu_last_error and ft78ne_emu_last_error_message)"
+        else:
+            have = [s for s in abi.ERROR_HELPERS if lib.has(s)]
+            out["error reporting"] = (f"no: the library exports {' and '.join(have) or 'neither'} of "
+                                      f"{', '.join(abi.ERROR_HELPERS)}, so its refusals cannot be seen")
+        out["deterministic"] = "yes" if self.deterministic else "not declared (deterministic=True declares it)"
         return out
 
     # -- capabilities: what the loaded library's symbols can express -----------------------
@@ -273,6 +257,8 @@ class DspBackend(Backend):
     def _ptr(self, arr, ctype):
         if arr is None:
             return self.ffi.NULL
+        if self.guards:  # staged into guarded scratch by _invoke
+            return guards.HostArg(arr, ctype)
         if not arr.flags.aligned:  # the ABI needs naturally aligned elements (the emulator refuses others)
             arr = arr.copy()  # the cdata keeps the copy alive
         return self.ffi.from_buffer(ctype + "[]", arr)
@@ -295,6 +281,10 @@ class DspBackend(Backend):
             lib.ft78ne_emu_set_chip(abi.CHIPS[self.chip])
         if self._has_clear:
             lib.ft78ne_emu_clear_error()
+        if self.guards:
+            guards.checked_call(self, fname, fn, args, self.ffi, 2 if fname.startswith("hp") else 4,
+                                self._codes[fname[3:-2]], getattr(self._private_blocks, "blocks", None))
+            return
         fn(*args)
         self._raise_for_status(fname)
 
@@ -354,6 +344,22 @@ class DspBackend(Backend):
             return self._codes[op]["mean"], np.array([grad * (hi - lo) / n], dtype=dtype)
 
     # -- private memory -------------------------------------------------------------------------
+    def _blk(self, nbytes: int) -> int:
+        """Arena bytes one staged buffer of ``nbytes`` takes (checked mode: with its guards)."""
+        return _blk(nbytes) + (2 * guards.GUARD if self.guards else 0)
+
+    def configurations(self) -> list:
+        """This backend under the core masks of ``CONFIG_MASKS`` (all options but the mask kept):
+        in shared memory the cores splitting each call, in private memory the cores whose arenas
+        hold the tiles. Each must give this backend's results."""
+        return [(f"core_mask={m:#04x}", DspBackend(self.chip, **dict(self._given, core_mask=m)))
+                for m in CONFIG_MASKS]
+
+    def checked(self) -> "DspBackend":
+        """This backend with guards=True (see :mod:`.guards`); a replay that records the options
+        reproduces it."""
+        return self if self.guards else DspBackend(self.chip, **dict(self._given, guards=True))
+
     def _budget(self) -> int:
         if self.private_bytes is not None:
             return self.private_bytes
@@ -373,60 +379,8 @@ class DspBackend(Backend):
             raise KernelError(f"backend {self.name!r}: ft78ne_emu_set_core({core}) failed")
 
     def _run_private(self, specs: dict, ntiles: int, stage_call, *, cores=None) -> None:
-        """Run tiles 0..ntiles-1 on the cores (tile i on core i mod k), each core with its own buffers.
-
-        ``specs``: name -> (ctype, dtype, max count) of the private buffers a tile needs;
-        ``stage_call(i, bufs)`` stages tile i into them, calls the vendor function and copies its
-        results to host scratch. The first failure stops the other cores and is raised."""
-        cores = list(cores or self.cores)
-        k = max(1, min(len(cores), ntiles))
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def work(core, tiles):
-            try:
-                with _core_lock(self.lib, core):
-                    self._on_core(core, specs, tiles, stage_call, stop)
-            except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
-                errors.append(exc)
-                stop.set()
-
-        assignments = [(cores[j], range(j, ntiles, k)) for j in range(k)]
-        if k == 1:
-            work(*assignments[0])
-        else:
-            threads = [threading.Thread(target=work, args=a, name=f"xloss-{self.name}-core{a[0]}") for a in assignments]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        if errors:
-            raise errors[0]
-
-    def _on_core(self, core, specs, tiles, stage_call, stop) -> None:
-        lib, ffi = self.lib, self.ffi
-        self._select_core(core)
-        held = []
-        try:
-            bufs = {}
-            for name, (ctype, dtype, count) in specs.items():
-                nbytes = max(1, count) * np.dtype(dtype).itemsize
-                p = lib.ft78ne_emu_private_alloc(core, nbytes)
-                if p == ffi.NULL:
-                    self._raise_for_status("ft78ne_emu_private_alloc")
-                    raise KernelError(f"backend {self.name!r}: could not allocate {nbytes} bytes for {name} in core "
-                                      f"{core}'s private memory", status=abi.ERR_CAPACITY,
-                                      status_name=abi.STATUS[abi.ERR_CAPACITY])
-                held.append(p)
-                arr = np.frombuffer(ffi.buffer(p, nbytes), dtype=dtype)
-                bufs[name] = _PBuf(ffi.cast(ctype + " *", p), arr)
-            for i in tiles:
-                if stop.is_set():
-                    return
-                stage_call(i, bufs)
-        finally:
-            for p in held:
-                lib.ft78ne_emu_private_free(core, p)
+        """Tiles on the cores of the mask, each core on a worker thread (:func:`.staging.run_private`)."""
+        staging.run_private(self, specs, ntiles, stage_call, list(cores or self.cores))
 
     # -- kernels -----------------------------------------------------------------------------------
     def focal_loss(self, a):
@@ -495,7 +449,7 @@ class DspBackend(Backend):
         per_element = isinstance(a.grad, np.ndarray)
 
         def need(t):
-            return len(ins) * _blk(t * es) + _blk((t if per_element else 1) * es) + _blk(t * es)
+            return len(ins) * self._blk(t * es) + self._blk((t if per_element else 1) * es) + self._blk(t * es)
 
         t = _fit(self._budget(), need, max(n, 1))
         if t == 0:
@@ -531,7 +485,7 @@ class DspBackend(Backend):
 
         def plan(es):
             def need(t):
-                return 2 * _blk(t * es) + _blk((t if none else 1) * es)
+                return 2 * self._blk(t * es) + self._blk((t if none else 1) * es)
             t = _fit(self._budget(), need, max(n, 1))
             if t == 0:
                 raise self._too_big(f"{fname} on one element", need(1))
@@ -622,8 +576,8 @@ class DspBackend(Backend):
         logits = a.self.reshape(batch, classes)
 
         def need(r, cc):
-            return (2 * _blk(r * cc * es) + _blk((r if per_row else 1) * es) + _blk(r * 4) + _blk(cc * es)
-                    + (_blk(es) if tw is not None else 0))
+            return (2 * self._blk(r * cc * es) + self._blk((r if per_row else 1) * es) + self._blk(r * 4) + self._blk(cc * es)
+                    + (self._blk(es) if tw is not None else 0))
 
         budget = self._budget()
         cc = classes if need(1, classes) <= budget else _fit(budget, lambda c: need(1, c), classes)
@@ -697,8 +651,8 @@ class DspBackend(Backend):
         es = dt.itemsize
 
         def need(b, v):
-            n = (_blk(b * 4) + 2 * _blk(b * hidden * es) + 2 * _blk(v * hidden * es) + _blk(b) + _blk(b * 4)
-                 + (_blk(b * v * 4) if softmax else 2 * _blk(b * 4)))
+            n = (self._blk(b * 4) + 2 * self._blk(b * hidden * es) + 2 * self._blk(v * hidden * es) + self._blk(b) + self._blk(b * 4)
+                 + (self._blk(b * v * 4) if softmax else 2 * self._blk(b * 4)))
             return n + (_blk(hidden * 4) if hidden else 0)  # the library's row accumulator (private scratch)
 
         budget = self._budget()

@@ -39,7 +39,9 @@ import xloss
 from xloss.backends.ft78ne_shim import abi
 from xloss.cli import main as xloss_main
 from xloss.conformance import DESCRIPTORS, casefile, runner, targets
+from xloss.conformance.descriptor import Case
 from xloss.conformance.report import table, write_failures
+from xloss.errors import InputModified, OutOfBoundsWrite, PortViolation
 
 HERE = Path(__file__).resolve().parent
 
@@ -453,3 +455,145 @@ def test_correct_port_private_calls_check_their_buffers(ft78ne_ports):
             lib.ft78ne_emu_private_free(2, p)
         lib.ft78ne_emu_private_free(5, other)
         lib.ft78ne_emu_set_core(0)
+
+
+# -- issue 12: checked mode, core masks, sizes a tiling sees ------------------------------------------
+#
+# Until `xloss check` runs Backend.checked() / configurations() and its large-case ladder itself (the
+# conformance branch), these call the descriptors directly, on checked backends and on inputs sized
+# as that ladder will be (more than 65536 elements per core with all 8 cores, 2^20 elements).
+
+
+def _lib(libs, variant, private=False):
+    return private_lib(libs, variant) if private else libs[variant]
+
+
+def _small_edge_cases(kernel, dtype, mode, limit=20_000):
+    out = []
+    for c in DESCRIPTORS[kernel].edge_cases(dtype, mode):
+        sizes = [np.size(v) for v in c.kwargs.values() if isinstance(v, np.ndarray)]
+        if not c.kwargs.get("label_smoothing") and 0 < max(sizes) <= limit:
+            out.append(c)
+    return out
+
+
+def _violations(backend, cases):
+    """(case, PortViolation) for each case that raised one; every other case must match the oracle."""
+    found = []
+    for case in cases:
+        try:
+            comparisons = DESCRIPTORS[case.kernel].check(case, backend)
+        except xloss.UnsupportedRequestError:
+            continue
+        except PortViolation as exc:
+            found.append((case, exc))
+            continue
+        assert all(c.ok for c in comparisons), (case.label, [c.detail for c in comparisons if not c.ok])
+    return found
+
+
+VIOLATIONS = [  # variant, backend options, target, error, the ABI argument it must name
+    ("nll_row_past_end", {}, (NLL, F32, None), OutOfBoundsWrite, "logits_grad"),
+    ("nll_row_past_end", {"memory": "private", "private_bytes": 4096}, (NLL, F16, None), OutOfBoundsWrite,
+     "logits_grad"),
+    ("flce_input_in_place", {}, (FLCE, F32, "recompute"), InputModified, "input"),
+    ("bce_p_vector_tail", {"memory": "private", "private_bytes": 1024}, (BCE, F32, "add"), OutOfBoundsWrite, "dx"),
+]
+
+
+@pytest.mark.parametrize("variant,options,target,error,buffer", VIOLATIONS,
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_checked_mode_names_the_buffer_a_port_violates(ft78ne_ports, variant, options, target, error, buffer):
+    """A write past an output or into an input raises the PortViolation subclass naming the kernel's
+    function, the ABI argument, the byte offset from its start and the bytes changed; the correct
+    port passes the same inputs in the same checked configuration."""
+    private = options.get("memory") == "private"
+    cases = _small_edge_cases(*target)
+    bad = xloss.backend("mt7004", lib=_lib(ft78ne_ports, variant, private), core_mask=MASK, **options)
+    assert bad.checked().options["guards"] is True and not bad.guards
+    found = _violations(bad.checked(), cases)
+    assert found, f"{variant}: no case raised"
+    for case, exc in found:
+        assert type(exc) is error and exc.buffer == buffer and exc.nbytes > 0, (case.label, exc)
+        assert f"_{'p' if private else 's'}" in str(exc) and f"`{buffer}`" in str(exc)
+        if error is OutOfBoundsWrite:
+            assert exc.offset >= 0  # past the end (a negative offset would be before the start)
+    good = xloss.backend("mt7004", lib=_lib(ft78ne_ports, "correct", private), core_mask=MASK, **options)
+    assert not _violations(good.checked(), cases)
+
+
+def test_checked_violation_leaves_the_callers_output_untouched(ft78ne_ports):
+    rng = np.random.default_rng(1)
+    s, t = rng.standard_normal((37, 5)).astype(np.float32), rng.integers(0, 5, 37)
+    out = np.full((37, 5), 7.0, np.float32)
+    b = xloss.backend("mt7004", lib=ft78ne_ports["nll_row_past_end"], core_mask=MASK).checked()
+    with pytest.raises(OutOfBoundsWrite) as info:
+        xloss.nll_loss_grad(1.0, s, t, reduction="sum", backend=b, out=out)
+    assert (info.value.buffer, info.value.offset, info.value.nbytes) == ("logits_grad", 37 * 5 * 4, 5 * 4)
+    assert (out == 7.0).all()
+
+
+def _big_case(kernel, dtype, mode, n, seed=3, **kw):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.02, 0.98, n) if kernel == BCE else rng.uniform(-4, 4, n)
+    kwargs = dict(x=x.astype(dtype), y=(rng.random(n) > 0.5).astype(dtype), **kw)
+    return Case(kernel, mode, dtype, kwargs, label=f"{n} elements")
+
+
+def _agree(backend, case):
+    return all(c.ok for c in DESCRIPTORS[case.kernel].check(case, backend))
+
+
+@pytest.mark.parametrize("variant,wrong", [("correct", set()), ("bce_mask_contiguous", {0x55, 0x81, 0xF0}),
+                                           ("focal_sum_race", {0x55, 0x81, 0xF0, 0xFF})])
+def test_configurations_expose_mask_bugs(ft78ne_ports, variant, wrong):
+    """configurations(): the five masks; 2^20 + 3 elements (131072 per core with all 8). A split
+    that assumes the mask is low bits fails exactly the non-contiguous masks; an unsynchronised
+    cross-core sum loses every partial but the last whenever more than one core runs."""
+    b = port(ft78ne_ports, variant)
+    configs = b.configurations()
+    assert [label for label, _ in configs] == ["core_mask=0x01", "core_mask=0x55", "core_mask=0x81",
+                                               "core_mask=0xf0", "core_mask=0xff"]
+    kernel, case = (BCE, _big_case(BCE, F32, "add", 2**20 + 3, grad=0.5, reduction="mean", eps=1e-12,
+                                   eps_mode="add")) if variant != "focal_sum_race" else \
+        (FOCAL, _big_case(FOCAL, F32, "forward", 2**20 + 3, alpha=0.25, gamma=2.0, reduction="sum"))
+    failed = {int(label.split("=")[1], 16) for label, cb in configs if not _agree(cb, case)}
+    assert failed == wrong
+    assert not b.deterministic  # a port library declares nothing unless told
+    assert xloss.backend("mt7004", lib=ft78ne_ports[variant], deterministic="true").deterministic
+
+
+def test_sixteen_bit_row_count_above_65535_rows_per_core(ft78ne_ports):
+    """NLL with 8 * 65536 + 9 rows over all 8 cores: a per-core row count kept in uint16 wraps."""
+    rng = np.random.default_rng(4)
+    rows = 8 * 65536 + 9
+    kw = dict(grad=0.5, self=rng.standard_normal((rows, 3)).astype(np.float32), target=rng.integers(0, 3, rows),
+              reduction="sum", ignore_index=-100)
+    case = Case(NLL, None, F32, kw, label=f"{rows} rows")
+    assert _agree(port(ft78ne_ports, "correct", core_mask=0xFF), case)
+    assert not _agree(port(ft78ne_ports, "nll_rows_u16", core_mask=0xFF), case)
+    assert _agree(port(ft78ne_ports, "nll_rows_u16", core_mask=0xFF), Case(NLL, None, F32, dict(
+        kw, self=kw["self"][:8 * 65535], target=kw["target"][:8 * 65535]), label="65535 rows per core"))
+
+
+def test_fp16_focal_mean_in_tiny_private_memory_is_not_a_false_alarm(ft78ne_ports):
+    """Issue 12's false alarm: a correct MT7004 port, memory="private", private_bytes=8192, fp16 focal
+    mean over 4097 elements. Tiles are summed in float32 and combined in float64 now: one rounding."""
+    case = _big_case(FOCAL, F16, "forward", 4097, alpha=0.25, gamma=2.0, reduction="mean")
+    for lib in (private_lib(ft78ne_ports, "correct"), None):  # the port, and the emulator
+        b = xloss.backend("mt7004", lib=lib, memory="private", private_bytes=8192, core_mask=MASK)
+        assert _agree(b, case) and _agree(b.checked(), case)
+
+
+def test_correct_port_passes_every_configuration_checked(ft78ne_ports):
+    """Every declared target, checked (guards and input comparison), in shared memory under a
+    non-contiguous mask and in private memory with a small staging budget (tiles, accumulate)."""
+    results = {}
+    shared = xloss.backend("mt7004", lib=ft78ne_ports["correct"], core_mask=0x55).checked()
+    tiny = xloss.backend("mt7004", lib=private_lib(ft78ne_ports, "correct"), memory="private", core_mask=0x81,
+                         private_bytes=4096).checked()
+    for name, b in (("shared 0x55", shared), ("private 4096", tiny)):
+        todo = sorted(DECLARED if name.startswith("shared") else
+                      (t for t in DECLARED if t[1] == F32 or t[0] == NLL or t[2] == "forward"), key=str)
+        results.update({(name,) + t: r for t, r in run_targets(b, todo, max_examples=6).items()})
+    assert not failing(results), table(list(results.values())) + "\n".join(r.message for r in results.values())
