@@ -6,6 +6,7 @@ The declarations mirror ``include/ft78ne.h`` (vendor ABI) and ``include/ft78ne_e
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -126,7 +127,20 @@ PRIVATE_HELPERS = ("ft78ne_emu_set_core", "ft78ne_emu_private_alloc", "ft78ne_em
 CAPACITY_HELPER = "ft78ne_emu_private_capacity"
 
 _cache: dict[tuple, CLibrary] = {}
-_cache_lock = threading.Lock()
+_cache_lock = threading.RLock()  # also guards every backend's lazy loading (adapter: abi.state_lock())
+
+
+def state_lock():
+    """The lock of lazy library loading (replaced in a forked child: see _after_fork_in_child)."""
+    return _cache_lock
+
+
+def _after_fork_in_child() -> None:
+    global _cache_lock
+    _cache_lock = threading.RLock()  # a parent thread loading a library when it forked never releases it here
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def resolve(lib=None) -> list[str]:
@@ -137,7 +151,7 @@ def resolve(lib=None) -> list[str]:
 def load(paths: list[str]) -> CLibrary:
     """One :class:`CLibrary` per distinct set of paths (dlopen once; the handle lives for the process)."""
     key = tuple(str(Path(p).resolve()) for p in paths)
-    with _cache_lock:
+    with state_lock():
         lib = _cache.get(key)
         if lib is None:
             lib = _cache[key] = CLibrary(CDEF, list(key))

@@ -134,13 +134,12 @@ class DspBackend(Backend):
         self._private_blocks = threading.local()  # checked mode: this core thread's guarded blocks
         self._lib = None
         self._caps = None
-        self._state_lock = threading.Lock()
 
     # -- the library ---------------------------------------------------------------------
     @property
     def lib(self):
         if self._lib is None:
-            with self._state_lock:
+            with abi.state_lock():  # not per backend: a forked child gets a fresh one
                 if self._lib is None:
                     lib = abi.load(self.paths)  # BackendUnavailableError if missing
                     self._has_errors = all(lib.has(s) for s in abi.ERROR_HELPERS)

@@ -193,6 +193,6 @@ def _on_core(backend, core, specs, tiles, stage_call, stop) -> None:
             stage_call(i, bufs)
     finally:
         backend._private_blocks.blocks = None
-        for p in held:
-            _live.pop((id(lib), core, int(ffi.cast("uintptr_t", p))), None)
+        for p in held:  # freed, then forgotten: a child forked in between frees nothing twice that exists
             lib.ft78ne_emu_private_free(core, p)
+            _live.pop((id(lib), core, int(ffi.cast("uintptr_t", p))), None)
