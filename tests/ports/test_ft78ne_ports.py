@@ -12,6 +12,12 @@ built next to them) and export ``_p`` forms; two seeded bugs live only there (a 
 FLCE's ``accumulate`` ignored). Shared memory must pass them, ``xloss check --option
 memory=private`` must fail them (FLCE's only when a small ``private_bytes`` makes the adapter tile).
 
+Issue 12: six more seeded ports that need checked mode (a row written past ``logits_grad``, the
+caller's FLCE ``input`` changed in place, a private BCE vector store past ``dx``), other core masks
+(a split assuming low-bit masks, an unsynchronised cross-core sum) or sizes a tiling sees (a
+uint16 per-core row count), each caught through ``Backend.checked()`` / ``configurations()`` /
+ladder-sized inputs, and the correct port passing every configuration.
+
 Everything runs in this process (``runner.run_target``, ``xloss check --in-process``), except one
 ``xloss check`` subprocess whose port crashes (child-process isolation, JSON report, replay).
 Deterministic: a fixed hypothesis seed. The _s calls run on core_mask 0x07 (three cores: most
