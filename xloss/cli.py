@@ -7,6 +7,7 @@ import json
 import sys
 
 from . import registry
+from .errors import XLossError
 from .kernels import KERNELS
 
 
@@ -42,6 +43,10 @@ KERNEL_ALIASES = {"focal": "focal_loss", "bce": "bce_grad", "nll": "nll_loss_gra
                   "flce": "fused_linear_cross_entropy_grad"}
 
 
+class UsageError(XLossError):
+    """A mistake on the command line (printed as one line; exit status 2)."""
+
+
 def _option_value(text: str):
     for convert in (lambda t: int(t, 0), float):
         try:
@@ -55,98 +60,115 @@ def _backend_options(args) -> dict:
     options = {}
     for item in args.option or ():
         key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"xloss check: --option takes KEY=VALUE, got {item!r}")
+        if not sep or not key:
+            raise UsageError(f"--option takes KEY=VALUE, got {item!r}")
         options[key] = _option_value(value)
     if args.lib:
         options["lib"] = args.lib
     return options
 
 
+def _make_backend(name: str, options: dict):
+    """``xloss.backend(name, **options)`` with any refusal (unknown name, option or value, a library
+    the backend cannot take) turned into one :class:`UsageError` line."""
+    try:
+        return registry.backend(name, **options) if options else registry.backend(name)
+    except XLossError:
+        raise
+    except (TypeError, ValueError) as exc:  # a factory refusing an option it does not take
+        given = ", ".join(f"{k}={v}" for k, v in options.items())
+        what = "--lib (it takes no library)" if "lib" in options and "'lib'" in str(exc) else f"options {given}"
+        raise UsageError(f"backend {name!r} does not accept {what}: {exc}") from None
+
+
 def cmd_check(args) -> int:
     from .conformance import DESCRIPTORS, report
-    from .conformance.casefile import load_cases
     from .conformance.isolated import run_isolated
-    from .conformance.runner import run_suite
+    from .conformance.runner import FAILING, run_suite
 
     if args.replay:
-        return _replay(args, DESCRIPTORS, load_cases)
+        from .conformance.replay import replay
+
+        return replay(args, _backend_options(args), _make_backend)
     if not args.backend:
-        raise SystemExit("xloss check: --backend NAME is required (or --replay FILE)")
+        raise UsageError("--backend NAME is required (or --replay FILE)")
+    if args.repeat < 1:
+        raise UsageError(f"--repeat must be >= 1; got {args.repeat}")
     kernels = [KERNEL_ALIASES.get(k, k) for k in args.kernels] if args.kernels else None
     for k in kernels or ():
         if k not in DESCRIPTORS:
-            raise SystemExit(f"xloss check: unknown kernel {k!r}; choose from {', '.join(DESCRIPTORS)}")
+            raise UsageError(f"unknown kernel {k!r}; choose from {', '.join(KERNEL_ALIASES)} or full names")
     options = _backend_options(args)
-    backend = registry.backend(args.backend, **options) if options else registry.backend(args.backend)
+    backend = _make_backend(args.backend, options)
     ok, why = backend.availability()
     if not ok:
-        print(f"backend {args.backend!r} is not available: {why}", file=sys.stderr)
-        return 2
+        raise UsageError(f"backend {args.backend!r} is not available: {why}")
     info = dict(backend.info())
     print(f"xloss check: backend {args.backend} {info.get('library', '')}".rstrip(), file=sys.stderr)
+    note = report.error_reporting_note(info)
+    if note:
+        print(note, file=sys.stderr)
 
     def progress(r):
-        print(f"  {r.kernel:<33} {r.dtype:<9} {str(r.mode):<13} {r.status} ({r.examples} examples, "
+        print(f"  {r.kernel:<33} {r.dtype:<9} {str(r.mode):<13} {r.group:<6} {r.status} ({r.examples} examples, "
               f"{r.seconds:.1f}s)", file=sys.stderr)
 
     settings = {"max_examples": args.max_examples, "seed": args.seed, "kernels": kernels, "options": options,
-                "isolated": not args.in_process}
+                "isolated": not args.in_process, "large": not args.no_large, "repeat": args.repeat,
+                "configurations": [label for label, _ in backend.configurations()]}
+    common = dict(kernels=kernels, max_examples=args.max_examples, seed=args.seed, on_result=progress,
+                  large_cases=not args.no_large, repeats=args.repeat)
     if args.in_process:
-        results = run_suite(backend, kernels=kernels, max_examples=args.max_examples, seed=args.seed,
-                            on_result=progress)
+        results = run_suite(backend, **common)
     else:
-        results = run_isolated(args.backend, options, kernels=kernels, max_examples=args.max_examples,
-                               seed=args.seed, on_result=progress)
+        results = run_isolated(args.backend, options, **common)
     saved = report.write_failures(results, args.failures_dir, args.backend, info.get("library"), options)
     print(report.table(results))
     text = report.failures_text(results, saved)
     if text:
         print()
         print(text)
+    if note:
+        print(note)
     print(report.summary(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report.to_json(results, backend=args.backend, info=info, settings=settings, saved=saved), f,
                       indent=1)
-    return 1 if any(r.status in ("fail", "crash") for r in results) else 0
+    return 1 if any(r.status in FAILING for r in results) else 0
 
 
-def _replay(args, descriptors, load_cases) -> int:
-    cases, meta = load_cases(args.replay)
-    name = args.backend or meta.get("backend")
-    # the saved configuration, unless the command line names another backend or overrides options
-    options = dict(meta.get("options") or {}) if not args.backend or args.backend == meta.get("backend") else {}
-    options.update(_backend_options(args))
-    if "lib" not in options and meta.get("library") and not args.backend:
-        options["lib"] = meta["library"]
-    backend = registry.backend(name, **options) if options else registry.backend(name)
-    failed = False
-    for case in cases:
-        print(case.describe())
+def _bench_sizes(sizes):
+    """Each size parsed strictly (N, NxC or BTxHxV; K/M/G suffixes) before anything is measured."""
+    from .bench.workloads import parse_count
+
+    for text in sizes or ():
+        parts = text.lower().split("x")
         try:
-            comparisons = descriptors[case.kernel].check(case, backend)
-        except Exception as exc:
-            print(f"  ERROR {type(exc).__name__}: {exc}")
-            failed = True
-            continue
-        for c in comparisons:
-            print(f"  {c.name}: {'ok' if c.ok else 'FAIL'}  max abs {c.max_abs:.3g}, max ulp {c.max_ulp:.3g}"
-                  + (f"  {c.detail}" if c.detail else ""))
-            failed |= not c.ok
-    return 1 if failed else 0
+            dims = [parse_count(p) for p in parts]
+        except ValueError:
+            dims = None
+        if not dims or len(dims) > 3 or min(dims) < 1:
+            raise UsageError(f"--sizes: {text!r} is not a size: N (focal, bce: e.g. 8M), NxC (nll: 32768x1000) "
+                             "or BTxHxV (flce: 2048x1024x32000), each a positive count with an optional K/M/G")
+    return sizes
 
 
 def cmd_bench(args) -> int:
     from .bench import BenchConfig, report, run
 
+    _bench_sizes(args.sizes)
+    known = registry.backend_names()
+    for name in args.backends or ():
+        if name not in known:
+            raise UsageError(f"--backends: no backend named {name!r}; registered backends: {', '.join(known)}")
     config = BenchConfig(kernels=args.kernels or BenchConfig().kernels, backends=args.backends, sizes=args.sizes,
                          dtype=args.dtype, repeat=args.repeat, quick=args.quick, compile=not args.no_compile,
                          max_call_s=args.max_call)
     try:
         result = run(config, progress=not args.no_progress)
     except ValueError as exc:
-        raise SystemExit(f"xloss bench: {exc}")
+        raise UsageError(str(exc)) from None
     print(report.table(result))
     if args.json:
         report.write_json(result, args.json)
@@ -184,8 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where failing inputs are saved for --replay (default ./xloss-check-failures)")
     p.add_argument("--in-process", action="store_true",
                    help="run in this process (faster start; a crashing port takes the report down)")
-    p.add_argument("--replay", metavar="FILE", help="re-run the cases saved in FILE")
-    p.set_defaults(func=cmd_check)
+    p.add_argument("--no-large", action="store_true", help="skip the ladder of large cases (a quick check)")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",
+                   help="runs of each large case (and of each replayed case) that must agree (default 3; "
+                        "1 for a replay unless the saved status was nondeterministic)")
+    p.add_argument("--replay", metavar="FILE",
+                   help="re-run the cases saved in FILE (data only: the backend and its options come from the "
+                        "command line or are confirmed from the file; a library is loaded only with --lib)")
+    p.set_defaults(func=cmd_check, repeat_given=None)
 
     p = sub.add_parser("bench", help="time every backend and the PyTorch alternatives side by side",
                        description="Time each kernel on every available backend and on PyTorch eager, torch.compile, "
@@ -209,8 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    args.repeat_given = any(a == "--repeat" or a.startswith("--repeat=") for a in argv)
+    try:
+        return args.func(args)
+    except XLossError as exc:  # a usage mistake or a refusal: one line, no traceback
+        print(f"xloss {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

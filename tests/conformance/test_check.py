@@ -110,7 +110,7 @@ def _xloss(*args, cwd):
 
 def test_cli_reports_a_crash_and_keeps_going(buggy_module, tmp_path):
     out = _xloss("check", "--backend", f"{buggy_module}:CrashesOnMoreThanFourElements", "--kernels", "bce", "nll",
-                 "--max-examples", "15", "--json", str(tmp_path / "r.json"), "--failures-dir", str(tmp_path / "f"),
+                 "--max-examples", "15", "--no-large", "--json", str(tmp_path / "r.json"), "--failures-dir", str(tmp_path / "f"),
                  cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     report = json.loads((tmp_path / "r.json").read_text())
@@ -127,7 +127,7 @@ def test_cli_reports_a_crash_and_keeps_going(buggy_module, tmp_path):
 
 def test_cli_passes_a_correct_backend_and_writes_json(tmp_path):
     out = _xloss("check", "--backend", "reference", "--kernels", "nll", "--max-examples", "5", "--json",
-                 str(tmp_path / "r.json"), "--in-process", cwd=tmp_path)
+                 str(tmp_path / "r.json"), "--in-process", "--no-large", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["passed"] and report["backend"] == "reference"
@@ -136,7 +136,19 @@ def test_cli_passes_a_correct_backend_and_writes_json(tmp_path):
     assert "nll_loss_grad" in out.stdout and "PASSED" in out.stdout
 
 
-def test_table_lists_every_target():
-    rows = [runner.TargetResult("bce_grad", "float32", "add", True, "pass", 3, 1e-7, 1e-7, 0.5, "", None, 0.1)]
+def test_table_lists_every_target_with_tolerance_and_ratio():
+    rows = [runner.TargetResult("bce_grad", "float32", "add", True, "pass", 3, 1e-7, 1e-7, 0.5, max_ratio=0.25,
+                                tolerance=4e-7),
+            runner.TargetResult("bce_grad", "float64", "add", True, "pass", 3, 0.0, 0.0, 0.0, tolerance=1e-15),
+            runner.TargetResult("bce_grad", "float16", "add", False, "not implemented", 0),
+            runner.TargetResult("focal_loss", "float32", "grad", True, "pass", 4, 1e-7, 1e-7, 0.5, group="large")]
     text = table(rows)
-    assert "bce_grad" in text and "float32" in text and "0.5" in text
+    lines = text.splitlines()
+    assert "bce_grad" in text and "float32" in text and "tolerance" in lines[1] and "err/tol" in lines[1]
+    f32 = next(line for line in lines if " float32 " in line and "bce_grad" in line).split()
+    assert "4.00e-07" in f32 and "0.250" in f32
+    f64 = next(line for line in lines if " float64 " in line).split()
+    assert f64[5] == "0"  # zero error is 0 ...
+    f16 = next(line for line in lines if " float16 " in line).split()
+    assert "n/a" in f16 and "-" not in f16[4:]  # ... and not run is n/a
+    assert "large cases" in text and text.index("large cases") < text.index("focal_loss")

@@ -43,6 +43,7 @@ class Case:
     dtype: str
     kwargs: dict
     label: str = ""
+    ladder: dict | None = None  # for a large case: {"rung": label, "seed": int}, from which it is rebuilt
 
     def describe(self, limit: int = 12) -> str:
         """A readable rendering (arrays abbreviated to ``limit`` elements)."""
@@ -53,7 +54,7 @@ class Case:
                 vals = ", ".join(_fmt_value(e) for e in flat[:limit]) + (", ..." if flat.size > limit else "")
                 parts.append(f"{k}=array(shape={v.shape}, dtype={xdt.float_name(v.dtype) or v.dtype}, [{vals}])")
             else:
-                parts.append(f"{k}={v!r}")
+                parts.append(f"{k}={_fmt_value(v) if isinstance(v, (float, np.floating)) else repr(v)}")
         head = f"{self.kernel}[mode={self.mode}, dtype={self.dtype}]"
         return head + (f" ({self.label})" if self.label else "") + "\n  " + "\n  ".join(parts)
 
@@ -90,6 +91,9 @@ class Comparison:
     max_ulp: float
     worst: tuple | None = None  # index of the worst element relative to its allowance
     detail: str = ""
+    ratio: float = 0.0  # the worst |error| / allowance (> 1 fails; inf: a wrong special value)
+    tolerance: float = 0.0  # the allowance at that element
+    failing: tuple = ()  # flat indices of (up to 8) elements outside tolerance
 
 
 def compare(name: str, actual, oracle, allowed, dtype: str) -> Comparison:
@@ -124,15 +128,20 @@ def compare(name: str, actual, oracle, allowed, dtype: str) -> Comparison:
         idx = np.unravel_index(int(np.argmax(np.where(bad_special, np.inf, ratio))), o.shape) if o.ndim else ()
         worst = tuple(int(i) for i in idx)
         if not ok and bad_special[idx]:
-            want = "nan" if np.isnan(o[idx]) else f"{rounded[idx]} (the exact {o[idx]!r} overflows {dtype})"
-            detail = (f"at index {worst}: got {a[idx]!r}, expected {want}; "
+            want = "nan" if np.isnan(o[idx]) else f"{float(rounded[idx])} (the exact {float(o[idx])!r} overflows {dtype})"
+            detail = (f"at index {list(worst)}: got {float(a[idx])!r}, expected {want}; "
                       f"{int(over.sum())} of {o.size} elements outside tolerance")
         elif not ok:
-            detail = (f"at index {worst}: got {a[idx]!r}, expected {o[idx]!r} "
+            detail = (f"at index {list(worst)}: got {float(a[idx])!r}, expected {float(o[idx])!r} "
                       f"(|error| {float(err[idx]):.3g}, allowed {float(allowed[idx]):.3g}); "
                       f"{int(over.sum())} of {o.size} elements outside tolerance")
+    worst_ratio = tol = 0.0
+    if o.size:
+        worst_ratio = math.inf if bad_special[idx] else float(ratio[idx])
+        tol = float(allowed[idx])
+    failing = tuple(int(i) for i in np.flatnonzero(over)[:8])
     return Comparison(name, ok, int(o.size), float(err.max(initial=0.0)), float(rel.max(initial=0.0)),
-                      float(ulps.max(initial=0.0)), worst, detail)
+                      float(ulps.max(initial=0.0)), worst, detail, worst_ratio, tol, failing)
 
 
 def upstream_rounding(dx, dtype: str, caps) -> np.ndarray | float:

@@ -15,10 +15,11 @@ import tempfile
 from pathlib import Path
 
 from .casefile import case_to_json
-from .runner import CRASH, TargetResult, declared_caps, run_target, universe
+from .descriptor import Case
+from .runner import CRASH, DRAWN, LARGE, TargetResult, declared_caps, run_large, run_target, universe
 
 
-def _child_main(name, options, targets, max_examples, seed, case_path, conn):
+def _child_main(name, options, items, settings, case_path, conn):
     from .. import registry
 
     try:
@@ -28,13 +29,21 @@ def _child_main(name, options, targets, max_examples, seed, case_path, conn):
         return
 
     def on_case(case):
+        if case.ladder is not None:  # rebuilt from its rung: no need to write hundreds of MiB
+            case = Case(case.kernel, case.mode, case.dtype, {}, case.label, case.ladder)
         with open(case_path, "wb") as f:
             pickle.dump(case, f)
 
-    for kernel, dtype, mode in targets:
-        conn.send(("start", (kernel, dtype, mode, declared_caps(backend, kernel, dtype, mode) is not None)))
-        r = run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed, on_case=on_case)
-        conn.send(("result", r.to_json()))
+    for kernel, dtype, mode, group in items:
+        declared = declared_caps(backend, kernel, dtype, mode) is not None
+        conn.send(("start", (kernel, dtype, mode, declared, group)))
+        if group == DRAWN:
+            r = run_target(backend, kernel, dtype, mode, max_examples=settings["max_examples"],
+                           seed=settings["seed"], on_case=on_case, configurations=settings["configurations"])
+        else:
+            r = run_large(backend, kernel, dtype, mode, seed=settings["seed"], repeats=settings["repeats"],
+                          on_case=on_case, configurations=settings["configurations"])
+        conn.send(("result", r.to_json() if r is not None else None))
     conn.send(("done", None))
 
 
@@ -51,17 +60,20 @@ class ChildSetupError(RuntimeError):
     pass
 
 
-def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, seed=0, on_result=None):
+def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, seed=0, on_result=None,
+                 large_cases=True, repeats=3, configurations=True):
     """Like :func:`runner.run_suite` for the backend ``xloss.backend(name, **options)``, in child processes."""
     ctx = multiprocessing.get_context("spawn")
-    remaining = [t for t in universe() if not kernels or t[0] in kernels]
+    chosen = [t for t in universe() if not kernels or t[0] in kernels]
+    remaining = [(*t, DRAWN) for t in chosen] + ([(*t, LARGE) for t in chosen] if large_cases else [])
+    settings = {"max_examples": max_examples, "seed": seed, "repeats": repeats, "configurations": configurations}
     results = []
     with tempfile.TemporaryDirectory(prefix="xloss-check-") as tmp:
         case_path = Path(tmp, "current-case.pkl")
         while remaining:
             receiver, sender = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=_child_main, daemon=True,
-                               args=(name, options, list(remaining), max_examples, seed, str(case_path), sender))
+                               args=(name, options, list(remaining), settings, str(case_path), sender))
             proc.start()
             sender.close()
             current = None
@@ -77,10 +89,12 @@ def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, se
                     current = tuple(payload)
                     case_path.unlink(missing_ok=True)
                 elif kind == "result":
+                    remaining.remove(current[:3] + current[4:])
+                    current = None
+                    if payload is None:  # no large case applies
+                        continue
                     r = TargetResult(**payload)
                     results.append(r)
-                    remaining.remove((r.kernel, r.dtype, r.mode))
-                    current = None
                     if on_result is not None:
                         on_result(r)
             proc.join()
@@ -92,11 +106,11 @@ def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, se
             if case_path.exists():
                 with open(case_path, "rb") as f:
                     case = pickle.load(f)
-            r = TargetResult(*current, status=CRASH,
+            r = TargetResult(*current[:4], status=CRASH, group=current[4],
                              message=f"the backend crashed the process ({_signal_name(proc.exitcode)}) on this input",
                              case=case_to_json(case) if case is not None else None)
             results.append(r)
-            remaining.remove(current[:3])
+            remaining.remove(current[:3] + current[4:])
             if on_result is not None:
                 on_result(r)
     return results

@@ -3,12 +3,18 @@
 A *target* is one (kernel, dtype, mode). Every target of the universe (all kernels × all float
 dtypes × all modes) gets a status:
 
-* declared by the backend: run the edge cases and ``max_examples`` hypothesis examples →
-  ``pass`` or ``fail`` (with the shrunk failing input);
+* declared by the backend: run the edge cases (also under each of ``backend.configurations()``)
+  and ``max_examples`` hypothesis examples → ``pass`` or ``fail`` (with the shrunk failing
+  input), ``mask-dependent`` (configurations disagree); then, as its own group ``large``, the
+  ladder of large cases (:mod:`.large`), each repeated (``nondeterministic`` if runs disagree)
+  and run under every configuration;
 * not declared: probe it with the capability check switched off (a few examples) →
   ``not implemented`` (the library lacks the symbol), ``refused`` (it rejects the request),
   ``fail`` ("works but undeclared": the declaration is incomplete), or ``wrong if forced``
   (it runs but disagrees with the oracle, which is why it is not declared).
+
+Every run goes through the backend's checked mode and :func:`.execute.call_checked`: a write
+out of bounds or into an input is a ``fail`` naming the buffer.
 """
 
 from __future__ import annotations
@@ -23,15 +29,19 @@ from hypothesis import strategies as st
 
 from ..backend import Backend, KernelCaps
 from ..dtypes import FLOAT_DTYPES
-from ..errors import BackendUnavailableError
-from . import DESCRIPTORS, supports
-from .casefile import case_to_json
+from ..errors import BackendUnavailableError, PortViolation
+from . import DESCRIPTORS, large, shrink, supports
+from .casefile import case_to_json, outputs_to_json
+from .configs import (MASK_DEPENDENT, NONDETERMINISTIC, REPEATS, across_configurations, checked_configurations,
+                      repeat_runs)
 from .descriptor import Case
+from .execute import CheckFailure, Disagreement, InputWritten, Mismatch, check_case, describe_failure
 
 PASS, FAIL, NOT_IMPLEMENTED, REFUSED, WRONG_IF_FORCED, CRASH = (
     "pass", "fail", "not implemented", "refused", "wrong if forced", "crash")
-FAILING = (FAIL, CRASH)
+FAILING = (FAIL, CRASH, NONDETERMINISTIC, MASK_DEPENDENT)
 PROBE_EXAMPLES = 8
+DRAWN, LARGE = "drawn", "large"
 
 
 @dataclass
@@ -46,16 +56,16 @@ class TargetResult:
     max_rel: float = 0.0
     max_ulp: float = 0.0
     message: str = ""
-    case: dict | None = None  # JSON of the (shrunk) failing input
+    case: dict | None = None  # JSON of the (shrunk) failing input, as it was before the call
     seconds: float = 0.0
     found_at: int | None = None  # 1-based index of the first failing example (edge cases count first)
+    group: str = DRAWN  # "drawn" (edge and hypothesis cases) or "large" (the ladder)
+    max_ratio: float = 0.0  # the worst |error| / allowed error over every output element
+    tolerance: float = 0.0  # the allowed error at that element
+    outputs: dict | None = None  # the two disagreeing outputs (nondeterministic, mask-dependent)
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-class _Mismatch(AssertionError):
-    pass
 
 
 class _Unchecked(Backend):
@@ -78,12 +88,22 @@ class _Stats:
     max_abs: float = 0.0
     max_rel: float = 0.0
     max_ulp: float = 0.0
+    max_ratio: float = 0.0
+    tolerance: float = 0.0
 
     def add(self, comparisons):
         for c in comparisons:
+            if c.name.endswith("(rounding bias)"):
+                continue
             self.max_abs = max(self.max_abs, c.max_abs)
             self.max_rel = max(self.max_rel, c.max_rel)
             self.max_ulp = max(self.max_ulp, c.max_ulp)
+            if c.n and (c.ratio > self.max_ratio or not self.tolerance):
+                self.max_ratio, self.tolerance = max(c.ratio, self.max_ratio), c.tolerance
+
+    def store(self, res: "TargetResult"):
+        res.examples, res.max_abs, res.max_rel, res.max_ulp = self.examples, self.max_abs, self.max_rel, self.max_ulp
+        res.max_ratio, res.tolerance = self.max_ratio, self.tolerance
 
 
 def _size(case: Case) -> int:
@@ -105,13 +125,36 @@ def declared_caps(backend: Backend, kernel: str, dtype: str, mode) -> KernelCaps
     return caps
 
 
+def main_label(backend: Backend) -> str:
+    return ", ".join(f"{k}={v}" for k, v in backend.options.items()) or "default options"
+
+
+def _classify(res: TargetResult, case: Case, exc: BaseException):
+    res.message = describe_failure(exc, res.kernel)
+    if case.label:
+        res.message += f" [case: {case.label}]"
+    res.case = case_to_json(case)
+    if isinstance(exc, Disagreement):
+        res.status = exc.status
+        res.outputs = outputs_to_json(DESCRIPTORS[res.kernel].output_names(case.mode), exc.first, exc.second)
+    elif res.declared:
+        res.status = FAIL
+    elif isinstance(exc, BackendUnavailableError):
+        res.status, res.case = NOT_IMPLEMENTED, None
+    elif isinstance(exc, (CheckFailure, PortViolation)):
+        res.status = WRONG_IF_FORCED
+    else:  # XLossError from the adapter, a vendor status, or the library refusing otherwise
+        res.status, res.case = REFUSED, None
+
+
 def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples: int = 100, seed: int = 0,
-               on_case: Callable[[Case], None] | None = None) -> TargetResult:
-    """Test one target of ``backend``; see the module docstring for the statuses."""
+               on_case: Callable[[Case], None] | None = None, configurations: bool = True) -> TargetResult:
+    """Test one target of ``backend`` on edge and drawn cases; see the module docstring for the statuses."""
     d = DESCRIPTORS[kernel]
     caps = declared_caps(backend, kernel, dtype, mode)
     declared = caps is not None
-    runner = backend if declared else _Unchecked(backend)
+    runner = backend.checked() if declared else _Unchecked(backend.checked())
+    configs = checked_configurations(backend) if declared and configurations else []
     if not declared:
         caps = KernelCaps.declare(kernel, dtypes=(dtype,))
         max_examples = min(max_examples, PROBE_EXAMPLES)
@@ -119,18 +162,18 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     stats = _Stats()
     start = time.perf_counter()
 
-    def run_one(case: Case):
+    def attempt(case: Case, count: bool = True):
         if on_case is not None:
             on_case(case)
-        stats.examples += 1
+        if count:
+            stats.examples += 1
         try:
-            comparisons = d.check(case, runner)
-            stats.add(comparisons)
-            bad = [c for c in comparisons if not c.ok]
-            if bad:
-                raise _Mismatch("; ".join(f"{c.name}: {c.detail}" for c in bad))
+            outputs, comparisons, allowed = check_case(d, case, runner, caps)
+            if count:
+                stats.add(comparisons)
+            return outputs, allowed
         except Exception:
-            if res.found_at is None:
+            if count and res.found_at is None:
                 res.found_at = stats.examples
             raise
 
@@ -138,13 +181,18 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     for case in d.edge_cases(dtype, mode):
         if supports(caps, case):
             try:
-                run_one(case)
+                outputs, allowed = attempt(case)
+                if configs:
+                    across_configurations(d, case, configs, outputs, allowed, backend.deterministic,
+                                          main_label(backend))
             except Exception as exc:
                 failure = (case, exc)
+                if res.found_at is None:
+                    res.found_at = stats.examples
                 break
-    # The property search runs even after a failing edge case (which is not shrunk): it usually
-    # finds a smaller input showing the same bug. A refusal needs no smaller example.
-    if max_examples > 0 and (failure is None or isinstance(failure[1], _Mismatch)):
+    # The property search runs even after a failing edge case: it usually finds a smaller input
+    # showing the same bug. A refusal or a disagreement needs no smaller example.
+    if max_examples > 0 and (failure is None or isinstance(failure[1], Mismatch)):
         last = {}
 
         @settings(max_examples=max_examples, deadline=None, database=None, report_multiple_bugs=False,
@@ -154,7 +202,7 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
         def prop(data):
             case = data.draw(d.strategy(dtype, mode, caps))
             try:
-                run_one(case)
+                attempt(case)
             except Exception as exc:  # the last one recorded is hypothesis's final, shrunk replay
                 last.update(case=case, exc=exc)
                 raise
@@ -165,35 +213,76 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
             if "case" in last and (failure is None or _size(last["case"]) < _size(failure[0])):
                 failure = (last["case"], last["exc"])
 
+    if failure is not None and isinstance(failure[1], (Mismatch, InputWritten, PortViolation)):
+        failure = shrink.minimise(failure, attempt)
     if failure is not None:
-        case, exc = failure
-        res.message = f"{type(exc).__name__}: {exc}"
-        res.case = case_to_json(case)
-        if declared:
-            res.status = FAIL
-        elif isinstance(exc, BackendUnavailableError):
-            res.status, res.case = NOT_IMPLEMENTED, None
-        elif isinstance(exc, _Mismatch):
-            res.status = WRONG_IF_FORCED
-        else:  # XLossError from the adapter, a vendor status, or the library refusing otherwise
-            res.status, res.case = REFUSED, None
+        _classify(res, *failure)
     elif not declared:
         res.status = FAIL
         res.message = "works but is not declared: the backend's capability declaration is incomplete"
-    res.examples, res.max_abs, res.max_rel, res.max_ulp = stats.examples, stats.max_abs, stats.max_rel, stats.max_ulp
+    stats.store(res)
+    res.seconds = time.perf_counter() - start
+    return res
+
+
+def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0, repeats: int = REPEATS,
+              on_case: Callable[[Case], None] | None = None, configurations: bool = True) -> TargetResult | None:
+    """The ladder of large cases of a declared target (group ``large``); None if none applies."""
+    d = DESCRIPTORS[kernel]
+    caps = declared_caps(backend, kernel, dtype, mode)
+    if caps is None:
+        return None
+    runner = backend.checked()
+    configs = checked_configurations(backend) if configurations else []
+    res = TargetResult(kernel, dtype, mode, True, group=LARGE)
+    stats = _Stats()
+    start = time.perf_counter()
+    for rung, case in large.cases(kernel, dtype, mode, seed, caps):
+        if not supports(caps, case):
+            continue
+        if on_case is not None:
+            on_case(case)
+        stats.examples += 1
+        try:
+            outputs, comparisons, allowed = check_case(d, case, runner, caps)
+            stats.add(comparisons)
+            if not large.agrees(kernel, rung):
+                continue
+            repeat_runs(d, case, runner, outputs, allowed, repeats)
+            if configs:
+                across_configurations(d, case, configs, outputs, allowed, backend.deterministic,
+                                      main_label(backend))
+        except Exception as exc:
+            res.found_at = stats.examples
+            _classify(res, case, exc)
+            break
+    if not stats.examples:
+        return None
+    stats.store(res)
     res.seconds = time.perf_counter() - start
     return res
 
 
 def run_suite(backend: Backend, *, kernels=None, max_examples: int = 100, seed: int = 0, on_case=None,
-              on_result=None, targets=None) -> list[TargetResult]:
-    """Run every target (or the given ones, restricted to ``kernels``) in this process."""
+              on_result=None, targets=None, large_cases: bool = False, repeats: int = REPEATS,
+              configurations: bool = True) -> list[TargetResult]:
+    """Run every target (or the given ones, restricted to ``kernels``) in this process: the drawn
+    group of every target, then (``large_cases``, as ``xloss check`` does) the large group of every
+    declared one."""
     out = []
-    for kernel, dtype, mode in (targets or universe()):
-        if kernels and kernel not in kernels:
-            continue
-        r = run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed, on_case=on_case)
+    chosen = [t for t in (targets or universe()) if not kernels or t[0] in kernels]
+    for kernel, dtype, mode in chosen:
+        r = run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed, on_case=on_case,
+                       configurations=configurations)
         out.append(r)
         if on_result is not None:
             on_result(r)
+    if large_cases:
+        for kernel, dtype, mode in chosen:
+            r = run_large(backend, kernel, dtype, mode, seed=seed, repeats=repeats, on_case=on_case,
+                          configurations=configurations)
+            if r is not None:
+                out.append(r)
+                if on_result is not None:
+                    on_result(r)
     return out
