@@ -465,67 +465,46 @@ def test_correct_port_private_calls_check_their_buffers(ft78ne_ports):
 
 # -- issue 12: checked mode, core masks, sizes a tiling sees ------------------------------------------
 #
-# Until `xloss check` runs Backend.checked() / configurations() and its large-case ladder itself (the
-# conformance branch), these call the descriptors directly, on checked backends and on inputs sized
-# as that ladder will be (more than 65536 elements per core with all 8 cores, 2^20 elements).
+# `xloss check` runs every case through Backend.checked(), the edge cases under configurations(),
+# and the large ladder (runner.run_large): the seeded ports below are caught there, on the kernel
+# their bug lives in. The correct port passes every configuration: checked, under the five masks
+# (test_correct_port_passes_everything_it_implements) and in private memory whole and with a
+# 4096-byte staging budget (test_correct_port_passes_in_private_memory), both through the runner.
 
 
 def _lib(libs, variant, private=False):
     return private_lib(libs, variant) if private else libs[variant]
 
 
-def _small_edge_cases(kernel, dtype, mode, limit=20_000):
-    out = []
-    for c in DESCRIPTORS[kernel].edge_cases(dtype, mode):
-        sizes = [np.size(v) for v in c.kwargs.values() if isinstance(v, np.ndarray)]
-        if not c.kwargs.get("label_smoothing") and 0 < max(sizes) <= limit:
-            out.append(c)
-    return out
-
-
-def _violations(backend, cases):
-    """(case, PortViolation) for each case that raised one; every other case must match the oracle."""
-    found = []
-    for case in cases:
-        try:
-            comparisons = DESCRIPTORS[case.kernel].check(case, backend)
-        except xloss.UnsupportedRequestError:
-            continue
-        except PortViolation as exc:
-            found.append((case, exc))
-            continue
-        assert all(c.ok for c in comparisons), (case.label, [c.detail for c in comparisons if not c.ok])
-    return found
-
-
-VIOLATIONS = [  # variant, backend options, target, error, the ABI argument it must name
-    ("nll_row_past_end", {}, (NLL, F32, None), OutOfBoundsWrite, "logits_grad"),
-    ("nll_row_past_end", {"memory": "private", "private_bytes": 4096}, (NLL, F16, None), OutOfBoundsWrite,
+VIOLATIONS = [  # variant, backend options, target, the error class and ABI argument the message names
+    ("nll_row_past_end", {}, (NLL, F32, None), "out-of-bounds write", "logits_grad"),
+    ("nll_row_past_end", {"memory": "private", "private_bytes": 4096}, (NLL, F16, None), "out-of-bounds write",
      "logits_grad"),
-    ("flce_input_in_place", {}, (FLCE, F32, "recompute"), InputModified, "input"),
-    ("bce_p_vector_tail", {"memory": "private", "private_bytes": 1024}, (BCE, F32, "add"), OutOfBoundsWrite, "dx"),
+    ("flce_input_in_place", {}, (FLCE, F32, "recompute"), "wrote into input", "input"),
+    ("bce_p_vector_tail", {"memory": "private", "private_bytes": 1024}, (BCE, F32, "add"), "out-of-bounds write",
+     "dx"),
 ]
 
 
-@pytest.mark.parametrize("variant,options,target,error,buffer", VIOLATIONS,
+@pytest.mark.parametrize("variant,options,target,kind,buffer", VIOLATIONS,
                          ids=lambda v: v if isinstance(v, str) else None)
-def test_checked_mode_names_the_buffer_a_port_violates(ft78ne_ports, variant, options, target, error, buffer):
-    """A write past an output or into an input raises the PortViolation subclass naming the kernel's
-    function, the ABI argument, the byte offset from its start and the bytes changed; the correct
-    port passes the same inputs in the same checked configuration."""
+def test_checked_mode_names_the_buffer_a_port_violates(ft78ne_ports, variant, options, target, kind, buffer,
+                                                       port_findings):
+    """A write past an output or into an input fails the target, naming the ABI argument; the
+    correct port passes the same target in the same configuration."""
     private = options.get("memory") == "private"
-    cases = _small_edge_cases(*target)
     bad = xloss.backend("mt7004", lib=_lib(ft78ne_ports, variant, private), core_mask=MASK, **options)
     assert bad.checked().options["guards"] is True and not bad.guards
-    found = _violations(bad.checked(), cases)
-    assert found, f"{variant}: no case raised"
-    for case, exc in found:
-        assert type(exc) is error and exc.buffer == buffer and exc.nbytes > 0, (case.label, exc)
-        assert f"_{'p' if private else 's'}" in str(exc) and f"`{buffer}`" in str(exc)
-        if error is OutOfBoundsWrite:
-            assert exc.offset >= 0  # past the end (a negative offset would be before the start)
+    t0 = time.perf_counter()
+    r = runner.run_target(bad, *target, max_examples=10, seed=SEED)
+    seconds = time.perf_counter() - t0
+    assert r.status == runner.FAIL and f"`{buffer}`" in r.message, r.message
     good = xloss.backend("mt7004", lib=_lib(ft78ne_ports, "correct", private), core_mask=MASK, **options)
-    assert not _violations(good.checked(), cases)
+    ok = runner.run_target(good, *target, max_examples=10, seed=SEED)
+    assert ok.status == runner.PASS, ok.message
+    port_findings.append(dict(vendor="mt7004 checked" + (" private" if private else ""), port=variant,
+                              target=target, first_failure=r.found_at, examples=r.examples, seconds=r.seconds,
+                              sweep_seconds=seconds))
 
 
 def test_checked_violation_leaves_the_callers_output_untouched(ft78ne_ports):
@@ -536,50 +515,62 @@ def test_checked_violation_leaves_the_callers_output_untouched(ft78ne_ports):
     with pytest.raises(OutOfBoundsWrite) as info:
         xloss.nll_loss_grad(1.0, s, t, reduction="sum", backend=b, out=out)
     assert (info.value.buffer, info.value.offset, info.value.nbytes) == ("logits_grad", 37 * 5 * 4, 5 * 4)
-    assert (out == 7.0).all()
+    assert "fp_nlllossgrad_s" in str(info.value) and (out == 7.0).all()
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    w = rng.standard_normal((9, 4)).astype(np.float32)
+    before = x.copy()
+    b = xloss.backend("mt7004", lib=ft78ne_ports["flce_input_in_place"], core_mask=MASK).checked()
+    with pytest.raises(InputModified) as info:
+        xloss.fused_linear_cross_entropy_grad(rng.uniform(0.5, 1, 6).astype(np.float32), x, w, np.zeros(6, bool),
+                                              rng.integers(0, 9, 6).astype(np.int32), softmax=None,
+                                              logits_max=np.zeros(6, np.float32),
+                                              sum_exp_logits=np.full(6, 9.0, np.float32), backend=b)
+    assert info.value.buffer == "input" and info.value.nbytes > 0 and (x == before).all()
+
+
+@pytest.mark.parametrize("variant,target,status", [
+    ("bce_mask_contiguous", (BCE, F32, "add"), runner.MASK_DEPENDENT),
+    ("focal_sum_race", (FOCAL, F32, "forward"), runner.FAIL)])
+def test_core_mask_bugs_are_caught(ft78ne_ports, variant, target, status, port_findings):
+    """Main configuration 0x07 (contiguous, three cores). A split that assumes the mask is low bits
+    passes it and fails the configurations 0x55, 0x81, 0xf0 (mask-dependent); a cross-core sum
+    without a barrier fails on the main configuration already (and passes on one core)."""
+    b = port(ft78ne_ports, variant)
+    assert [label for label, _ in b.configurations()] == ["core_mask=0x01", "core_mask=0x55", "core_mask=0x81",
+                                                          "core_mask=0xf0", "core_mask=0xff"]
+    t0 = time.perf_counter()
+    r = runner.run_target(b, *target, max_examples=10, seed=SEED)
+    seconds = time.perf_counter() - t0
+    assert r.status == status, (r.status, r.message)
+    if status == runner.MASK_DEPENDENT:
+        assert "core_mask=0x55" in r.message or "core_mask=0x81" in r.message or "core_mask=0xf0" in r.message
+    one = runner.run_target(port(ft78ne_ports, variant, core_mask=0x01), *target, max_examples=5, seed=SEED,
+                            configurations=False)
+    assert one.status == runner.PASS, one.message
+    port_findings.append(dict(vendor="mt7004 masks", port=variant, target=target, first_failure=r.found_at,
+                              examples=r.examples, seconds=r.seconds, sweep_seconds=seconds))
+
+
+def test_sixteen_bit_fill_count_is_caught_by_the_large_ladder(ft78ne_ports, port_findings):
+    """NLL's ladder (C = 32003 classes) puts more than 65535 elements on each core: a zero-fill
+    whose element count is 16 bits leaves most of the row unwritten. The correct port passes it."""
+    t0 = time.perf_counter()
+    bad = runner.run_large(port(ft78ne_ports, "nll_fill_u16"), NLL, F32, None, seed=SEED, configurations=False)
+    seconds = time.perf_counter() - t0
+    # the unwritten cells hold whatever the buffer held: wrong, and different from run to run
+    assert bad is not None and bad.status in runner.FAILING and bad.group == runner.LARGE, bad and bad.message
+    assert "C=32003" in bad.message
+    good = runner.run_large(port(ft78ne_ports, "correct"), NLL, F32, None, seed=SEED, configurations=False)
+    assert good.status == runner.PASS, good.message
+    port_findings.append(dict(vendor="mt7004 large", port="nll_fill_u16", target=(NLL, F32, None),
+                              first_failure=bad.found_at, examples=bad.examples, seconds=bad.seconds,
+                              sweep_seconds=seconds))
 
 
 def _big_case(kernel, dtype, mode, n, seed=3, **kw):
     rng = np.random.default_rng(seed)
-    x = rng.uniform(0.02, 0.98, n) if kernel == BCE else rng.uniform(-4, 4, n)
-    kwargs = dict(x=x.astype(dtype), y=(rng.random(n) > 0.5).astype(dtype), **kw)
+    kwargs = dict(x=rng.uniform(-4, 4, n).astype(dtype), y=(rng.random(n) > 0.5).astype(dtype), **kw)
     return Case(kernel, mode, dtype, kwargs, label=f"{n} elements")
-
-
-def _agree(backend, case):
-    return all(c.ok for c in DESCRIPTORS[case.kernel].check(case, backend))
-
-
-@pytest.mark.parametrize("variant,wrong", [("correct", set()), ("bce_mask_contiguous", {0x55, 0x81, 0xF0}),
-                                           ("focal_sum_race", {0x55, 0x81, 0xF0, 0xFF})])
-def test_configurations_expose_mask_bugs(ft78ne_ports, variant, wrong):
-    """configurations(): the five masks; 2^20 + 3 elements (131072 per core with all 8). A split
-    that assumes the mask is low bits fails exactly the non-contiguous masks; an unsynchronised
-    cross-core sum loses every partial but the last whenever more than one core runs."""
-    b = port(ft78ne_ports, variant)
-    configs = b.configurations()
-    assert [label for label, _ in configs] == ["core_mask=0x01", "core_mask=0x55", "core_mask=0x81",
-                                               "core_mask=0xf0", "core_mask=0xff"]
-    kernel, case = (BCE, _big_case(BCE, F32, "add", 2**20 + 3, grad=0.5, reduction="mean", eps=1e-12,
-                                   eps_mode="add")) if variant != "focal_sum_race" else \
-        (FOCAL, _big_case(FOCAL, F32, "forward", 2**20 + 3, alpha=0.25, gamma=2.0, reduction="sum"))
-    failed = {int(label.split("=")[1], 16) for label, cb in configs if not _agree(cb, case)}
-    assert failed == wrong
-    assert not b.deterministic  # a port library declares nothing unless told
-    assert xloss.backend("mt7004", lib=ft78ne_ports[variant], deterministic="true").deterministic
-
-
-def test_sixteen_bit_row_count_above_65535_rows_per_core(ft78ne_ports):
-    """NLL with 8 * 65536 + 9 rows over all 8 cores: a per-core row count kept in uint16 wraps."""
-    rng = np.random.default_rng(4)
-    rows = 8 * 65536 + 9
-    kw = dict(grad=0.5, self=rng.standard_normal((rows, 3)).astype(np.float32), target=rng.integers(0, 3, rows),
-              reduction="sum", ignore_index=-100)
-    case = Case(NLL, None, F32, kw, label=f"{rows} rows")
-    assert _agree(port(ft78ne_ports, "correct", core_mask=0xFF), case)
-    assert not _agree(port(ft78ne_ports, "nll_rows_u16", core_mask=0xFF), case)
-    assert _agree(port(ft78ne_ports, "nll_rows_u16", core_mask=0xFF), Case(NLL, None, F32, dict(
-        kw, self=kw["self"][:8 * 65535], target=kw["target"][:8 * 65535]), label="65535 rows per core"))
 
 
 def test_fp16_focal_mean_in_tiny_private_memory_is_not_a_false_alarm(ft78ne_ports):
@@ -588,18 +579,5 @@ def test_fp16_focal_mean_in_tiny_private_memory_is_not_a_false_alarm(ft78ne_port
     case = _big_case(FOCAL, F16, "forward", 4097, alpha=0.25, gamma=2.0, reduction="mean")
     for lib in (private_lib(ft78ne_ports, "correct"), None):  # the port, and the emulator
         b = xloss.backend("mt7004", lib=lib, memory="private", private_bytes=8192, core_mask=MASK)
-        assert _agree(b, case) and _agree(b.checked(), case)
-
-
-def test_correct_port_passes_every_configuration_checked(ft78ne_ports):
-    """Every declared target, checked (guards and input comparison), in shared memory under a
-    non-contiguous mask and in private memory with a small staging budget (tiles, accumulate)."""
-    results = {}
-    shared = xloss.backend("mt7004", lib=ft78ne_ports["correct"], core_mask=0x55).checked()
-    tiny = xloss.backend("mt7004", lib=private_lib(ft78ne_ports, "correct"), memory="private", core_mask=0x81,
-                         private_bytes=4096).checked()
-    for name, b in (("shared 0x55", shared), ("private 4096", tiny)):
-        todo = sorted(DECLARED if name.startswith("shared") else
-                      (t for t in DECLARED if t[1] == F32 or t[0] == NLL or t[2] == "forward"), key=str)
-        results.update({(name,) + t: r for t, r in run_targets(b, todo, max_examples=6).items()})
-    assert not failing(results), table(list(results.values())) + "\n".join(r.message for r in results.values())
+        for backend in (b, b.checked()):
+            assert all(c.ok for c in DESCRIPTORS[FOCAL].check(case, backend))

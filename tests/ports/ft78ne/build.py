@@ -51,7 +51,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # correct, but reads the manual's parameter list for nlllossgrad's codes (0 sum, 1 mean, 2 none)
     "nll_codes_sum_mean_none": (("PORT_NLL_CODES_SUM_MEAN_NONE",), ()),
     "nll_row_past_end": (("BUG_NLL_ROW_PAST_END",), ()),  # checked mode (guards) only
-    "nll_rows_u16": (("BUG_NLL_ROWS_U16",), ()),  # above 65535 rows per core
+    "nll_fill_u16": (("BUG_NLL_FILL_U16",), ()),  # above 65535 elements per core (the large ladder)
     "flce_input_in_place": (("BUG_FLCE_INPUT_IN_PLACE",), ()),  # checked mode (input comparison)
     "bce_p_vector_tail": (("BUG_BCE_P_VECTOR_TAIL",), ()),  # private memory, checked mode (guards)
     "bce_mask_contiguous": (("BUG_BCE_MASK_CONTIGUOUS",), ()),  # masks that are not low bits (0x55, 0x81, 0xf0)

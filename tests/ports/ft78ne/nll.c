@@ -62,19 +62,18 @@ static void nll(const char *fn, int is_half, int is_private, const void *logits,
     int base = batch / k;
     for (int c = 0; c < k; c++) { /* rows of core c; the last core also takes the remainder */
         int lo = c * base, hi = c == k - 1 ? batch : lo + base;
-#ifdef BUG_NLL_ROWS_U16
-        uint16_t rows = (uint16_t)(hi - lo); /* BUG: the DMA descriptor's row count is 16 bits */
-#else
         size_t rows = (size_t)(hi - lo);
-#endif
 #ifdef BUG_NLL_ROW_PAST_END
-        size_t clear = rows + 1; /* BUG: clears one row too many: the next core's first, past the end on the last */
+        size_t clear = (rows + 1) * class_num; /* BUG: clears one row too many: past the end on the last core */
 #else
-        size_t clear = rows;
+        size_t clear = rows * class_num;
+#endif
+#ifdef BUG_NLL_FILL_U16
+        clear = (uint16_t)clear; /* BUG: the zero-fill DMA's element count is 16 bits: wraps above 65535 */
 #endif
         if (rows > 0 && class_num > 0)
-            memset((char *)logits_grad + (size_t)lo * class_num * elem, 0, clear * class_num * elem); /* +0 */
-        for (int i = lo; i < lo + (int)rows; i++) {
+            memset((char *)logits_grad + (size_t)lo * class_num * elem, 0, clear * elem); /* +0 */
+        for (int i = lo; i < hi; i++) {
             int t = labels[i];
             double g = reduction == NLL_NONE ? port_ld(loss_grad, is_half, i) : g0;
             port_st(logits_grad, is_half, (size_t)i * class_num + t, (float)(port_ld(weight, is_half, t) * -g));
