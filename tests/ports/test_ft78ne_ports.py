@@ -122,8 +122,9 @@ def port(libs, variant, chip="mt7004", core_mask=MASK):
     return xloss.backend(chip, lib=libs[variant], core_mask=core_mask)
 
 
-def run_targets(backend, todo, max_examples=MAX_EXAMPLES) -> dict:
-    return {t: runner.run_target(backend, *t, max_examples=max_examples, seed=SEED) for t in todo}
+def run_targets(backend, todo, max_examples=MAX_EXAMPLES, configurations=True) -> dict:
+    return {t: runner.run_target(backend, *t, max_examples=max_examples, seed=SEED, configurations=configurations)
+            for t in todo}
 
 
 def failing(results: dict) -> set:
@@ -248,9 +249,10 @@ def test_seeded_bug_fails_where_it_lives(bug, ft78ne_ports, ft78ne_build, port_h
 
 @pytest.mark.parametrize("variant", ["mean_per_slice", "last_slice"])
 def test_split_bugs_need_a_split(variant, ft78ne_ports):
-    """On one core nothing is split, and the same libraries pass what they fail on three cores."""
+    """On one core nothing is split, and the same libraries pass what they fail on three cores (the
+    other configurations, which split, are left out here: they are where these bugs show)."""
     todo = [t for t in next(b.must for b in BUGS if b.variant == variant) if t[1] == F32]
-    results = run_targets(port(ft78ne_ports, variant, core_mask=0x01), todo)
+    results = run_targets(port(ft78ne_ports, variant, core_mask=0x01), todo, configurations=False)
     assert not failing(results), table(list(results.values()))
 
 

@@ -65,7 +65,7 @@ def _unit_of(case: Case, flat_index: int, output: int) -> int:
     if case.kernel in (FOCAL.name, BCE_GRAD.name):
         return flat_index
     if case.kernel == NLL_GRAD.name:
-        return flat_index // max(1, np.shape(kw["self"])[1])
+        return flat_index // max(1, np.shape(kw["self"])[-1])  # (C) or (N, C)
     return flat_index // max(1, np.shape(kw["input"])[1]) if output == 0 else -1
 
 
