@@ -129,3 +129,10 @@ def test_a_nondeterministic_failure_replays_with_repeats(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "FAIL" in out and "run 1 and run 2 disagree" in out
     assert cli.main(["check", "--replay", path, "--backend", "reference", "--repeat", "2"]) == 0
+
+
+def test_a_one_row_bug_is_reported_on_one_row():
+    r = runner.run_target(M.NllSignOfClassZero(), "nll_loss_grad", "float32", None, max_examples=0)
+    assert r.status == "fail"
+    case = case_from_json(r.case)
+    assert case.kwargs["self"].shape[0] == 1, case.describe()

@@ -334,7 +334,8 @@ def test_cli_isolates_a_crashing_port(ft78ne_ports, xloss_cli, tmp_path):
     assert "CRASH: bce_grad float32" in out.stdout and "input that crashed" in out.stdout
 
     saved = crash["replay_file"]
-    again = xloss_cli("check", "--replay", saved, cwd=tmp_path)  # backend and library from the case file
+    # the backend comes from the case file; its library is only shown, so it is named again
+    again = xloss_cli("check", "--replay", saved, "--lib", crashing, cwd=tmp_path)
     assert again.returncode == -signal.SIGSEGV, again.stdout + again.stderr
     fixed = xloss_cli("check", "--replay", saved, "--backend", "ft78ne", "--lib", ft78ne_ports["correct"],
                       cwd=tmp_path)

@@ -38,13 +38,14 @@ def _backend_name(args, meta) -> str:
 
 
 def _options(args, meta, name, given: dict) -> tuple[dict, str]:
-    """The options to use and where they came from."""
+    """The options to use and where they came from: the file's (for the same backend), updated
+    by the command line's."""
     saved = dict(meta.get("options") or {})
-    if given or not saved or name != meta.get("backend"):
+    if not saved or name != meta.get("backend"):
         return given, "command line"
     if "lib" in saved:
         raise ReplayError(f"{args.replay}: options may not name a library (lib); pass --lib to load one")
-    return saved, "case file"
+    return {**saved, **given}, "case file" + (" and the command line" if given else "")
 
 
 def replay(args, given_options: dict, make_backend) -> int:
