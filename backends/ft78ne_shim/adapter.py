@@ -441,30 +441,39 @@ class DspBackend(Backend):
             flat[...] = src.reshape(-1)
 
     def _elementwise_grad_private(self, a, fname, ct, n, ins, args_of, out, *, has_weight=False):
-        """BCE / focal gradient through private memory: tiles of m elements, mean kept global."""
+        """BCE / focal gradient through private memory: tiles of m elements, mean kept global (a
+        tile gets g*m/n with reduction=mean). float16 means over several tiles run the fp_ form on
+        exact float32 copies when the library has it: g*m/n in half would be rounded (below half's
+        normal range, by more than half an ulp) before the library applies it; the float32 results
+        are rounded once to half here. Without fp_, hp_ with the half scale (upstream_in_dtype)."""
         op = fname[3:-2]
-        dt = a.x.dtype
-        es = dt.itemsize
+        dt = sdt = a.x.dtype
         per_element = isinstance(a.grad, np.ndarray)
 
-        def need(t):
-            return len(ins) * self._blk(t * es) + self._blk((t if per_element else 1) * es) + self._blk(t * es)
+        def plan(es):
+            def need(t):
+                return len(ins) * self._blk(t * es) + self._blk((t if per_element else 1) * es) + self._blk(t * es)
+            t = _fit(self._budget(), need, max(n, 1))
+            if t == 0:
+                raise self._too_big(f"{fname} on one element", need(1))
+            return t, _ranges(n, t)
 
-        t = _fit(self._budget(), need, max(n, 1))
-        if t == 0:
-            raise self._too_big(f"{fname} on one element", need(1))
-        tiles = _ranges(n, t)
+        t, tiles = plan(dt.itemsize)
+        if (len(tiles) > 1 and a.reduction == "mean" and not per_element and dt == np.float16
+                and self.lib.has("fp" + fname[2:])):
+            sdt, fname, ct = np.dtype(np.float32), "fp" + fname[2:], "float"
+            t, tiles = plan(4)
         host = np.empty(n, dt)
-        specs = {f"x{i}": (ct, dt, t) for i in range(len(ins))}
-        specs["dl"] = (ct, dt, t if per_element else 1)
-        specs["dx"] = (ct, dt, t)
+        specs = {f"x{i}": (ct, sdt, t) for i in range(len(ins))}
+        specs["dl"] = (ct, sdt, t if per_element else 1)
+        specs["dx"] = (ct, sdt, t)
 
         def stage(i, b):
             lo, hi = tiles[i]
             m = hi - lo
             for j, arr in enumerate(ins):
                 b[f"x{j}"].arr[:m] = arr[lo:hi]
-            red, dl = self._tile_upstream(op, a.grad, a.reduction, dt, lo, hi, n, len(tiles))
+            red, dl = self._tile_upstream(op, a.grad, a.reduction, sdt, lo, hi, n, len(tiles))
             b["dl"].arr[:dl.size] = dl
             self._invoke(fname, *args_of(b, m, red, has_weight))
             host[lo:hi] = b["dx"].arr[:m]
