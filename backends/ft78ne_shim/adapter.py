@@ -476,7 +476,8 @@ class DspBackend(Backend):
             red, dl = self._tile_upstream(op, a.grad, a.reduction, sdt, lo, hi, n, len(tiles))
             b["dl"].arr[:dl.size] = dl
             self._invoke(fname, *args_of(b, m, red, has_weight))
-            host[lo:hi] = b["dx"].arr[:m]
+            with np.errstate(over="ignore"):  # float32 results past half's range round to inf, as one call's would
+                host[lo:hi] = b["dx"].arr[:m]
 
         self._run_private(specs, len(tiles), stage)
         out.reshape(-1)[...] = host
