@@ -6,6 +6,7 @@ The declarations mirror ``include/ft78ne.h`` (vendor ABI) and ``include/ft78ne_e
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -15,9 +16,17 @@ ENV_VAR = "XLOSS_FT78NE_LIB"
 MEMORY_ENV_VAR = "XLOSS_FT78NE_MEMORY"  # default of the memory option ("shared" or "private")
 EMULATOR = Path(__file__).resolve().with_name("libxloss_ft78ne.so")
 
-#: The vendor operators, each with fp_/hp_ x _s/_p entry points.
+#: The operators, each with fp_/hp_ x _s/_p entry points.
 OPS = ("binarycrossentropygrad", "sigmoidfocalloss", "sigmoidfocallossgrad", "nlllossgrad",
        "fusedlinearcrossentropylossgrad")
+#: The manual publishes these two pages: their symbols are called with the manual's layout.
+VENDOR_OPS = ("binarycrossentropygrad", "nlllossgrad")
+#: Ours (no vendor page). A library's symbols of these names are called only when it exports
+#: EXT_MARKER returning EXT_ABI (ft78ne.h, "OURS"): a vendor function of the same name could
+#: have another layout, and calling it with ours would corrupt memory.
+OURS_OPS = ("sigmoidfocalloss", "sigmoidfocallossgrad", "fusedlinearcrossentropylossgrad")
+EXT_MARKER = "xloss_ft78ne_ext_abi"
+EXT_ABI = 1
 
 NUM_CORES = 8
 CORE_MASK_ALL = 0xFF
@@ -49,14 +58,14 @@ void fp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float
                                float *input_y, float *dloss, float *dx);
 void hp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma, half *input_x,
                                half *input_y, half *dloss, half *dx);
-void fp_nlllossgrad_s(int batch, int classes, int reduction, int ignore_index, float *dloss, int *target,
-                      float *weight, float *total_weight, float *dx, int weight_defined, int core_mask);
-void hp_nlllossgrad_s(int batch, int classes, int reduction, int ignore_index, half *dloss, int *target,
-                      half *weight, float *total_weight, half *dx, int weight_defined, int core_mask);
-void fp_nlllossgrad_p(int batch, int classes, int reduction, int ignore_index, float *dloss, int *target,
-                      float *weight, float *total_weight, float *dx, int weight_defined);
-void hp_nlllossgrad_p(int batch, int classes, int reduction, int ignore_index, half *dloss, int *target,
-                      half *weight, float *total_weight, half *dx, int weight_defined);
+void fp_nlllossgrad_s(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
+                      float *logits_grad, int batch, int class_num, int reduction_type, int core_mask);
+void hp_nlllossgrad_s(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,
+                      half *logits_grad, int batch, int class_num, int reduction_type, int core_mask);
+void fp_nlllossgrad_p(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
+                      float *logits_grad, int batch, int class_num, int reduction_type);
+void hp_nlllossgrad_p(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,
+                      half *logits_grad, int batch, int class_num, int reduction_type);
 void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int vocab, float *grad, float *input, float *weight,
                                           unsigned char *target_mask, int *masked_target, float *logits_max,
                                           float *sum_exp_logits, float *softmax, float *input_grad,
@@ -73,6 +82,7 @@ void hp_fusedlinearcrossentropylossgrad_p(int bt, int hidden, int vocab, float *
                                           unsigned char *target_mask, int *masked_target, float *logits_max,
                                           float *sum_exp_logits, float *softmax, half *input_grad,
                                           half *weight_grad, int softmax_defined, int accumulate);
+int xloss_ft78ne_ext_abi(void);
 """
 
 EMU_CDEF = """
@@ -117,7 +127,20 @@ PRIVATE_HELPERS = ("ft78ne_emu_set_core", "ft78ne_emu_private_alloc", "ft78ne_em
 CAPACITY_HELPER = "ft78ne_emu_private_capacity"
 
 _cache: dict[tuple, CLibrary] = {}
-_cache_lock = threading.Lock()
+_cache_lock = threading.RLock()  # also guards every backend's lazy loading (adapter: abi.state_lock())
+
+
+def state_lock():
+    """The lock of lazy library loading (replaced in a forked child: see _after_fork_in_child)."""
+    return _cache_lock
+
+
+def _after_fork_in_child() -> None:
+    global _cache_lock
+    _cache_lock = threading.RLock()  # a parent thread loading a library when it forked never releases it here
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def resolve(lib=None) -> list[str]:
@@ -128,7 +151,7 @@ def resolve(lib=None) -> list[str]:
 def load(paths: list[str]) -> CLibrary:
     """One :class:`CLibrary` per distinct set of paths (dlopen once; the handle lives for the process)."""
     key = tuple(str(Path(p).resolve()) for p in paths)
-    with _cache_lock:
+    with state_lock():
         lib = _cache.get(key)
         if lib is None:
             lib = _cache[key] = CLibrary(CDEF, list(key))
@@ -140,3 +163,36 @@ def is_emulator(paths: list[str]) -> bool:
         return len(paths) == 1 and EMULATOR.exists() and Path(paths[0]).resolve() == EMULATOR
     except OSError:
         return False
+
+
+# -- reduction codes: one table per operator ---------------------------------------------------------
+REDUCTIONS = ("none", "sum", "mean")
+#: binarycrossentropygrad's page: 0 none, 1 mean, 2 sum; our operators use the same.
+BCE_CODES = ("none", "mean", "sum")
+#: nlllossgrad: its loss_grad text and the nllloss page say 0 None, 1 Sum, 2 Mean (the default);
+#: its parameter list says 0 Sum, 1 Mean, 2 None (option nll_reduction_codes="sum,mean,none").
+NLL_CODES = ("none", "sum", "mean")
+#: backend option -> (operators it sets, default names in code order)
+CODE_OPTIONS = {"nll_reduction_codes": (("nlllossgrad",), NLL_CODES),
+                "bce_reduction_codes": (("binarycrossentropygrad",), BCE_CODES)}
+
+
+def parse_codes(option: str, value) -> tuple[str, str, str]:
+    """``"sum,mean,none"`` (or a sequence of the names) -> the names in code order (code 0 first).
+    ValueError naming the option unless it is a permutation of none, sum, mean."""
+    names = value.split(",") if isinstance(value, str) else list(value)
+    names = tuple(str(n).strip().lower() for n in names)
+    if sorted(names) != sorted(REDUCTIONS):
+        raise ValueError(f"{option} must name none, sum and mean once each, in code order (code 0 first), "
+                         f"e.g. {option}={','.join(CODE_OPTIONS[option][1])}; got {value!r}")
+    return names
+
+
+def code_table(**options) -> dict[str, dict[str, int]]:
+    """Operator -> {reduction name: code}, from the defaults and any ``*_reduction_codes`` options."""
+    table = {op: {r: i for i, r in enumerate(BCE_CODES)} for op in OPS}
+    for option, (ops, default) in CODE_OPTIONS.items():
+        names = default if options.get(option) is None else parse_codes(option, options[option])
+        for op in ops:
+            table[op] = {r: i for i, r in enumerate(names)}
+    return table

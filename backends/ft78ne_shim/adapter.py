@@ -17,18 +17,16 @@ from __future__ import annotations
 import math
 import os
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...backend import Backend, KernelCaps
 from ...errors import BackendUnavailableError, KernelError, XLossTypeError, XLossValueError
-from ...kernels import REDUCTION_CODES
-from . import abi
+from . import abi, guards, staging
+from .staging import blk as _blk, fit as _fit, ranges as _ranges
 
-NONE, MEAN, SUM = (REDUCTION_CODES[r] for r in ("none", "mean", "sum"))
 BCE_EPS = 1e-12  # FT78NE_BCE_EPS: the eps of x(1-x) + eps, fixed inside the library
-ALIGN = 64  # the emulator's allocation granularity; the tile planner counts in it
+ALIGN = staging.ALIGN
 
 _PREFIX = {"float32": "fp", "float16": "hp"}
 _CTYPE = {"float32": "float", "float16": "half"}
@@ -43,44 +41,8 @@ _FOCAL_MODES = {
     "forward+grad": ("sigmoidfocalloss", "sigmoidfocallossgrad"),
 }
 
-_core_locks: dict[tuple, threading.Lock] = {}
-_core_locks_guard = threading.Lock()
-
-
-def _core_lock(lib, core: int) -> threading.Lock:
-    """One lock per (library, core): a core's private memory serves one staged call at a time."""
-    with _core_locks_guard:
-        return _core_locks.setdefault((id(lib), core), threading.Lock())
-
-
-def _blk(nbytes: int) -> int:
-    """Bytes an allocation of ``nbytes`` takes (at least one granule, as the allocator does)."""
-    return max(1, -(-nbytes // ALIGN)) * ALIGN
-
-
-def _fit(budget: int, need, hi: int) -> int:
-    """The largest t in [1, hi] with need(t) <= budget (need is non-decreasing); 0 if none."""
-    if hi < 1 or need(1) > budget:
-        return 0
-    lo = 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if need(mid) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _ranges(n: int, t: int):
-    """Bounds [lo, hi) of the fewest tiles of at most t items covering n, balanced (sizes differ by at
-    most one: no small last tile, whose mean scale g*m/n would be the smallest); [(0, 0)] for n == 0."""
-    if n == 0:
-        return [(0, 0)]
-    k = -(-n // t)
-    bounds = [i * (n // k) + min(i, n % k) for i in range(k + 1)]
-    return list(zip(bounds[:-1], bounds[1:]))
-
+#: masks ``configurations()`` runs: one core, alternate cores, the two ends, the upper half, all
+CONFIG_MASKS = (0x01, 0x55, 0x81, 0xF0, 0xFF)
 
 def _check_int(what: str, value: int) -> int:
     if value > abi.INT_MAX:
@@ -89,18 +51,29 @@ def _check_int(what: str, value: int) -> int:
     return int(value)
 
 
-@dataclass
-class _PBuf:
-    """A buffer in a core's private memory: the vendor-call pointer and a NumPy view for staging."""
+def _flag(chip: str, name: str, value) -> bool:
+    """A boolean option, also as the command line passes it (a string)."""
+    if isinstance(value, (bool, np.bool_)) or value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return text in ("true", "yes", "on", "1")
+    raise XLossValueError(f"backend {chip!r}: {name} must be true or false; got {value!r}")
 
-    ptr: object
-    arr: np.ndarray
+
+def _mean_operands(g, tw, dt):
+    """(loss_grad, total_weight) of a mean call in the dtype. A total weight beyond the dtype's
+    range (a half sum over more than 65504 unit weights) is scaled with g by the same power of
+    two, exactly: the library's g / total_weight is unchanged."""
+    big = float(np.finfo(dt).max) / 2
+    scale = 2.0 ** math.ceil(math.log2(abs(tw) / big)) if math.isfinite(tw) and abs(tw) > big else 1.0
+    return (np.asarray(g, np.float64) / scale).astype(dt), np.array([tw / scale], dt)
 
 
 class DspBackend(Backend):
     """``ft78ne`` (fp32) or ``mt7004`` (fp16, fp32) over the DSP calling convention."""
 
-    OPTIONS = ("memory", "core_mask", "lib", "private_bytes")
+    OPTIONS = ("memory", "core_mask", "lib", "private_bytes", *abi.CODE_OPTIONS, "guards", "deterministic")
 
     def __init__(self, chip: str, **options):
         unknown = sorted(set(options) - set(self.OPTIONS))
@@ -129,27 +102,44 @@ class DspBackend(Backend):
             if private_bytes < ALIGN:
                 raise XLossValueError(f"backend {chip!r}: private_bytes must be >= {ALIGN}; got {private_bytes}")
             private_bytes = int(private_bytes)
+        self.guards = _flag(chip, "guards", options.get("guards", False))
+        # the in-tree emulator is deterministic for every mask (fixed blocks, fixed order); a
+        # library says so with deterministic=True
+        declared = options.get("deterministic")
+        self._given = {k: v for k, v in options.items() if v is not None}
         self.chip = chip
         self.memory = memory
         self.core_mask = core_mask
         self.cores = [c for c in range(abi.NUM_CORES) if core_mask >> c & 1]
         self.private_bytes = private_bytes
         self.paths = abi.resolve(options.get("lib"))
+        try:
+            self._codes = abi.code_table(**{k: options.get(k) for k in abi.CODE_OPTIONS})
+        except ValueError as exc:
+            raise XLossValueError(f"backend {chip!r}: {exc}") from None
         shown = {"memory": memory, "core_mask": f"{core_mask:#04x}"}
+        shown.update({k: ",".join(abi.parse_codes(k, options[k])) for k in abi.CODE_OPTIONS
+                      if options.get(k) is not None})
         if options.get("lib") is not None:
             shown["lib"] = ":".join(self.paths)
         if private_bytes is not None:
             shown["private_bytes"] = private_bytes
+        if self.guards:
+            shown["guards"] = True
+        if declared is not None:
+            shown["deterministic"] = _flag(chip, "deterministic", declared)
         super().__init__(name=chip, description=_DESCRIPTION[chip], options=shown)
+        self.deterministic = (abi.is_emulator(self.paths) if declared is None
+                              else _flag(chip, "deterministic", declared))
+        self._private_blocks = threading.local()  # checked mode: this core thread's guarded blocks
         self._lib = None
         self._caps = None
-        self._state_lock = threading.Lock()
 
     # -- the library ---------------------------------------------------------------------
     @property
     def lib(self):
         if self._lib is None:
-            with self._state_lock:
+            with abi.state_lock():  # not per backend: a forked child gets a fresh one
                 if self._lib is None:
                     lib = abi.load(self.paths)  # BackendUnavailableError if missing
                     self._has_errors = all(lib.has(s) for s in abi.ERROR_HELPERS)
@@ -158,6 +148,7 @@ class DspBackend(Backend):
                     self._has_private = all(lib.has(s) for s in abi.PRIVATE_HELPERS)
                     self._has_capacity = lib.has(abi.CAPACITY_HELPER)
                     self._direct = abi.is_emulator(self.paths)
+                    self._has_ext = lib.has(abi.EXT_MARKER) and int(lib.symbol(abi.EXT_MARKER)()) == abi.EXT_ABI
                     self._lib = lib
         return self._lib
 
@@ -200,7 +191,13 @@ class DspBackend(Backend):
             out["private memory per core"] = f"{int(lib.ft78ne_emu_private_capacity())} bytes"
         if self.private_bytes is not None:
             out["staging budget per core"] = f"{self.private_bytes} bytes"
-        out["error reporting"] = "yes" if self._has_errors else "no (library lacks ft78ne_emu_last_error)"
+        if self._has_errors:
+            out["error reporting"] = "yes (ft78ne_emu_last_error and ft78ne_emu_last_error_message)"
+        else:
+            have = [s for s in abi.ERROR_HELPERS if lib.has(s)]
+            out["error reporting"] = (f"no: the library exports {' and '.join(have) or 'neither'} of "
+                                      f"{', '.join(abi.ERROR_HELPERS)}, so its refusals cannot be seen")
+        out["deterministic"] = "yes" if self.deterministic else "not declared (deterministic=True declares it)"
         return out
 
     # -- capabilities: what the loaded library's symbols can express -----------------------
@@ -217,8 +214,9 @@ class DspBackend(Backend):
         suffix = "_s" if self.memory == "shared" else "_p"
         dtypes = _CHIP_DTYPES[self.chip]
 
-        def has(dtype, *ops):
-            return all(lib.has(f"{_PREFIX[dtype]}_{op}{suffix}") for op in ops)
+        def has(dtype, *ops):  # ours only where the library declares our layouts (abi.OURS_OPS)
+            return all(lib.has(f"{_PREFIX[dtype]}_{op}{suffix}") and (op in abi.VENDOR_OPS or self._has_ext)
+                       for op in ops)
 
         limit = abi.INT_MAX  # sizes are C ints
         memory_note = f"{self.memory} memory, core_mask {self.core_mask:#04x}"
@@ -258,6 +256,8 @@ class DspBackend(Backend):
     def _ptr(self, arr, ctype):
         if arr is None:
             return self.ffi.NULL
+        if self.guards:  # staged into guarded scratch by _invoke
+            return guards.HostArg(arr, ctype)
         if not arr.flags.aligned:  # the ABI needs naturally aligned elements (the emulator refuses others)
             arr = arr.copy()  # the cdata keeps the copy alive
         return self.ffi.from_buffer(ctype + "[]", arr)
@@ -280,6 +280,10 @@ class DspBackend(Backend):
             lib.ft78ne_emu_set_chip(abi.CHIPS[self.chip])
         if self._has_clear:
             lib.ft78ne_emu_clear_error()
+        if self.guards:
+            guards.checked_call(self, fname, fn, args, self.ffi, 2 if fname.startswith("hp") else 4,
+                                self._codes[fname[3:-2]], getattr(self._private_blocks, "blocks", None))
+            return
         fn(*args)
         self._raise_for_status(fname)
 
@@ -296,6 +300,10 @@ class DspBackend(Backend):
                 symbol = f"{_PREFIX[req.dtype]}_{op}{suffix}"
                 if not self.lib.has(symbol):
                     raise BackendUnavailableError(f"{':'.join(self.paths)} does not export {symbol}")
+                if op in abi.OURS_OPS and not self._has_ext:
+                    raise BackendUnavailableError(
+                        f"{':'.join(self.paths)} exports {symbol} but not {abi.EXT_MARKER}() returning {abi.EXT_ABI}: "
+                        f"{op} is xloss's own layout (no vendor page), called only in libraries that declare it")
         self.check(req)
 
     def _names(self, dtype, op):
@@ -311,31 +319,46 @@ class DspBackend(Backend):
         return np.full_like(arr, np.nan)  # aligned; unwritten elements show as NaN
 
     # -- upstream gradients --------------------------------------------------------------------
-    @staticmethod
-    def _upstream(grad, reduction: str, dtype):
-        """(reduction code, dloss) for one call over the whole input.
+    def _upstream(self, op: str, grad, reduction: str, dtype):
+        """(reduction code of ``op``, dloss) for one call over the whole input.
 
         A uniform gradient for ``none`` goes as one element with reduction=sum, which the
         convention defines identically (dx_n = dloss * ...), instead of an n-element array."""
+        codes = self._codes[op]
         if isinstance(grad, np.ndarray):
-            return NONE, grad.reshape(-1)
-        return (MEAN if reduction == "mean" else SUM), np.array([grad], dtype=dtype)
+            return codes["none"], grad.reshape(-1)
+        return codes["mean" if reduction == "mean" else "sum"], np.array([grad], dtype=dtype)
 
-    @staticmethod
-    def _tile_upstream(grad, reduction: str, dtype, lo: int, hi: int, n: int, ntiles: int):
+    def _tile_upstream(self, op: str, grad, reduction: str, dtype, lo: int, hi: int, n: int, ntiles: int):
         """(reduction code, dloss) for the tile [lo, hi) of n elements: ``mean`` stays global.
 
         The library divides a mean's upstream gradient by the size it is given, the tile's m, so the
         tile gets g * m / n (rounded once to the dtype; balanced tiles keep it near g / ntiles, far
         from underflow)."""
         if isinstance(grad, np.ndarray):
-            return NONE, grad.reshape(-1)[lo:hi]
+            return self._codes[op]["none"], grad.reshape(-1)[lo:hi]
         if reduction != "mean" or ntiles == 1:
-            return DspBackend._upstream(grad, reduction, dtype)
+            return self._upstream(op, grad, reduction, dtype)
         with np.errstate(over="ignore", under="ignore"):
-            return MEAN, np.array([grad * (hi - lo) / n], dtype=dtype)
+            return self._codes[op]["mean"], np.array([grad * (hi - lo) / n], dtype=dtype)
 
     # -- private memory -------------------------------------------------------------------------
+    def _blk(self, nbytes: int) -> int:
+        """Arena bytes one staged buffer of ``nbytes`` takes (checked mode: with its guards)."""
+        return _blk(nbytes) + (2 * guards.GUARD if self.guards else 0)
+
+    def configurations(self) -> list:
+        """This backend under the core masks of ``CONFIG_MASKS`` (all options but the mask kept):
+        in shared memory the cores splitting each call, in private memory the cores whose arenas
+        hold the tiles. Each must give this backend's results."""
+        return [(f"core_mask={m:#04x}", DspBackend(self.chip, **dict(self._given, core_mask=m)))
+                for m in CONFIG_MASKS]
+
+    def checked(self) -> "DspBackend":
+        """This backend with guards=True (see :mod:`.guards`); a replay that records the options
+        reproduces it."""
+        return self if self.guards else DspBackend(self.chip, **dict(self._given, guards=True))
+
     def _budget(self) -> int:
         if self.private_bytes is not None:
             return self.private_bytes
@@ -355,60 +378,8 @@ class DspBackend(Backend):
             raise KernelError(f"backend {self.name!r}: ft78ne_emu_set_core({core}) failed")
 
     def _run_private(self, specs: dict, ntiles: int, stage_call, *, cores=None) -> None:
-        """Run tiles 0..ntiles-1 on the cores (tile i on core i mod k), each core with its own buffers.
-
-        ``specs``: name -> (ctype, dtype, max count) of the private buffers a tile needs;
-        ``stage_call(i, bufs)`` stages tile i into them, calls the vendor function and copies its
-        results to host scratch. The first failure stops the other cores and is raised."""
-        cores = list(cores or self.cores)
-        k = max(1, min(len(cores), ntiles))
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def work(core, tiles):
-            try:
-                with _core_lock(self.lib, core):
-                    self._on_core(core, specs, tiles, stage_call, stop)
-            except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
-                errors.append(exc)
-                stop.set()
-
-        assignments = [(cores[j], range(j, ntiles, k)) for j in range(k)]
-        if k == 1:
-            work(*assignments[0])
-        else:
-            threads = [threading.Thread(target=work, args=a, name=f"xloss-{self.name}-core{a[0]}") for a in assignments]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        if errors:
-            raise errors[0]
-
-    def _on_core(self, core, specs, tiles, stage_call, stop) -> None:
-        lib, ffi = self.lib, self.ffi
-        self._select_core(core)
-        held = []
-        try:
-            bufs = {}
-            for name, (ctype, dtype, count) in specs.items():
-                nbytes = max(1, count) * np.dtype(dtype).itemsize
-                p = lib.ft78ne_emu_private_alloc(core, nbytes)
-                if p == ffi.NULL:
-                    self._raise_for_status("ft78ne_emu_private_alloc")
-                    raise KernelError(f"backend {self.name!r}: could not allocate {nbytes} bytes for {name} in core "
-                                      f"{core}'s private memory", status=abi.ERR_CAPACITY,
-                                      status_name=abi.STATUS[abi.ERR_CAPACITY])
-                held.append(p)
-                arr = np.frombuffer(ffi.buffer(p, nbytes), dtype=dtype)
-                bufs[name] = _PBuf(ffi.cast(ctype + " *", p), arr)
-            for i in tiles:
-                if stop.is_set():
-                    return
-                stage_call(i, bufs)
-        finally:
-            for p in held:
-                lib.ft78ne_emu_private_free(core, p)
+        """Tiles on the cores of the mask, each core on a worker thread (:func:`.staging.run_private`)."""
+        staging.run_private(self, specs, ntiles, stage_call, list(cores or self.cores))
 
     # -- kernels -----------------------------------------------------------------------------------
     def focal_loss(self, a):
@@ -423,7 +394,7 @@ class DspBackend(Backend):
             fname, ct = self._names(a.x.dtype, "sigmoidfocalloss")
             if self.memory == "shared":
                 out = self._out(a.loss_out.reshape(-1))
-                self._invoke(fname, n, REDUCTION_CODES[a.reduction], a.alpha, a.gamma, self._ptr(x, ct),
+                self._invoke(fname, n, self._codes["sigmoidfocalloss"][a.reduction], a.alpha, a.gamma, self._ptr(x, ct),
                              self._ptr(y, ct), self._ptr(out, ct), self.core_mask)
                 self._finish(a.loss_out, out)
             else:
@@ -431,7 +402,7 @@ class DspBackend(Backend):
         if a.grad_out is not None:
             fname, ct = self._names(a.x.dtype, "sigmoidfocallossgrad")
             if self.memory == "shared":
-                red, dl = self._upstream(a.grad, a.reduction, a.x.dtype)
+                red, dl = self._upstream("sigmoidfocallossgrad", a.grad, a.reduction, a.x.dtype)
                 out = self._out(a.grad_out.reshape(-1))
                 self._invoke(fname, n, red, a.alpha, a.gamma, self._ptr(x, ct), self._ptr(y, ct),
                              self._ptr(dl, ct), self._ptr(out, ct), self.core_mask)
@@ -450,7 +421,7 @@ class DspBackend(Backend):
         w = None if a.weight is None else np.ascontiguousarray(np.broadcast_to(a.weight, a.x.shape)).reshape(-1)
         fname, ct = self._names(a.x.dtype, "binarycrossentropygrad")
         if self.memory == "shared":
-            red, dl = self._upstream(a.grad, a.reduction, a.x.dtype)
+            red, dl = self._upstream("binarycrossentropygrad", a.grad, a.reduction, a.x.dtype)
             out = self._out(a.out.reshape(-1))
             self._invoke(fname, n, red, self._ptr(x, ct), self._ptr(y, ct), self._ptr(w, ct), self._ptr(dl, ct),
                          self._ptr(out, ct), int(w is not None), self.core_mask)
@@ -470,58 +441,75 @@ class DspBackend(Backend):
             flat[...] = src.reshape(-1)
 
     def _elementwise_grad_private(self, a, fname, ct, n, ins, args_of, out, *, has_weight=False):
-        """BCE / focal gradient through private memory: tiles of m elements, mean kept global."""
-        dt = a.x.dtype
-        es = dt.itemsize
+        """BCE / focal gradient through private memory: tiles of m elements, mean kept global (a
+        tile gets g*m/n with reduction=mean). float16 means over several tiles run the fp_ form on
+        exact float32 copies when the library has it: g*m/n in half would be rounded (below half's
+        normal range, by more than half an ulp) before the library applies it; the float32 results
+        are rounded once to half here. Without fp_, hp_ with the half scale (upstream_in_dtype)."""
+        op = fname[3:-2]
+        dt = sdt = a.x.dtype
         per_element = isinstance(a.grad, np.ndarray)
 
-        def need(t):
-            return len(ins) * _blk(t * es) + _blk((t if per_element else 1) * es) + _blk(t * es)
+        def plan(es):
+            def need(t):
+                return len(ins) * self._blk(t * es) + self._blk((t if per_element else 1) * es) + self._blk(t * es)
+            t = _fit(self._budget(), need, max(n, 1))
+            if t == 0:
+                raise self._too_big(f"{fname} on one element", need(1))
+            return t, _ranges(n, t)
 
-        t = _fit(self._budget(), need, max(n, 1))
-        if t == 0:
-            raise self._too_big(f"{fname} on one element", need(1))
-        tiles = _ranges(n, t)
+        t, tiles = plan(dt.itemsize)
+        if (len(tiles) > 1 and a.reduction == "mean" and not per_element and dt == np.float16
+                and self.lib.has("fp" + fname[2:])):
+            sdt, fname, ct = np.dtype(np.float32), "fp" + fname[2:], "float"
+            t, tiles = plan(4)
         host = np.empty(n, dt)
-        specs = {f"x{i}": (ct, dt, t) for i in range(len(ins))}
-        specs["dl"] = (ct, dt, t if per_element else 1)
-        specs["dx"] = (ct, dt, t)
+        specs = {f"x{i}": (ct, sdt, t) for i in range(len(ins))}
+        specs["dl"] = (ct, sdt, t if per_element else 1)
+        specs["dx"] = (ct, sdt, t)
 
         def stage(i, b):
             lo, hi = tiles[i]
             m = hi - lo
             for j, arr in enumerate(ins):
                 b[f"x{j}"].arr[:m] = arr[lo:hi]
-            red, dl = self._tile_upstream(a.grad, a.reduction, dt, lo, hi, n, len(tiles))
+            red, dl = self._tile_upstream(op, a.grad, a.reduction, sdt, lo, hi, n, len(tiles))
             b["dl"].arr[:dl.size] = dl
             self._invoke(fname, *args_of(b, m, red, has_weight))
-            host[lo:hi] = b["dx"].arr[:m]
+            with np.errstate(over="ignore"):  # float32 results past half's range round to inf, as one call's would
+                host[lo:hi] = b["dx"].arr[:m]
 
         self._run_private(specs, len(tiles), stage)
         out.reshape(-1)[...] = host
 
     def _focal_forward_private(self, a, fname, ct, x, y, n):
+        """Focal loss through private memory. ``none`` or one tile: the library's own reduction.
+        ``mean``/``sum`` over several tiles: each tile returns its sum, combined here in float64
+        (``math.fsum``, in tile order, whatever core ran it) and rounded once to the dtype. float16
+        tiles run the ``fp_`` form on exact float32 copies when the library has it: a half tile sum
+        would be rounded (and could overflow) before the tiles meet, one rounding more than a
+        single call makes (without ``fp_``, half sums: README, "memory model")."""
         dt = a.x.dtype
-        es = dt.itemsize
         none = a.reduction == "none"
 
-        def need(t):
-            return 2 * _blk(t * es) + _blk((t if none else 1) * es)
+        def plan(es):
+            def need(t):
+                return 2 * self._blk(t * es) + self._blk((t if none else 1) * es)
+            t = _fit(self._budget(), need, max(n, 1))
+            if t == 0:
+                raise self._too_big(f"{fname} on one element", need(1))
+            return t, _ranges(n, t)
 
-        t = _fit(self._budget(), need, max(n, 1))
-        if t == 0:
-            raise self._too_big(f"{fname} on one element", need(1))
-        tiles = _ranges(n, t)
-        single = len(tiles) == 1
-        # Several tiles: fp32 tiles return sums (combined here in float64); fp16 tiles return
-        # means (a half sum could overflow where the mean does not), weighted by their size here.
-        if none or single:
-            tile_red = REDUCTION_CODES[a.reduction]
-        else:
-            tile_red = SUM if dt == np.float32 else MEAN
+        t, tiles = plan(dt.itemsize)
+        single = none or len(tiles) == 1
+        tdt, suffix = dt, fname[2:]
+        if not single and dt == np.float16 and self.lib.has("fp" + suffix):
+            tdt, fname, ct = np.dtype(np.float32), "fp" + suffix, "float"
+            t, tiles = plan(4)
+        tile_red = self._codes["sigmoidfocalloss"][a.reduction if single else "sum"]
         host = np.empty(n if none else 1, dt)
         partial = np.zeros(len(tiles), np.float64)
-        specs = {"x": (ct, dt, t), "y": (ct, dt, t), "loss": (ct, dt, t if none else 1)}
+        specs = {"x": (ct, tdt, t), "y": (ct, tdt, t), "loss": (ct, tdt, t if none else 1)}
 
         def stage(i, b):
             lo, hi = tiles[i]
@@ -534,96 +522,105 @@ class DspBackend(Backend):
             elif single:
                 host[0] = b["loss"].arr[0]
             else:
-                partial[i] = float(b["loss"].arr[0]) * (1 if tile_red == SUM else m)
+                partial[i] = float(b["loss"].arr[0])
 
         self._run_private(specs, len(tiles), stage)
-        if not (none or single):
-            total = math.fsum(partial)  # in tile order, whatever core ran which tile
+        if not single:
+            total = math.fsum(partial)
             with np.errstate(over="ignore", invalid="ignore"):
                 host[0] = np.asarray(total / n if a.reduction == "mean" else total).astype(dt)
         a.loss_out.reshape(-1)[...] = host
 
     def nll_loss_grad(self, a):
+        """The manual's nlllossgrad has no ignore_index: rows whose target is ignore_index are
+        left out of the call (the kept rows are compacted, their gradient rows scattered back, the
+        ignored ones zero), so the port's own none/sum/mean paths run on exactly the rows PyTorch
+        counts, with the global total_weight: no extra rounding, whatever is ignored."""
         self._require(a.request())
         dt = a.self.dtype
         batch = _check_int("batch", a.self.shape[0] if a.self.ndim == 2 else 1)
-        classes = _check_int("classes", a.self.shape[-1])
+        classes = _check_int("class_num", a.self.shape[-1])
         t64 = a.target.reshape(-1).astype(np.int64)
-        ign = a.ignore_index
-        valid = t64 != ign
-        if -(2**31) <= ign <= abi.INT_MAX:
-            c_ign, t32 = int(ign), t64.astype(np.int32)  # every target is in [0, C) or equal to ign
-        else:  # an ignore_index beyond C int: ignored rows get -1, which no class index equals
-            c_ign, t32 = -1, np.where(valid, t64, -1).astype(np.int32)
-        w = a.weight
+        kept = t64 != a.ignore_index
+        rows = None if kept.all() else np.flatnonzero(kept)  # None: every row, no copy
+        w = np.ones(classes, dt) if a.weight is None else a.weight  # the signature has no weight_defined
+        codes = self._codes["nlllossgrad"]
+        per_row = isinstance(a.grad, np.ndarray)
+        g = a.grad.reshape(-1) if per_row else np.array([a.grad], dt)
+        # a uniform gradient for none is the sum call's (-g * w), as for the element-wise operators
+        red = codes["none" if per_row else "mean" if a.reduction == "mean" else "sum"]
         tw = None
         if a.reduction == "mean":
-            if a.total_weight is not None:
-                tw = a.total_weight
-            else:
-                ws = np.ones(classes) if w is None else w.astype(np.float64)
-                tw = math.fsum(ws[t64[valid]])
-            tw = np.array([tw], np.float32)
+            tw = a.total_weight
+            if tw is None:
+                ws = np.ones(classes) if a.weight is None else a.weight.astype(np.float64)
+                tw = math.fsum(ws[t64[kept]])
+            g, tw = _mean_operands(g, tw, dt)
+        out = a.out.reshape(batch, classes)
+        labels = (t64 if rows is None else t64[rows]).astype(np.int32)
         fname, ct = self._names(dt, "nlllossgrad")
-        if self.memory == "shared":
-            red, dl = self._upstream(a.grad, a.reduction, dt)
-            out = self._out(a.out.reshape(-1))
-            self._invoke(fname, batch, classes, red, c_ign, self._ptr(dl, ct), self._ptr(t32, "int"),
-                         self._ptr(w, ct), self._ptr(tw, "float"), self._ptr(out, ct), int(w is not None),
-                         self.core_mask)
-            self._finish(a.out, out)
+        if self.memory == "private":
+            return self._nll_private(a, fname, ct, rows, labels, w, g, red, tw, per_row, out)
+        if rows is not None:
+            out[...] = 0
+            if rows.size == 0:
+                return
+        logits = a.self.reshape(batch, classes) if rows is None else a.self.reshape(batch, classes)[rows]
+        dl = g if rows is None or not per_row else g[rows]
+        dst = self._out(out) if rows is None else np.empty((rows.size, classes), dt)
+        self._invoke(fname, self._ptr(logits, ct), self._ptr(dl, ct), self._ptr(labels, "int"), self._ptr(w, ct),
+                     self._ptr(tw, ct), self._ptr(dst, ct), labels.size, classes, red, self.core_mask)
+        if rows is None:
+            self._finish(a.out, dst)
         else:
-            self._nll_private(a, fname, ct, batch, classes, t64, valid, t32, c_ign, w, tw)
+            out[rows] = dst
 
-    def _nll_private(self, a, fname, ct, batch, classes, t64, valid, t32, c_ign, w, tw):
-        """Row tiles (and class chunks when a row does not fit); total_weight stays global."""
+    def _nll_private(self, a, fname, ct, rows, labels, w, g, red, tw, per_row, out):
+        """Tiles of kept rows (and class chunks when a row does not fit: a chunk's call gets the
+        rows whose label lies in it, relative to it); total_weight stays global."""
         dt = a.self.dtype
         es = dt.itemsize
-        per_row = isinstance(a.grad, np.ndarray)
+        batch, classes = out.shape
+        rows = np.arange(batch) if rows is None else rows
+        logits = a.self.reshape(batch, classes)
 
-        def need(rows, cc):
-            return (_blk((rows if per_row else 1) * es) + _blk(rows * 4) + (_blk(cc * es) if w is not None else 0)
-                    + (_blk(4) if tw is not None else 0) + _blk(rows * cc * es))
+        def need(r, cc):
+            return (2 * self._blk(r * cc * es) + self._blk((r if per_row else 1) * es) + self._blk(r * 4) + self._blk(cc * es)
+                    + (self._blk(es) if tw is not None else 0))
 
         budget = self._budget()
         cc = classes if need(1, classes) <= budget else _fit(budget, lambda c: need(1, c), classes)
         if classes and cc == 0:
             raise self._too_big(f"{fname} on one row and one class", need(1, 1))
-        rows = _fit(budget, lambda r: need(r, cc), max(batch, 1))
-        row_tiles = _ranges(batch, rows)
-        class_tiles = _ranges(classes, cc) if cc else [(0, 0)]
-        tiles = [(r, c) for c in class_tiles for r in row_tiles]
-        host = np.empty((batch, classes), dt)
-        specs = {"dl": (ct, dt, rows if per_row else 1), "t": ("int", np.int32, rows),
-                 "dx": (ct, dt, rows * cc)}
-        if w is not None:
-            specs["w"] = (ct, dt, cc)
+        rmax = _fit(budget, lambda r: need(r, cc), max(rows.size, 1))
+        tiles = []  # (rows of the call, their labels relative to the chunk, chunk start, chunk end)
+        for c0, c1 in _ranges(classes, cc) if cc else []:
+            inside = (labels >= c0) & (labels < c1)
+            sel, lab = rows[inside], labels[inside] - c0
+            tiles += [(sel[lo:hi], lab[lo:hi], c0, c1) for lo, hi in _ranges(sel.size, rmax) if hi > lo]
+        host = np.zeros((batch, classes), dt)
+        specs = {"lg": (ct, dt, rmax * cc), "dl": (ct, dt, rmax if per_row else 1), "t": ("int", np.int32, rmax),
+                 "w": (ct, dt, cc), "dx": (ct, dt, rmax * cc)}
         if tw is not None:
-            specs["tw"] = ("float", np.float32, 1)
-        chunked = len(class_tiles) > 1
+            specs["tw"] = (ct, dt, 1)
 
         def stage(i, b):
-            (r0, r1), (c0, c1) = tiles[i]
-            m, k = r1 - r0, c1 - c0
-            if chunked:  # targets relative to the chunk; rows whose target lies elsewhere are "ignored" here
-                inside = valid[r0:r1] & (t64[r0:r1] >= c0) & (t64[r0:r1] < c1)
-                b["t"].arr[:m] = np.where(inside, t64[r0:r1] - c0, -1)
-                ign = -1
-            else:
-                b["t"].arr[:m] = t32[r0:r1]
-                ign = c_ign
-            red, dl = self._upstream(a.grad.reshape(-1)[r0:r1] if per_row else a.grad, a.reduction, dt)
+            sel, lab, c0, c1 = tiles[i]
+            m, k = sel.size, c1 - c0
+            b["lg"].arr[:m * k] = logits[sel, c0:c1].reshape(-1)
+            dl = g[sel] if per_row else g
             b["dl"].arr[:dl.size] = dl
-            if w is not None:
-                b["w"].arr[:k] = w[c0:c1]
+            b["t"].arr[:m] = lab
+            b["w"].arr[:k] = w[c0:c1]
             if tw is not None:
                 b["tw"].arr[0] = tw[0]
-            self._invoke(fname, m, k, red, ign, b["dl"].ptr, b["t"].ptr, b["w"].ptr if w is not None else self.ffi.NULL,
-                         b["tw"].ptr if tw is not None else self.ffi.NULL, b["dx"].ptr, int(w is not None))
-            host[r0:r1, c0:c1] = b["dx"].arr[:m * k].reshape(m, k)
+            self._invoke(fname, b["lg"].ptr, b["dl"].ptr, b["t"].ptr, b["w"].ptr,
+                         b["tw"].ptr if tw is not None else self.ffi.NULL, b["dx"].ptr, m, k, red)
+            host[sel, c0:c1] = b["dx"].arr[:m * k].reshape(m, k)
 
-        self._run_private(specs, len(tiles), stage)
-        a.out.reshape(-1)[...] = host.reshape(-1)
+        if tiles:
+            self._run_private(specs, len(tiles), stage)
+        out[...] = host
 
     def fused_linear_cross_entropy_grad(self, a):
         self._require(a.request())
@@ -663,8 +660,8 @@ class DspBackend(Backend):
         es = dt.itemsize
 
         def need(b, v):
-            n = (_blk(b * 4) + 2 * _blk(b * hidden * es) + 2 * _blk(v * hidden * es) + _blk(b) + _blk(b * 4)
-                 + (_blk(b * v * 4) if softmax else 2 * _blk(b * 4)))
+            n = (self._blk(b * 4) + 2 * self._blk(b * hidden * es) + 2 * self._blk(v * hidden * es) + self._blk(b) + self._blk(b * 4)
+                 + (self._blk(b * v * 4) if softmax else 2 * self._blk(b * 4)))
             return n + (_blk(hidden * 4) if hidden else 0)  # the library's row accumulator (private scratch)
 
         budget = self._budget()

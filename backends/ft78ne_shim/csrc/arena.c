@@ -88,6 +88,15 @@ static void init_once(void) {
 }
 static void ensure_init(void) { pthread_once(&g_once, init_once); }
 
+/* fork: the child must not inherit g_mu held by a thread that does not exist there (it would wait
+ * forever on its first allocation). The fork takes g_mu, so the arenas are consistent in both
+ * processes, and both release it. */
+static void fork_prepare(void) { pthread_mutex_lock(&g_mu); }
+static void fork_release(void) { pthread_mutex_unlock(&g_mu); }
+__attribute__((constructor)) static void register_fork_handlers(void) {
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 /* Materialise core's arena (caller holds g_mu). NULL if the host is out of memory. */
 static arena *arena_locked(int core) {
     arena *a = &g_arena[core];

@@ -32,6 +32,9 @@ FT78NE_API int ft78ne_emu_set_chip(int chip) {
 }
 FT78NE_API int ft78ne_emu_chip(void) { return current_chip(); }
 
+/* OURS: the emulator implements xloss's extension operators (ft78ne.h, "OURS") in their layouts */
+FT78NE_API int xloss_ft78ne_ext_abi(void) { return XLOSS_FT78NE_EXT_ABI; }
+
 /* ---- scratch ------------------------------------------------------------------------------ */
 void *emu_private_scratch(const emu_call *c, size_t bytes) {
     emu_span avoid[EMU_MAX_BUFS];

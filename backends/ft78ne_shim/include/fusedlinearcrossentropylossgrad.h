@@ -1,4 +1,5 @@
-/* The manual's per-operator header (`#include <fusedlinearcrossentropylossgrad.h>`): the whole FT78NE/MT7004 ABI is in ft78ne.h. */
+/* OURS, not the vendor's: xloss's extension operator (the manual has no fusedlinearcrossentropylossgrad page), declared in ft78ne.h
+ * with the other operators; a library implementing it exports xloss_ft78ne_ext_abi(). */
 #ifndef FUSEDLINEARCROSSENTROPYLOSSGRAD_H
 #define FUSEDLINEARCROSSENTROPYLOSSGRAD_H
 #include "ft78ne.h"

@@ -69,14 +69,15 @@ def focalgrad_case(rng, dt, n=9233, red=0):
                 lambda p: [n, red, 0.5, 1.5, p["x"], p["y"], p["dl"], p["dx"]], ("dx",))
 
 
-def nll_case(rng, dt, batch=37, classes=11, red=1):
+def nll_case(rng, dt, batch=37, classes=11, red=2):
+    """The manual's layout; red: 0 none, 1 sum, 2 mean (nlllossgrad's own codes)."""
     t = rng.integers(0, classes, batch).astype(np.int32)
-    t[::5] = -100
-    a = dict(dl=(rng.uniform(-1, 1, batch) if red == 0 else np.array([0.5])).astype(dt), t=t,
-             w=rng.uniform(0, 2, classes).astype(dt), tw=np.array([3.5], np.float32),
+    a = dict(lg=rng.uniform(-3, 0, (batch, classes)).astype(dt),
+             dl=(rng.uniform(-1, 1, batch) if red == 0 else np.array([0.5])).astype(dt), t=t,
+             w=rng.uniform(0, 2, classes).astype(dt), tw=np.array([3.5], dt),
              dx=np.full((batch, classes), SENTINEL, dt))
     return Case("nlllossgrad", dt, a,
-                lambda p: [batch, classes, red, -100, p["dl"], p["t"], p["w"], p["tw"], p["dx"], 1], ("dx",))
+                lambda p: [p["lg"], p["dl"], p["t"], p["w"], p["tw"], p["dx"], batch, classes, red], ("dx",))
 
 
 def flce_case(rng, dt, bt=13, h=5, v=11, softmax=False):
@@ -149,7 +150,26 @@ SEED_PROTOTYPES = (  # the vendor manual page, verbatim
     "float *dloss, float *dx, int weight_defined)",
     "void hp_binarycrossentropygrad_p(int input_size, int reduction, half *input_x, half *input_y, half *weight, "
     "half *dloss, half *dx, int weight_defined)",
+    # the nlllossgrad page (its _p forms: the same list without core_mask, as on every other page)
+    "void fp_nlllossgrad_s(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight, "
+    "float *logits_grad, int batch, int class_num, int reduction_type, int core_mask)",
+    "void hp_nlllossgrad_s(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight, "
+    "half *logits_grad, int batch, int class_num, int reduction_type, int core_mask)",
+    "void fp_nlllossgrad_p(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight, "
+    "float *logits_grad, int batch, int class_num, int reduction_type)",
+    "void hp_nlllossgrad_p(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight, "
+    "half *logits_grad, int batch, int class_num, int reduction_type)",
 )
+
+
+def test_ours_are_marked_and_vendor_pages_are_not():
+    """Every prototype of an operator with no vendor page carries OURS; the manual's do not."""
+    header = (abi.EMULATOR.parent / "include" / "ft78ne.h").read_text()
+    for line in header.splitlines():
+        m = re.search(r"FT78NE_API \w+ \**(\w+)\(", line)
+        if m:
+            ours = any(op in m.group(1) for op in abi.OURS_OPS) or m.group(1) == abi.EXT_MARKER
+            assert ("/* OURS */" in line) == ours, line
 
 
 def test_bce_prototypes_are_the_manuals():
@@ -164,7 +184,7 @@ def test_exports_exactly_the_abi_and_the_helpers(emu):
                          check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.split()[-2] in "TDB"}
     expected = set(_prototypes(abi.VENDOR_CDEF, r"void (\w+)\((.*?)\);")) | set(
-        _prototypes(abi.EMU_CDEF, r"(ft78ne_emu_\w+)\((.*?)\);"))
+        _prototypes(abi.EMU_CDEF, r"(ft78ne_emu_\w+)\((.*?)\);")) | {abi.EXT_MARKER}
     assert names == expected
 
 
@@ -240,7 +260,8 @@ def test_private_refuses_any_buffer_outside_the_core_and_leaves_outputs(emu, kin
     other, other_raws = in_private(emu, case.fresh(), core=1)  # the right memory, but core 1's
     try:
         used = [k for k in pc.arrays if not (kind == "flce" and k == "sm") and not (kind == "flce-softmax"
-                                                                                    and k in ("lm", "se"))]
+                                                                                    and k in ("lm", "se"))
+                and not (kind == "nll" and k == "lg")]  # logits: read for its size only, never accessed
         for name in used:
             for elsewhere in (case.fresh().arrays[name], other.arrays[name]):  # DDR, then core 1
                 arrays = dict(pc.arrays, **{name: elsewhere})
@@ -413,10 +434,14 @@ def test_argument_checks(emu):
         (("fp_sigmoidfocallossgrad_s", 4, 0, 0.25, float("inf"), p(x), p(x), p(x), p(out), 0xFF),
          "INVALID_ARGUMENT", "gamma"),
         (("fp_sigmoidfocalloss_s", 4, 1, 0.25, 2.0, p(x), p(x), NULL, 0xFF), "NULL_POINTER", "loss is NULL"),
-        (("fp_nlllossgrad_s", 2, -2, 0, -100, p(x), NULL, NULL, NULL, p(out), 0, 0xFF), "INVALID_ARGUMENT",
-         "batch and classes must be >= 0"),
-        (("fp_nlllossgrad_s", 2, 2, 1, -100, p(x), p(np.zeros(2, np.int32)), NULL, NULL, p(out), 0, 0xFF),
+        (("fp_nlllossgrad_s", NULL, p(x), NULL, NULL, NULL, p(out), 2, -2, 0, 0xFF), "INVALID_ARGUMENT",
+         "batch and class_num must be >= 0"),
+        (("fp_nlllossgrad_s", NULL, p(x), p(np.zeros(2, np.int32)), p(x), NULL, p(out), 2, 2, 2, 0xFF),
          "NULL_POINTER", "total_weight is NULL"),
+        (("fp_nlllossgrad_s", NULL, p(x), p(np.zeros(2, np.int32)), NULL, NULL, p(out), 2, 2, 1, 0xFF),
+         "NULL_POINTER", "weight is NULL"),
+        (("fp_nlllossgrad_s", NULL, p(x), p(np.zeros(2, np.int32)), p(x), p(x), p(out), 2, 2, 3, 0xFF),
+         "INVALID_ARGUMENT", "reduction_type must be 0 (none), 1 (sum) or 2 (mean)"),
         (("fp_fusedlinearcrossentropylossgrad_s", 1, -1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
           NULL, 0, 0xFF), "INVALID_ARGUMENT", "bt, hidden and vocab must be >= 0"),
         (("fp_fusedlinearcrossentropylossgrad_s", 1, 1, 1, p(x), p(x), p(x), p(np.zeros(1, np.uint8)),
@@ -430,7 +455,7 @@ def test_argument_checks(emu):
     # buffers a call does not touch may be NULL: no weight, nothing at all for size 0
     assert emu.call("fp_binarycrossentropygrad_s", 4, 1, p(x), p(x), NULL, p(x), p(out), 0, 0xFF)[0] == OK
     assert emu.call("fp_binarycrossentropygrad_s", 0, 1, NULL, NULL, NULL, NULL, NULL, 1, 0xFF)[0] == OK
-    assert emu.call("fp_nlllossgrad_s", 0, 5, 1, -100, NULL, NULL, NULL, NULL, NULL, 0, 0xFF)[0] == OK
+    assert emu.call("fp_nlllossgrad_s", NULL, NULL, NULL, NULL, NULL, NULL, 0, 5, 2, 0xFF)[0] == OK
     assert emu.call("fp_fusedlinearcrossentropylossgrad_s", 0, 0, 0, *[NULL] * 10, 1, 0xFF)[0] == OK
     # a successful call clears the previous error
     assert emu.call("fp_sigmoidfocalloss_s", -1, 0, 0.25, 2.0, NULL, NULL, NULL, 0xFF)[0] != OK
@@ -446,26 +471,33 @@ def test_size_zero_reductions(emu):
     assert loss[0] == 0.0
 
 
-def test_nll_target_out_of_range_is_refused_before_any_write(emu):
-    case = nll_case(np.random.default_rng(7), "float32").fresh()
-    case.arrays["t"][30] = 11
-    (st, msg), c = run(emu, case, "s", 0xFF)
-    assert st == "FT78NE_ERR_INDEX" and "target[30] = 11 is out of range" in msg and untouched(c)
-    case.arrays["t"][30] = -3
-    (st, msg), c = run(emu, case, "s", 0xFF)
-    assert st == "FT78NE_ERR_INDEX" and "target[30] = -3" in msg and untouched(c)
+def test_nll_label_out_of_range_is_refused_before_any_write(emu):
+    """The manual: labels must lie in [0, class_num). There is no ignore_index (-100 is refused too)."""
+    for bad in (11, -3, -100):
+        case = nll_case(np.random.default_rng(7), "float32").fresh()
+        case.arrays["t"][30] = bad
+        (st, msg), c = run(emu, case, "s", 0xFF)
+        assert st == "FT78NE_ERR_INDEX" and f"labels[30] = {bad} is out of range" in msg and untouched(c)
 
 
-def test_nll_ignore_index_may_be_a_class(emu):
-    dl = np.array([1.0], np.float32)
+@pytest.mark.parametrize("dt", DTYPES)
+def test_nll_manual_semantics(emu, dt):
+    """logits is never read (NULL is fine); loss_grad[0] only for sum/mean; total_weight (of the
+    dtype) only for mean; codes 0 none, 1 sum, 2 mean."""
+    NULL = emu.ffi.NULL
     t = np.array([0, 2, 1, 2], np.int32)
-    tw = np.array([2.0], np.float32)
-    dx = np.full((4, 3), SENTINEL, np.float32)
-    assert emu.call("fp_nlllossgrad_s", 4, 3, 1, 2, emu.p(dl), emu.p(t), emu.ffi.NULL, emu.p(tw), emu.p(dx), 0,
-                    0x03)[0] == OK
-    expected = np.zeros((4, 3), np.float32)
-    expected[0, 0] = expected[2, 1] = -0.5
-    np.testing.assert_array_equal(dx, expected)
+    w = np.array([1.0, 2.0, 4.0], dt)
+    tw = np.array([2.0], dt)
+    exact = {0: None, 1: -1.0, 2: -0.5}  # g = 1: none reads loss_grad[i], sum g, mean g / total_weight
+    for red, scale in exact.items():
+        dl = np.array([1.0, 0.5, -1.0, 2.0], dt) if red == 0 else np.array([1.0, 99.0, 99.0, 99.0], dt)
+        dx = np.full((4, 3), SENTINEL, dt)
+        assert emu.call(f"{'hp' if dt == 'float16' else 'fp'}_nlllossgrad_s", NULL, emu.p(dl), emu.p(t), emu.p(w),
+                        emu.p(tw) if red == 2 else NULL, emu.p(dx), 4, 3, red, 0x03, chip=MT7004)[0] == OK
+        expected = np.zeros((4, 3), dt)
+        g = -dl.astype(np.float64) if red == 0 else np.full(4, scale)
+        expected[np.arange(4), t] = w[t].astype(np.float64) * g
+        np.testing.assert_array_equal(dx, expected)
 
 
 def test_flce_masked_target_out_of_range(emu):
@@ -511,8 +543,8 @@ def test_every_half_value_round_trips(emu):
     dl = bits.view(np.float16)
     dx = np.zeros((65536, 1), np.float16)
     t = np.zeros(65536, np.int32)
-    st = emu.call("hp_nlllossgrad_s", 65536, 1, 0, -100, emu.p(dl), emu.p(t), emu.ffi.NULL, emu.ffi.NULL,
-                  emu.p(dx), 0, 0xFF)
+    st = emu.call("hp_nlllossgrad_s", emu.ffi.NULL, emu.p(dl), emu.p(t), emu.p(np.ones(1, np.float16)),
+                  emu.ffi.NULL, emu.p(dx), 65536, 1, 0, 0xFF)
     assert st[0] == OK
     got = dx.reshape(-1).view(np.uint16)
     nan = np.isnan(dl)
@@ -532,8 +564,8 @@ def test_half_results_round_to_nearest_even(emu):
     t = rng.integers(0, classes, batch).astype(np.int32)
     t[:4], g[:4] = [0, 1, 2, 3], [np.float16(1 + 2**-10), np.float16(1 + 3 * 2**-10), np.float16(0.75), 2.0]
     dx = np.zeros((batch, classes), np.float16)
-    st = emu.call("hp_nlllossgrad_s", batch, classes, 0, -100, emu.p(g), emu.p(t), emu.p(w), emu.ffi.NULL,
-                  emu.p(dx), 1, 0xFF)
+    st = emu.call("hp_nlllossgrad_s", emu.ffi.NULL, emu.p(g), emu.p(t), emu.p(w), emu.ffi.NULL, emu.p(dx), batch,
+                  classes, 0, 0xFF)
     assert st[0] == OK
     exact = w[t].astype(np.float32) * -g.astype(np.float32)
     with np.errstate(over="ignore"):

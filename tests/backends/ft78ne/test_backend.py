@@ -178,6 +178,24 @@ def test_port_library_by_argument(port_lib):
         xloss.bce_grad(x, y, eps_mode="add", backend=xloss.backend("ft78ne", lib=port_lib, memory="private"))
 
 
+def test_ours_are_called_only_in_libraries_that_declare_them(compile_c, tmp_path):
+    """The same port without xloss_ft78ne_ext_abi(): its fp_sigmoidfocalloss_s could be a vendor's
+    function of another layout, so focal loss is not declared, and a call names the marker; the
+    vendor-paged BCE is used as before."""
+    lib = str(compile_c([os.path.join(HERE, "c", "port_minimal.c")], tmp_path / "libport_nomarker.so", "-shared",
+                        "-fPIC", "-DPORT_NO_EXT_MARKER"))
+    b = xloss.backend("ft78ne", lib=lib)
+    assert set(b.capabilities()) == {"bce_grad"}
+    x, y = _data()
+    with pytest.raises(xloss.UnsupportedRequestError, match="kernel focal_loss"):
+        xloss.focal_loss(x, y, backend=b)
+    from xloss.conformance import runner
+    r = runner.run_target(b, "focal_loss", "float32", "forward", max_examples=2, seed=0)
+    assert r.status == runner.NOT_IMPLEMENTED and "but not xloss_ft78ne_ext_abi" in r.message, r.message
+    got = xloss.bce_grad(x, y, 0.5, eps_mode="add", reduction="sum", backend=b)
+    np.testing.assert_allclose(got, reference.bce_grad(x, y, 0.5, eps_mode="add", reduction="sum"), rtol=1e-5)
+
+
 def test_port_library_by_environment(port_lib, monkeypatch):
     monkeypatch.setenv(abi.ENV_VAR, port_lib)
     assert ft78ne_shim.library_path() == port_lib
@@ -314,3 +332,65 @@ def test_many_threads_over_shared_and_overlapping_private_cores():
         th.join()
     assert not failures, failures[0]
     assert all(int(backends[0].lib.ft78ne_emu_private_in_use(c)) == 0 for c in range(8))
+
+
+# -- issue 12: checked mode, configurations, determinism, info ------------------------------------------
+
+
+def _kernel_calls(rng, dtype):
+    x = rng.uniform(0.05, 0.95, 70001).astype(dtype)
+    y = (rng.random(70001) > 0.5).astype(dtype)
+    s = rng.standard_normal((301, 13)).astype(dtype)
+    t = rng.integers(0, 13, 301)
+    t[::7] = -100
+    return [lambda b: xloss.bce_grad(x, y, 0.5, eps_mode="add", reduction="mean", backend=b),
+            lambda b: xloss.focal_loss_with_grad(x, y, reduction="mean", backend=b),
+            lambda b: xloss.nll_loss_grad(0.75, s, t, reduction="mean", backend=b)]
+
+
+@pytest.mark.parametrize("memory", ["shared", "private"])
+def test_emulator_is_deterministic_under_every_configuration(memory):
+    """The in-tree emulator declares determinism: every configuration (core masks 0x01, 0x55, 0x81,
+    0xf0, 0xff), checked or not, gives bit-identical results."""
+    b = xloss.backend("mt7004", memory=memory, private_bytes=8192 if memory == "private" else None)
+    assert b.deterministic and b.info()["deterministic"] == "yes"
+    configs = b.configurations()
+    assert [label for label, _ in configs] == [f"core_mask={m:#04x}" for m in (0x01, 0x55, 0x81, 0xF0, 0xFF)]
+    for dtype in (np.float32, np.float16):
+        calls = _kernel_calls(np.random.default_rng(0), dtype)
+        # checked private blocks carry guards, which take staging budget: other tiles, so the checked
+        # configurations are compared with each other (in shared memory with the plain ones too)
+        checked = [("checked " + label, cb) for label, cb in b.checked().configurations()]
+        for call in calls:
+            ref, ref_checked = _outputs(call(b)), _outputs(call(b.checked()))
+            for label, cb in configs + checked:
+                want = ref_checked if label.startswith("checked") and memory == "private" else ref
+                for r, g in zip(want, _outputs(call(cb))):
+                    np.testing.assert_array_equal(g.view(np.uint8), r.view(np.uint8), err_msg=label)
+
+
+def _outputs(result):
+    return [np.atleast_1d(np.asarray(o)) for o in (result if isinstance(result, tuple) else (result,))]
+
+
+def test_checked_backend_keeps_its_options_and_replays_them():
+    b = xloss.backend("mt7004", memory="private", core_mask=0x0F, private_bytes=4096, nll_reduction_codes="none,sum,mean")
+    c = b.checked()
+    assert c is not b and c.guards and c.checked() is c
+    assert c.options == dict(b.options, guards=True)
+    again = xloss.backend("mt7004", **{k: v for k, v in c.options.items() if k != "core_mask"}, core_mask=0x0F)
+    assert again.guards and again.private_bytes == 4096
+    assert xloss.backend("ft78ne", guards="false").guards is False
+    with pytest.raises(xloss.XLossValueError, match="guards must be true or false"):
+        xloss.backend("ft78ne", guards="maybe")
+
+
+def test_info_says_whether_refusals_can_be_seen(port_lib, compile_c, tmp_path):
+    assert xloss.backend("ft78ne").info()["error reporting"].startswith("yes")
+    assert xloss.backend("ft78ne", lib=port_lib).info()["error reporting"].startswith("yes")
+    silent = tmp_path / "silent.c"
+    silent.write_text("void fp_binarycrossentropygrad_s(int n, int r, float *x, float *y, float *w, float *dl,\n"
+                      "    float *dx, int wd, int mask) { for (int i = 0; i < n; i++) dx[i] = 0; }\n")
+    lib = str(compile_c([silent], tmp_path / "libsilent.so", "-shared", "-fPIC", "-Wno-unused-parameter"))
+    text = xloss.backend("ft78ne", lib=lib).info()["error reporting"]
+    assert text.startswith("no") and "cannot be seen" in text

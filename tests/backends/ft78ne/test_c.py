@@ -113,3 +113,12 @@ def test_setuptools_extension(tmp_path):
     assert len(built) == 1
     lib = abi.load([str(built[0])])
     assert lib.has("fp_binarycrossentropygrad_s") and lib.has("ft78ne_emu_private_alloc")
+
+
+def test_manual_nll_example_runs_on_the_emulator(compile_c, tmp_path):
+    """examples/ft78ne_nll.c: the manual's nlllossgrad signature, shared fp_ and private hp_ calls."""
+    exe = compile_c([os.path.join(REPO, "examples", "ft78ne_nll.c")], tmp_path / "nll", f"-L{abi.EMULATOR.parent}",
+                    "-lxloss_ft78ne", f"-Wl,-rpath,{abi.EMULATOR.parent}")
+    res = _run([str(exe)])
+    assert res.returncode == 0 and res.stdout.splitlines()[-1] == "OK", res.stdout + res.stderr
+    assert "error 7 (fp_nlllossgrad_s: labels[3] = 4 is out of range" in res.stdout

@@ -34,9 +34,20 @@ static void bce(const char *fn, int is_half, int is_private, int n, int reductio
     /* mean and sum share one upstream value; mean spreads it over all n elements */
     double g0 = reduction == FT78NE_REDUCTION_NONE ? 0.0 : port_ld(dloss, is_half, 0);
     double scale = reduction == FT78NE_REDUCTION_MEAN ? g0 / n : g0;
+#ifdef BUG_BCE_MASK_CONTIGUOUS
+    /* BUG: splits over cores 0..highest as if the mask were contiguous low bits; a core whose bit is
+     * clear never runs, so its slice is never written (right for 0x01, 0x07, 0xff; wrong for 0x55) */
+    int span = is_private ? 1 : 32 - __builtin_clz((unsigned)core_mask);
+    int base = n / span;
+    for (int c = 0; c < span; c++) {
+        if (!is_private && !(core_mask >> c & 1))
+            continue;
+        int lo = c * base, hi = c == span - 1 ? n : lo + base;
+#else
     int base = n / k;
     for (int c = 0; c < k; c++) { /* core c's slice; the last core also takes the remainder */
         int lo = c * base, hi = c == k - 1 ? n : lo + base;
+#endif
         for (int i = lo; i < hi; i++) {
 #ifdef BUG_BCE_MEAN_PER_CHUNK
             /* BUG: _p streams its private buffers through L1 in chunks and takes mean over the chunk */
@@ -60,6 +71,11 @@ static void bce(const char *fn, int is_half, int is_private, int n, int reductio
             port_st(dx, is_half, i, (float)(d * g));
         }
     }
+#ifdef BUG_BCE_P_VECTOR_TAIL
+    /* BUG: _p stores dx in 8-lane vectors: the last store writes the unused lanes (zeros) past dx */
+    for (int i = n; is_private && i % 8; i++)
+        port_st(dx, is_half, (size_t)i, 0.0f);
+#endif
 }
 
 FT78NE_API void fp_binarycrossentropygrad_s(int input_size, int reduction, float *input_x, float *input_y,

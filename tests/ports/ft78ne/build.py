@@ -47,7 +47,15 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "omit_nll": ((), ("nll.c",)),  # a port whose author has not written nlllossgrad yet
     "bce_eps_clamp": (("BUG_BCE_EPS_CLAMP",), ()),
     "mean_per_slice": (("BUG_MEAN_PER_SLICE",), ()),
-    "nll_ignore_index": (("BUG_NLL_IGNORE_INDEX",), ()),
+    "nll_mean_by_batch": (("BUG_NLL_MEAN_BY_BATCH",), ()),
+    # correct, but reads the manual's parameter list for nlllossgrad's codes (0 sum, 1 mean, 2 none)
+    "nll_codes_sum_mean_none": (("PORT_NLL_CODES_SUM_MEAN_NONE",), ()),
+    "nll_row_past_end": (("BUG_NLL_ROW_PAST_END",), ()),  # checked mode (guards) only
+    "nll_fill_u16": (("BUG_NLL_FILL_U16",), ()),  # above 65535 elements per core (the large ladder)
+    "flce_input_in_place": (("BUG_FLCE_INPUT_IN_PLACE",), ()),  # checked mode (input comparison)
+    "bce_p_vector_tail": (("BUG_BCE_P_VECTOR_TAIL",), ()),  # private memory, checked mode (guards)
+    "bce_mask_contiguous": (("BUG_BCE_MASK_CONTIGUOUS",), ()),  # masks that are not low bits (0x55, 0x81, 0xf0)
+    "focal_sum_race": (("BUG_FOCAL_SUM_RACE",), ()),  # any mask of more than one core
     "flce_masked_rows": (("BUG_FLCE_MASKED_ROWS",), ()),
     "last_slice": (("BUG_LAST_SLICE",), ()),
     "half_truncate": (("BUG_HALF_TRUNCATE",), ()),

@@ -85,13 +85,24 @@ static void flce(const char *fn, int is_private, int bt, int hidden, int vocab, 
 #endif
             for (int h = 0; h < hidden; h++)
                 acc[h] = 0.0;
+#ifdef BUG_FLCE_INPUT_IN_PLACE
+            /* BUG: folds grad[i] into the token's input row in place (one multiply per element saved
+             * in the weight_grad update) and never undoes it: the caller's `input` is changed */
+            float *xs = (float *)xi;
+            for (int h = 0; h < hidden; h++)
+                xs[h] *= grad[i];
+#endif
             for (int v = 0; v < vocab; v++) {
                 float gv = g[v] * grad[i];
                 const float *wv = weight + (size_t)v * hidden;
                 float *wg = weight_grad + (size_t)v * hidden;
                 for (int h = 0; h < hidden; h++) {
                     acc[h] += (double)gv * wv[h];
+#ifdef BUG_FLCE_INPUT_IN_PLACE
+                    wg[h] += g[v] * xi[h];
+#else
                     wg[h] += gv * xi[h];
+#endif
                 }
             }
             for (int h = 0; h < hidden; h++) {

@@ -65,6 +65,13 @@ static void focal_loss(const char *fn, int is_half, int is_private, int n, int r
             return;
     }
     double total = 0.0; /* per-core partial sums, added in core order */
+#ifdef BUG_FOCAL_SUM_RACE
+    /* BUG: each core adds its partial into loss[0] with an unsynchronised read-modify-write; all
+     * cores read loss[0] before any of them writes (no barrier), so only the last write survives */
+    if (reduction != FT78NE_REDUCTION_NONE)
+        port_st(loss, is_half, 0, 0.0f);
+    double seen = reduction != FT78NE_REDUCTION_NONE ? port_ld(loss, is_half, 0) : 0.0;
+#endif
     int base = n / k;
     for (int c = 0; c < k; c++) {
         int lo = c * base;
@@ -81,7 +88,11 @@ static void focal_loss(const char *fn, int is_half, int is_private, int n, int r
             else
                 part += l;
         }
+#ifdef BUG_FOCAL_SUM_RACE
+        total = seen + part;
+#else
         total += part;
+#endif
     }
     if (reduction == FT78NE_REDUCTION_MEAN)
         port_st(loss, is_half, 0, n ? (float)(total / n) : NAN); /* the mean of nothing is NaN */

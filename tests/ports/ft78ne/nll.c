@@ -1,90 +1,106 @@
-/* nlllossgrad: dx is zero except dx[i, t_i] = w[t_i] * -g for rows whose target is not ignore_index,
- * g = dloss[i] (none), dloss (sum) or dloss / total_weight (mean). total_weight is float in both forms. */
+/* nlllossgrad, written from the manual's page: logits_grad is zero except
+ * logits_grad[i, y_i] = w[y_i] * -g with g = loss_grad[i] (none), loss_grad[0] (sum) or
+ * loss_grad[0] / total_weight[0] (mean). logits is read for its size only; labels must lie in
+ * [0, class_num). Reduction codes: 0 none, 1 sum, 2 mean (the page's loss_grad text); built with
+ * PORT_NLL_CODES_SUM_MEAN_NONE, the page's parameter list instead (0 sum, 1 mean, 2 none). */
 #include <string.h>
 
 #include "port.h"
 
-static void nll(const char *fn, int is_half, int is_private, int batch, int classes, int reduction, int ignore_index,
-                const void *dloss, const int *target, const void *weight, const float *total_weight, void *dx,
-                int weighted, int core_mask) {
+#ifdef PORT_NLL_CODES_SUM_MEAN_NONE
+enum { NLL_SUM = 0, NLL_MEAN = 1, NLL_NONE = 2 };
+#else
+enum { NLL_NONE = FT78NE_NLL_REDUCTION_NONE, NLL_SUM = FT78NE_NLL_REDUCTION_SUM, NLL_MEAN = FT78NE_NLL_REDUCTION_MEAN };
+#endif
+
+static void nll(const char *fn, int is_half, int is_private, const void *logits, const void *loss_grad,
+                const int *labels, const void *weight, const void *total_weight, void *logits_grad, int batch,
+                int class_num, int reduction, int core_mask) {
+    (void)logits;
     port_begin();
     int k = is_private ? 1 : port_cores(fn, core_mask);
     if (!k)
         return;
-    if (batch < 0 || classes < 0) {
-        port_fail(FT78NE_ERR_INVALID_ARGUMENT, fn, "batch %d and classes %d must be >= 0", batch, classes);
+    if (batch < 0 || class_num < 0) {
+        port_fail(FT78NE_ERR_INVALID_ARGUMENT, fn, "batch %d and class_num %d must be >= 0", batch, class_num);
         return;
     }
-    if (port_check_reduction(fn, reduction))
+    if (reduction < 0 || reduction > 2) {
+        port_fail(FT78NE_ERR_INVALID_ARGUMENT, fn, "reduction_type %d is not 0, 1 or 2", reduction);
         return;
-    size_t cells = (size_t)batch * (size_t)classes, elem = is_half ? sizeof(half) : sizeof(float);
-    if ((batch > 0 && (!target || !dloss)) || (cells > 0 && !dx) || (weighted && classes > 0 && !weight) ||
-        (reduction == FT78NE_REDUCTION_MEAN && batch > 0 && !total_weight)) {
-        port_fail(FT78NE_ERR_NULL_POINTER, fn, "NULL buffer (target, dloss, dx, weight or total_weight)");
+    }
+    size_t cells = (size_t)batch * (size_t)class_num, elem = is_half ? sizeof(half) : sizeof(float);
+    if (batch > 0 && (!labels || !loss_grad || !logits_grad || !weight || (reduction == NLL_MEAN && !total_weight))) {
+        port_fail(FT78NE_ERR_NULL_POINTER, fn, "NULL buffer (labels, loss_grad, weight, total_weight or logits_grad)");
         return;
     }
     if (is_private) {
         port_buf bufs[] = {
-            {"dloss", dloss, batch == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? (size_t)batch * elem : elem},
-            {"target", target, (size_t)batch * sizeof(int)},
-            {"weight", weight, weighted ? (size_t)classes * elem : 0},
-            {"total_weight", total_weight, reduction == FT78NE_REDUCTION_MEAN && batch > 0 ? sizeof(float) : 0},
-            {"dx", dx, cells * elem}};
+            {"loss_grad", loss_grad, batch == 0 ? 0 : reduction == NLL_NONE ? (size_t)batch * elem : elem},
+            {"labels", labels, (size_t)batch * sizeof(int)},
+            {"weight", weight, batch ? (size_t)class_num * elem : 0},
+            {"total_weight", total_weight, reduction == NLL_MEAN && batch > 0 ? elem : 0},
+            {"logits_grad", logits_grad, cells * elem}};
         if (port_check_private(fn, bufs, 5))
             return;
     }
-    for (int i = 0; i < batch; i++) { /* every index is checked before anything is written */
-        int t = target[i];
-        if (t != ignore_index && (t < 0 || t >= classes)) {
-            port_fail(FT78NE_ERR_INDEX, fn, "target[%d] = %d is outside [0, %d) and is not ignore_index %d", i, t,
-                      classes, ignore_index);
+    for (int i = 0; i < batch; i++) { /* every label is checked before anything is written */
+        int t = labels[i];
+        if (t < 0 || t >= class_num) {
+            port_fail(FT78NE_ERR_INDEX, fn, "labels[%d] = %d is outside [0, %d)", i, t, class_num);
             return;
         }
     }
-    double g0 = reduction == FT78NE_REDUCTION_NONE || batch == 0 ? 0.0 : port_ld(dloss, is_half, 0);
-    if (reduction == FT78NE_REDUCTION_MEAN && batch > 0)
-        g0 /= total_weight[0]; /* PyTorch's order: w * -(g / total_weight); 0 gives inf/NaN, as PyTorch */
+    double g0 = reduction == NLL_NONE || batch == 0 ? 0.0 : port_ld(loss_grad, is_half, 0);
+    if (reduction == NLL_MEAN && batch > 0) {
+#ifdef BUG_NLL_MEAN_BY_BATCH
+        g0 /= batch; /* BUG: the mean of the rows, where the manual divides by total_weight (the weight sum) */
+#else
+        g0 /= port_ld(total_weight, is_half, 0); /* PyTorch's order: w * -(g / total_weight) */
+#endif
+    }
     int base = batch / k;
     for (int c = 0; c < k; c++) { /* rows of core c; the last core also takes the remainder */
         int lo = c * base, hi = c == k - 1 ? batch : lo + base;
-        if (hi > lo && classes > 0) /* dx may be NULL when it is empty */
-            memset((char *)dx + (size_t)lo * classes * elem, 0, (size_t)(hi - lo) * classes * elem); /* +0 */
-        for (int i = lo; i < hi; i++) {
-            int t = target[i];
-#ifdef BUG_NLL_IGNORE_INDEX
-            if (t < 0 || t >= classes) /* BUG: skips "no class" targets only: an ignore_index in [0, C) is kept */
-                continue;
+        size_t rows = (size_t)(hi - lo);
+#ifdef BUG_NLL_ROW_PAST_END
+        size_t clear = (rows + 1) * class_num; /* BUG: clears one row too many: past the end on the last core */
 #else
-            if (t == ignore_index)
-                continue;
+        size_t clear = rows * class_num;
 #endif
-            double g = reduction == FT78NE_REDUCTION_NONE ? port_ld(dloss, is_half, i) : g0;
-            double w = weighted ? port_ld(weight, is_half, t) : 1.0;
-            port_st(dx, is_half, (size_t)i * classes + t, (float)(w * -g));
+#ifdef BUG_NLL_FILL_U16
+        clear = (uint16_t)clear; /* BUG: the zero-fill DMA's element count is 16 bits: wraps above 65535 */
+#endif
+        if (rows > 0 && class_num > 0)
+            memset((char *)logits_grad + (size_t)lo * class_num * elem, 0, clear * elem); /* +0 */
+        for (int i = lo; i < hi; i++) {
+            int t = labels[i];
+            double g = reduction == NLL_NONE ? port_ld(loss_grad, is_half, i) : g0;
+            port_st(logits_grad, is_half, (size_t)i * class_num + t, (float)(port_ld(weight, is_half, t) * -g));
         }
     }
 }
 
-FT78NE_API void fp_nlllossgrad_s(int batch, int classes, int reduction, int ignore_index, float *dloss, int *target,
-                                 float *weight, float *total_weight, float *dx, int weight_defined, int core_mask) {
-    nll(__func__, 0, 0, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
-        weight_defined, core_mask);
+FT78NE_API void fp_nlllossgrad_s(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
+                                 float *logits_grad, int batch, int class_num, int reduction_type, int core_mask) {
+    nll(__func__, 0, 0, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num,
+        reduction_type, core_mask);
 }
 
-FT78NE_API void hp_nlllossgrad_s(int batch, int classes, int reduction, int ignore_index, half *dloss, int *target,
-                                 half *weight, float *total_weight, half *dx, int weight_defined, int core_mask) {
-    nll(__func__, 1, 0, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
-        weight_defined, core_mask);
+FT78NE_API void hp_nlllossgrad_s(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,
+                                 half *logits_grad, int batch, int class_num, int reduction_type, int core_mask) {
+    nll(__func__, 1, 0, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num,
+        reduction_type, core_mask);
 }
 
-FT78NE_API void fp_nlllossgrad_p(int batch, int classes, int reduction, int ignore_index, float *dloss, int *target,
-                                 float *weight, float *total_weight, float *dx, int weight_defined) {
-    nll(__func__, 0, 1, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
-        weight_defined, 0);
+FT78NE_API void fp_nlllossgrad_p(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
+                                 float *logits_grad, int batch, int class_num, int reduction_type) {
+    nll(__func__, 0, 1, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num,
+        reduction_type, 0);
 }
 
-FT78NE_API void hp_nlllossgrad_p(int batch, int classes, int reduction, int ignore_index, half *dloss, int *target,
-                                 half *weight, float *total_weight, half *dx, int weight_defined) {
-    nll(__func__, 1, 1, batch, classes, reduction, ignore_index, dloss, target, weight, total_weight, dx,
-        weight_defined, 0);
+FT78NE_API void hp_nlllossgrad_p(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,
+                                 half *logits_grad, int batch, int class_num, int reduction_type) {
+    nll(__func__, 1, 1, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num,
+        reduction_type, 0);
 }

@@ -11,6 +11,8 @@ static _Thread_local int last_error;
 static _Thread_local char last_message[256];
 
 FT78NE_API int ft78ne_emu_last_error(void) { return last_error; }
+/* the focal and FLCE entry points follow xloss's own layouts (ft78ne.h, "OURS"): say so */
+FT78NE_API int xloss_ft78ne_ext_abi(void) { return XLOSS_FT78NE_EXT_ABI; }
 FT78NE_API const char *ft78ne_emu_last_error_message(void) { return last_message; }
 
 void port_begin(void) {

@@ -86,16 +86,18 @@ static void shared_nll(int batch, int classes, int mask, int hp) {
     void *dl = fbuf((size_t)batch, hp, -1, 1, &s), *w = fbuf((size_t)classes, hp, 0, 2, &s);
     void *dx = xmalloc((size_t)batch * (size_t)classes * es);
     int *t = xmalloc((size_t)batch * sizeof(int));
-    float tw = 3.0f;
+    void *tw = fbuf(1, hp, 1, 4, &s); /* total_weight: one element of the dtype (the manual's page) */
     for (int i = 0; i < batch; i++)
-        t[i] = (i % 3 == 0 || classes == 0) ? -100 : (int)(frand(&s) * (float)classes);
+        t[i] = classes == 0 ? 0 : (int)(frand(&s) * (float)classes) % classes;
+    int rows = classes == 0 ? 0 : batch; /* labels must lie in [0, class_num): no rows without classes */
     for (int red = 0; red < 3; red++) {
         if (hp)
-            hp_nlllossgrad_s(batch, classes, red, -100, dl, t, w, &tw, dx, 1, mask);
+            hp_nlllossgrad_s(NULL, dl, t, w, tw, dx, rows, classes, red, mask);
         else
-            fp_nlllossgrad_s(batch, classes, red, -100, dl, t, w, &tw, dx, 1, mask);
+            fp_nlllossgrad_s(NULL, dl, t, w, tw, dx, rows, classes, red, mask);
         EXPECT(!status(), "nll %dx%d: %s", batch, classes, ft78ne_emu_last_error_message());
     }
+    free(tw);
     free(dl), free(w), free(dx), free(t);
 }
 
@@ -252,7 +254,7 @@ static void refusals(void) {
     EXPECT(status() == FT78NE_ERR_CORE_MASK, "mask 0x100");
     fp_binarycrossentropygrad_s(3, 0, x, x, NULL, NULL, out, 0, 1);
     EXPECT(status() == FT78NE_ERR_NULL_POINTER, "NULL dloss");
-    fp_nlllossgrad_s(3, 1, 1, -100, x, t, NULL, &tw, out, 0, 0xff);
+    fp_nlllossgrad_s(NULL, x, t, x, &tw, out, 3, 1, 1, 0xff);
     EXPECT(status() == FT78NE_ERR_INDEX, "target 5 of 1 class");
     fp_binarycrossentropygrad_p(3, 0, x, x, NULL, x, out, 0);
     EXPECT(status() == FT78NE_ERR_NOT_PRIVATE, "DDR in _p");

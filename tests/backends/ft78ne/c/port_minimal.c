@@ -13,6 +13,9 @@ static _Thread_local char msg[128];
 
 int ft78ne_emu_last_error(void) { return err; }
 const char *ft78ne_emu_last_error_message(void) { return msg; }
+#ifndef PORT_NO_EXT_MARKER /* its focal loss follows xloss's own layout (ft78ne.h, "OURS"): say so */
+int xloss_ft78ne_ext_abi(void) { return XLOSS_FT78NE_EXT_ABI; }
+#endif
 
 void fp_binarycrossentropygrad_s(int input_size, int reduction, float *input_x, float *input_y, float *weight,
                                  float *dloss, float *dx, int weight_defined, int core_mask) {

@@ -1,0 +1,191 @@
+"""Checked mode of the FT78NE/MT7004 adapter: every buffer a library receives sits between
+poisoned guard regions, and every input is compared with its copy after the call.
+
+Shared memory (``_s``): each array the adapter would pass is copied into a guarded host scratch
+allocation (``GUARD`` poisoned bytes each side) and the inner pointer is passed. Private memory
+(``_p``): each arena allocation carries ``GUARD`` bytes each side (the tile planner counts them),
+and before every call the bytes between the call's extent and the end of the back guard are
+poisoned too, so a write past the call's own extent inside a larger tile buffer is seen as well.
+
+After the call: a changed guard byte raises :class:`~xloss.errors.OutOfBoundsWrite`, a changed input
+byte :class:`~xloss.errors.InputModified`, naming the function, the ABI argument, the byte offset
+relative to the buffer's start (negative: before it) and the number of bytes changed. Shared
+results are copied back to the adapter's arrays only after every check passed; private results
+are copied out by the adapter after the call, so a violation leaves every caller output untouched.
+
+The extents are the ABI's (README, "Choices the manual leaves open"), from the call's own size
+and reduction arguments, with the backend's reduction code table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import InputModified, OutOfBoundsWrite
+
+GUARD = 64  # private blocks: bytes each side (a multiple of the arena granule: inner pointers stay aligned)
+HOST_FRONT = 4096  # shared scratch: a page before the buffer, and after it at least a page or the
+#                    buffer's own size, so an overrun of a whole row lands in the guard, not the heap
+_PATTERN = ((np.arange(GUARD * 64) * 151 + 0xA7) % 251 + 3).astype(np.uint8)  # varied, never 0x00/0xff runs
+
+#: ABI argument names, in order, per operator (the ``_s`` form; ``_p`` drops the last one, FLCE's
+#: ``_p`` has ``accumulate`` there)
+ARGS = {
+    "binarycrossentropygrad": ("input_size", "reduction", "input_x", "input_y", "weight", "dloss", "dx",
+                               "weight_defined", "core_mask"),
+    "sigmoidfocalloss": ("input_size", "reduction", "alpha", "gamma", "input_x", "input_y", "loss", "core_mask"),
+    "sigmoidfocallossgrad": ("input_size", "reduction", "alpha", "gamma", "input_x", "input_y", "dloss", "dx",
+                             "core_mask"),
+    "nlllossgrad": ("logits", "loss_grad", "labels", "weight", "total_weight", "logits_grad", "batch", "class_num",
+                    "reduction_type", "core_mask"),
+    "fusedlinearcrossentropylossgrad": ("bt", "hidden", "vocab", "grad", "input", "weight", "target_mask",
+                                        "masked_target", "logits_max", "sum_exp_logits", "softmax", "input_grad",
+                                        "weight_grad", "softmax_defined", "core_mask"),
+}
+OUTPUTS = frozenset({"dx", "loss", "logits_grad", "input_grad", "weight_grad"})
+
+
+def poison(view: np.ndarray) -> None:
+    """Fill a uint8 view with the guard pattern."""
+    n = view.size
+    reps = -(-n // _PATTERN.size)
+    view[...] = np.tile(_PATTERN, reps)[:n] if reps > 1 else _PATTERN[:n]
+
+
+def _changed(view: np.ndarray):
+    """(first changed index, count) of a guard view against the pattern, or None."""
+    ref = np.empty_like(view)
+    poison(ref)
+    bad = np.flatnonzero(view != ref)
+    return (int(bad[0]), int(bad.size)) if bad.size else None
+
+
+def extents(op: str, es: int, v: dict, codes: dict) -> dict:
+    """name -> bytes the call may access, for the pointer arguments of one call (``v``: argument
+    name -> value). ``es``: the element size of the dtype; ``codes``: reduction name -> code."""
+    def upstream(n, red):
+        return 0 if n == 0 else (n * es if red == codes["none"] else es)
+
+    if op in ("binarycrossentropygrad", "sigmoidfocalloss", "sigmoidfocallossgrad"):
+        n, red = max(v["input_size"], 0), v["reduction"]
+        out = {"input_x": n * es, "input_y": n * es}
+        if op == "binarycrossentropygrad":
+            out.update(weight=n * es if v["weight_defined"] else 0, dloss=upstream(n, red), dx=n * es)
+        elif op == "sigmoidfocalloss":
+            out["loss"] = n * es if red == codes["none"] else es
+        else:
+            out.update(dloss=upstream(n, red), dx=n * es)
+        return out
+    if op == "nlllossgrad":
+        b, k, red = max(v["batch"], 0), max(v["class_num"], 0), v["reduction_type"]
+        return {"logits": b * k * es, "loss_grad": upstream(b, red), "labels": b * 4, "weight": k * es if b else 0,
+                "total_weight": es if red == codes["mean"] and b else 0, "logits_grad": b * k * es}
+    (bt, h, vocab), sm = (max(v[k], 0) for k in ("bt", "hidden", "vocab")), v["softmax_defined"]
+    return {"grad": bt * 4, "input": bt * h * es, "weight": vocab * h * es, "target_mask": bt,
+            "masked_target": bt * 4, "logits_max": 0 if sm else bt * 4, "sum_exp_logits": 0 if sm else bt * 4,
+            "softmax": bt * vocab * 4 if sm else 0, "input_grad": bt * h * es, "weight_grad": vocab * h * es}
+
+
+@dataclass
+class HostArg:
+    """An array the adapter passes to a shared-memory call (checked mode stages it)."""
+
+    arr: np.ndarray
+    ctype: str
+
+
+@dataclass
+class _Region:
+    """A buffer as the library sees it: ``raw`` spans front guard + body + back guard."""
+
+    name: str
+    raw: np.ndarray  # uint8 view
+    extent: int  # bytes the call may access (the body's first ``extent`` bytes)
+    is_input: bool
+    front: int = GUARD  # bytes of front guard
+    snapshot: np.ndarray | None = None
+
+    def arm(self):
+        poison(self.raw[:self.front])
+        poison(self.raw[self.front + self.extent:])
+        if self.is_input:
+            self.snapshot = self.raw[self.front:self.front + self.extent].copy()
+
+    def verify_guards(self, backend_name: str, fname: str):
+        front = _changed(self.raw[:self.front])
+        back = _changed(self.raw[self.front + self.extent:])
+        if front or back:
+            offset = front[0] - self.front if front else self.extent + back[0]
+            count = (front[1] if front else 0) + (back[1] if back else 0)
+            raise OutOfBoundsWrite(
+                f"backend {backend_name!r}: {fname} wrote {count} byte(s) outside `{self.name}` (first at byte offset "
+                f"{offset} from its start; it is {self.extent} bytes long)", buffer=self.name, offset=offset,
+                nbytes=count)
+
+    def verify_input(self, backend_name: str, fname: str):
+        if self.is_input and self.extent:
+            diff = np.flatnonzero(self.raw[self.front:self.front + self.extent] != self.snapshot)
+            if diff.size:
+                raise InputModified(
+                    f"backend {backend_name!r}: {fname} wrote into input `{self.name}`: {diff.size} byte(s) changed, "
+                    f"first at byte offset {int(diff[0])}", buffer=self.name, offset=int(diff[0]),
+                    nbytes=int(diff.size))
+
+
+class PrivateBlocks:
+    """Guarded private allocations of one core: address of the inner pointer -> (uint8 view over
+    guard + capacity + guard)."""
+
+    def __init__(self):
+        self.blocks: dict[int, np.ndarray] = {}
+
+    def add(self, inner_addr: int, raw: np.ndarray) -> None:
+        poison(raw)
+        self.blocks[inner_addr] = raw
+
+
+def checked_call(backend, fname: str, fn, args, ffi, es: int, codes: dict, private: dict | None) -> None:
+    """Call ``fn(*args)`` with every pointer argument guarded; raise on a violation.
+
+    Shared memory: ``HostArg`` arguments are staged into guarded scratch and copied back (outputs)
+    after the checks. Private memory (``private``: inner address -> guarded view): the blocks
+    are re-armed at this call's extents."""
+    op = fname[3:-2]
+    names = ARGS[op]
+    values = {n: a for n, a in zip(names, args) if not isinstance(a, HostArg) and not isinstance(a, ffi.CData)}
+    ext = extents(op, es, values, codes)
+    regions, call_args, copy_back = [], list(args), []
+    for i, (name, a) in enumerate(zip(names, args)):
+        if isinstance(a, HostArg):
+            nbytes = ext.get(name, 0)
+            size = HOST_FRONT + nbytes + max(HOST_FRONT, -(-nbytes // 64) * 64)
+            raw = np.empty(size + 64, np.uint8)
+            start = (-raw.ctypes.data) % 64
+            raw = raw[start:start + size]
+            src = np.ascontiguousarray(a.arr).reshape(-1).view(np.uint8)
+            body = raw[HOST_FRONT:HOST_FRONT + nbytes]
+            poison(body)
+            body[:min(nbytes, src.size)] = src[:nbytes]
+            regions.append(_Region(name, raw, nbytes, name not in OUTPUTS, HOST_FRONT))
+            call_args[i] = ffi.cast(a.ctype + " *", ffi.from_buffer(raw)) + HOST_FRONT // ffi.sizeof(a.ctype)
+            if name in OUTPUTS:
+                copy_back.append((a.arr, body))
+        elif isinstance(a, ffi.CData) and private is not None and a != ffi.NULL:
+            addr = int(ffi.cast("uintptr_t", a))
+            raw = private.get(addr)
+            if raw is not None:
+                nbytes = min(ext.get(name, 0), raw.size - 2 * GUARD)
+                regions.append(_Region(name, raw, nbytes, name not in OUTPUTS))
+    for r in regions:
+        r.arm()
+    fn(*call_args)
+    for r in regions:  # guards first: an overrun that reached a neighbour is reported where it began
+        r.verify_guards(backend.name, fname)
+    for r in regions:
+        r.verify_input(backend.name, fname)
+    backend._raise_for_status(fname)
+    for arr, body in copy_back:
+        flat = arr.reshape(-1).view(np.uint8)
+        flat[...] = body[:flat.size]
