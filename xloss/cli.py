@@ -7,7 +7,7 @@ import json
 import sys
 
 from . import registry
-from .errors import XLossError
+from .errors import BackendNotFoundError, BackendUnavailableError, XLossError
 from .kernels import KERNELS
 
 
@@ -73,9 +73,10 @@ def _make_backend(name: str, options: dict):
     the backend cannot take) turned into one :class:`UsageError` line."""
     try:
         return registry.backend(name, **options) if options else registry.backend(name)
-    except XLossError:
+    except (BackendNotFoundError, BackendUnavailableError):
         raise
     except (TypeError, ValueError) as exc:  # a factory refusing an option it does not take
+        exc = exc.__cause__ or exc  # the factory's own words, not the registry's wrapping
         given = ", ".join(f"{k}={v}" for k, v in options.items())
         what = "--lib (it takes no library)" if "lib" in options and "'lib'" in str(exc) else f"options {given}"
         raise UsageError(f"backend {name!r} does not accept {what}: {exc}") from None

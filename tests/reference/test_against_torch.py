@@ -11,7 +11,15 @@ from hypothesis.extra import numpy as hnp
 from xloss import reference as ref
 from xloss.torch.paper import paper_focal_loss
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _float64_default():
+    """torch.tensor(python floats) in float64 here, restored afterwards for the other test files."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
 
 
 def torch_focal(x, y, grad, *, alpha, gamma, reduction, weight=None):
