@@ -238,7 +238,7 @@ def test_seeded_bug_fails_its_kernel_only_with_a_replayable_input(variant, ports
 
     saved = write_failures(bad, tmp_path / "failures", "ascend", str(ports[variant]))
     assert {k[:3] for k in saved} == failing  # keys: (kernel, dtype, mode, group)
-    for path in saved.values():
+    for path in list(saved.values())[:2]:  # two replays per bug (each failing target saves the same way)
         assert cli.main(["check", "--replay", path, "--backend", "ascend", "--lib", str(ports[variant])]) == 1, path
         assert cli.main(["check", "--replay", path, "--backend", "ascend", "--lib", str(ports["correct"])]) == 0, path
     capsys.readouterr()

@@ -384,10 +384,10 @@ def test_correct_port_passes_in_private_memory(ft78ne_ports):
     lib = private_lib(ft78ne_ports, "correct")
     whole = xloss.backend("mt7004", lib=lib, memory="private")
     assert set(targets(whole)) == DECLARED and whole.availability() == (True, "")
-    results = run_targets(whole, sorted(DECLARED, key=str), max_examples=15)
+    results = run_targets(whole, sorted(DECLARED, key=str), max_examples=8)
     tiled = xloss.backend("mt7004", lib=lib, memory="private", core_mask=0x0B, private_bytes=4096)
     exact = sorted(DECLARED, key=str)
-    results.update({("tiled",) + t: r for t, r in run_targets(tiled, exact, max_examples=10).items()})
+    results.update({("tiled",) + t: r for t, r in run_targets(tiled, exact, max_examples=8).items()})
     assert not failing(results), table(list(results.values())) + "\n".join(r.message for r in results.values())
     assert all(int(whole.lib.ft78ne_emu_private_in_use(c)) == 0 for c in range(8))  # every tile buffer freed
 
