@@ -1,6 +1,7 @@
 """Shared test configuration: bounded hypothesis runs with no deadline (Numba compiles on first call)."""
 
 import os
+import signal
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -12,6 +13,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 settings.load_profile("default")
+
+# A shell starting pytest in the background (`pytest &` without job control) hands it SIGINT ignored,
+# and Python then keeps it ignored: the interrupt tests would see no KeyboardInterrupt at all.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
