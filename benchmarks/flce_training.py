@@ -130,7 +130,8 @@ def main(argv=None):
         info["results"].append(r)
         print(f"\n{case}: BT {r['bt']} H {r['hidden']} V {r['vocab']} {r['dtype']}, {r['reps']} interleaved rounds")
         for name in r["median_s"]:
-            print(f"  {name:11s} median {r['median_s'][name]:8.4f} s   speedup vs stock {r['speedup_vs_stock'][name]:5.2f}x"
+            print(f"  {name:11s} median {r['median_s'][name]:8.4f} s   "
+                  f"speedup vs stock {r['speedup_vs_stock'][name]:5.2f}x"
                   f"   peak {r['peak_bytes'][name] / 2**20:8.1f} MiB ({r['memory_vs_stock'][name]:.3f} of stock)")
     info["load_after"] = os.getloadavg()
     print(f"\nload average after: {info['load_after']}")

@@ -17,7 +17,7 @@ if not (_here / "reference").is_dir() and (_here.parent / "reference" / "__init_
     __path__.append(str(_here.parent))  # noqa: F821 (a package's __path__)
 del _here, _pathlib
 
-from .api import (  # noqa: E402
+from .api import (
     bce_grad,
     focal_loss,
     focal_loss_grad,

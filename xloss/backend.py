@@ -8,9 +8,9 @@ declared capabilities: a backend is never asked for something it did not declare
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from .dtypes import FLOAT_DTYPES
 from .errors import UnsupportedRequestError
@@ -128,7 +128,7 @@ class Backend:
     #: it and registers its kernels with :func:`xloss.torch.ops.register_device_kernel`.
     devices = ("cpu",)
 
-    def checked(self) -> "Backend":
+    def checked(self) -> Backend:
         """This backend in its checked mode: every buffer handed to the library sits between
         poisoned guard regions and every input buffer is compared after the call, so a write out
         of bounds raises :class:`~xloss.errors.OutOfBoundsWrite` and a write into an input
@@ -136,7 +136,7 @@ class Backend:
         library return themselves."""
         return self
 
-    def configurations(self) -> list[tuple[str, "Backend"]]:
+    def configurations(self) -> list[tuple[str, Backend]]:
         """Other configurations of this backend that must give the same results (e.g. other core
         masks), as ``(label, backend)``; ``xloss check`` runs its edge and large cases on each."""
         return []

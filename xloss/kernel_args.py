@@ -11,8 +11,8 @@ writing, it computes into scratch memory and copies at the end.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 

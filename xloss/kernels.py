@@ -8,9 +8,9 @@ declared over exactly these axes, and the conformance suite enumerates them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 REDUCTIONS = ("none", "mean", "sum")
 #: Vendor reduction codes (Ascend and FT78NE agree).

@@ -13,9 +13,9 @@ only ``backend=None`` chooses, from :data:`DEFAULT_ORDER`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Callable, Mapping
 
 from .backend import Backend, KernelCaps
 from .errors import (

@@ -294,7 +294,8 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
             raise XLossValueError(f"target_mask (uint8, bit-packed LSB first) must have shape ({(bt + 7) // 8},) "
                                   f"for BT={bt}; got {_shape(m.shape)}")
     else:
-        raise XLossTypeError(f"target_mask must be bool (one per token) or uint8 (bit-packed, LSB first); got {m.dtype}")
+        raise XLossTypeError("target_mask must be bool (one per token) or uint8 (bit-packed, LSB first); "
+                             f"got {m.dtype}")
     m = contiguous(m, "target_mask")
 
     mt = to_numpy(masked_target, "masked_target")
@@ -328,7 +329,8 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
         raise XLossValueError(f"label_smoothing must be in [0, 1); got {ls}")
     k = v if vocab_size is None else integer(vocab_size, "vocab_size")
     if k < v or (ls and k < 1):
-        raise XLossValueError(f"vocab_size (the global vocabulary size) must be >= this shard's V={v} and >= 1; got {k}")
+        raise XLossValueError("vocab_size (the global vocabulary size) must be >= this shard's "
+                              f"V={v} and >= 1; got {k}")
 
     dt = inp.dtype
     inputs = {"input": inp, "weight": w, "grad": g, "target_mask": m, "masked_target": mt, "softmax": sm,

@@ -54,7 +54,7 @@ def _layer_is_threadsafe() -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _numba_problem() -> str | None:
     try:
         numba = importlib.import_module("numba")

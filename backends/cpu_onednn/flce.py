@@ -24,12 +24,12 @@ back for the copies, so an interrupt leaves them untouched (or, after the copies
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit, prange
-
 import signal
 import threading
 from contextlib import contextmanager
+
+import numpy as np
+from numba import njit, prange
 
 from . import flce_native16
 from .access import convert_into, storage_view, writeable

@@ -117,7 +117,8 @@ def assert_only_written(s, before: dict, allowed: dict | None = None):
         changed = s._read(buf, (buf.nbytes,), np.uint8) != old
         if allowed and key in allowed:
             changed &= ~allowed[key]
-        assert not changed.any(), f"a {buf.nbytes}-byte device buffer was written at bytes {np.flatnonzero(changed)[:8]}"
+        assert not changed.any(), (f"a {buf.nbytes}-byte device buffer was written at bytes "
+                                   f"{np.flatnonzero(changed)[:8]}")
 
 
 def element_indices(shape, strides, offset) -> np.ndarray:
@@ -295,7 +296,8 @@ def test_null_pointers_in_every_runtime_position(emu, abi):
                       (f"{name} count", lambda fn=fn: fn(t, arr, N), NULLPTR)]
         for name in ("aclGetViewOffset", "aclGetDataType", "aclGetFormat", "aclGetRawTensorAddr"):
             fn = lib.symbol(name)
-            cases += [(f"{name} tensor", lambda fn=fn: fn(N, N), NULLPTR), (f"{name} out", lambda fn=fn: fn(t, N), NULLPTR)]
+            cases += [(f"{name} tensor", lambda fn=fn: fn(N, N), NULLPTR),
+                      (f"{name} out", lambda fn=fn: fn(t, N), NULLPTR)]
         for op in OPS:
             cases.append((f"{op} executor", lambda op=op: abi.phase_two(op, N, 0, N, s.stream), NULLPTR))
         for label, call, expected in cases:

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import xloss
-from xloss.backends.ascend_aclnn import _cdef as C
 
 THREADS = 8
 
@@ -156,7 +155,8 @@ def test_abi_objects_under_concurrency(emu):
         for t in threads:
             t.join()
         assert not errors, errors[0]
-        assert sorted(results) == [0] + [561000] * (THREADS - 1)  # one run; the rest: an executor now unknown (ACLNN_ERR_INNER)
+        # one run; the rest: an executor now unknown (ACLNN_ERR_INNER)
+        assert sorted(results) == [0] + [561000] * (THREADS - 1)
         for _, buf in outs + [(None, race_buf)]:
             np.testing.assert_array_equal(s.download(buf, x.shape, np.float32), want)
         assert lib.aclDestroyAclOpExecutor(shared) == 0

@@ -149,8 +149,8 @@ def test_sigint_storm_leaves_numbas_thread_count_and_the_handler_as_they_were():
 
 
 def test_a_sigint_during_a_cpu_call_is_delivered_after_it():
-    import signal as sig
     import os
+    import signal as sig
 
     from xloss.backends.cpu_onednn import threads
 

@@ -40,7 +40,7 @@ class BenchConfig:
     max_call_s: float | None = None  # skip an xloss backend whose one call would take longer; None: 5 s / 20 s
     cold_start: bool = True  # first calls in a fresh process with empty compiler caches
 
-    def resolved(self) -> "BenchConfig":
+    def resolved(self) -> BenchConfig:
         """A copy with defaults filled in; a mistake (unknown kernel, backend, size, dtype) raises
         :class:`XLossValueError` with a one-line message."""
         c = BenchConfig(**asdict(self))
@@ -209,7 +209,8 @@ def _too_slow(kernel, mode, size, cfg, names) -> dict:
         estimate = min(timing.first_call_seconds(fn) for _ in range(PROBE_REPEAT)) * PROBE_FACTOR
         if estimate > cfg.max_call_s:
             out[name] = (f"one call would take about {estimate:.0f} s (extrapolated from the fastest of "
-                         f"{PROBE_REPEAT} calls on a 1/{PROBE_FACTOR} problem); limit {cfg.max_call_s:.0f} s (--max-call)")
+                         f"{PROBE_REPEAT} calls on a 1/{PROBE_FACTOR} problem); "
+                         f"limit {cfg.max_call_s:.0f} s (--max-call)")
     return out
 
 
@@ -224,7 +225,8 @@ def _lm_cell(mode, size, cfg, torch, bar) -> dict:
         key["skipped"].append(asdict(impls.Skip("lm_step", "torch is not installed (pip install torch)")))
         return key
     if cfg.dtype not in training.DTYPES:
-        key["skipped"].append(asdict(impls.Skip("lm_step", f"the training step runs in {' or '.join(training.DTYPES)}")))
+        why = f"the training step runs in {' or '.join(training.DTYPES)}"
+        key["skipped"].append(asdict(impls.Skip("lm_step", why)))
         return key
     shape = training.parse_step(size, cfg.dtype)
     lm = training.LM(shape)

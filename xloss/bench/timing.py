@@ -69,7 +69,7 @@ class Timing:
     samples: int
 
     @classmethod
-    def of(cls, seconds: list[float]) -> "Timing":
+    def of(cls, seconds: list[float]) -> Timing:
         s = sorted(seconds)
         q = statistics.quantiles(s, n=5, method="inclusive") if len(s) > 1 else [s[0]] * 4
         return cls(statistics.median(s), q[0], q[3], len(s))
@@ -114,7 +114,8 @@ def cold_first_call(spec: dict, timeout_s: float = 900) -> tuple[float | None, s
 
     with tempfile.TemporaryDirectory(prefix="xloss-cold-") as tmp:
         env = {**os.environ, "NUMBA_CACHE_DIR": os.path.join(tmp, "numba"),
-               "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, "inductor"), "TRITON_CACHE_DIR": os.path.join(tmp, "triton"),
+               "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, "inductor"),
+               "TRITON_CACHE_DIR": os.path.join(tmp, "triton"),
                "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
         try:
             out = subprocess.run([sys.executable, "-m", "xloss.bench.coldstart", json.dumps(spec)], env=env,

@@ -198,6 +198,7 @@ def test_the_focal_loop_vectorizes_for_every_pow_form(form):
     """All parameters at run time, as in the kernels: LLVM must still emit packed divisions
     (the sigmoid's and r's; the general form's float64 log too)."""
     from numba import njit
+
     from xloss.backends.cpu_onednn import focal
 
     @njit(error_model="numpy")
