@@ -174,9 +174,12 @@ void emu_store_f32(const emu_view *v, int64_t index, float value) { emu_scatter_
 float emu_round_to(aclDataType dt, float v)
 {
     switch (dt) {
-    case ACL_FLOAT16: return xloss_f16_to_f32(xloss_f32_to_f16(v));
-    case ACL_BF16: return xloss_bf16_to_f32(xloss_f32_to_bf16(v));
-    default: return v;
+    case ACL_FLOAT16:
+        return xloss_f16_to_f32(xloss_f32_to_f16(v));
+    case ACL_BF16:
+        return xloss_bf16_to_f32(xloss_f32_to_bf16(v));
+    default:
+        return v;
     }
 }
 

@@ -97,6 +97,15 @@ int emu_max_ranks(const emu_call *c); /* how many ranks emu_dispatch may use (fo
 /* ---- float <-> IEEE binary16: the one implementation both emulators share (ours) ---- */
 #include "../../common/include/xloss_half.h"
 
+/* The reduction codes the operators take (ft78ne.h): the manual's binarycrossentropygrad codes, which
+ * our operators share, and nlllossgrad's own order. */
+EMU_INLINE int emu_reduction_valid(int r) {
+    return r == FT78NE_REDUCTION_NONE || r == FT78NE_REDUCTION_MEAN || r == FT78NE_REDUCTION_SUM;
+}
+EMU_INLINE int emu_nll_reduction_valid(int r) {
+    return r == FT78NE_NLL_REDUCTION_NONE || r == FT78NE_NLL_REDUCTION_SUM || r == FT78NE_NLL_REDUCTION_MEAN;
+}
+
 /* Element access for the half-or-float buffers; `dt` is a constant after inlining. */
 EMU_INLINE float emu_ld(const void *p, size_t i, emu_dtype dt) {
     return dt == EMU_HALF ? xloss_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
