@@ -129,7 +129,7 @@ class DspBackend(Backend):
         return [(f"core_mask={m:#04x}", DspBackend(self.chip, **dict(self._given, core_mask=m)))
                 for m in CONFIG_MASKS]
 
-    def checked(self) -> "DspBackend":
+    def checked(self) -> DspBackend:
         """This backend with guards=True (see :mod:`.guards`); a replay that records the options
         reproduces it."""
         return self if self.guards else DspBackend(self.chip, **dict(self._given, guards=True))

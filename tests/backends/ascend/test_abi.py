@@ -551,15 +551,15 @@ def _header_constants(paths) -> dict:
     enumerator (implicit values counted) in the files."""
     out = {}
     for path in paths:
-        text = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(), flags=re.S)
-        for name, value in re.findall(r"^[ \t]*#define[ \t]+(\w+)[ \t]+(.+?)[ \t]*$", text, re.M):
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(), flags=re.DOTALL)
+        for name, value in re.findall(r"^[ \t]*#define[ \t]+(\w+)[ \t]+(.+?)[ \t]*$", text, re.MULTILINE):
             try:
                 out[name] = _c_int(value)
             except ValueError:
                 pass
         for name, value in re.findall(r"static\s+const\s+int\s+(\w+)\s*=\s*([^;]+);", text):
             out[name] = _c_int(value)
-        for body in re.findall(r"\benum\s*\w*\s*\{(.*?)\}", text, re.S):
+        for body in re.findall(r"\benum\s*\w*\s*\{(.*?)\}", text, re.DOTALL):
             nxt = 0
             for item in filter(None, (i.strip() for i in body.split(","))):
                 name, _, value = item.partition("=")

@@ -164,8 +164,8 @@ def test_bf16_rounds_to_nearest_even(half):
 def test_ascend_emulator_casts_are_the_headers(half, dtype, code):
     """The Ascend runtime's xlossEmuCast gives the harness's bits, NaN included."""
     from xloss.backends.ascend_aclnn import _cdef as C
-    from xloss.backends.ascend_aclnn.runtime import AclRuntime
     from xloss.backends.ascend_aclnn import emulator_library_path
+    from xloss.backends.ascend_aclnn.runtime import AclRuntime
 
     assert (C.ACL_FLOAT16, C.ACL_BF16) == (1, 27)
     try:

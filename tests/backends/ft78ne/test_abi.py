@@ -146,7 +146,7 @@ def _defines(*names) -> dict:
     out = {}
     for name in names:
         text = (abi.EMULATOR.parent / "include" / name).read_text()
-        for key, value in re.findall(r"^#define[ \t]+(\w+)[ \t]+([-+.\w]+)[ \t]*(?:/\*.*)?$", text, re.M):
+        for key, value in re.findall(r"^#define[ \t]+(\w+)[ \t]+([-+.\w]+)[ \t]*(?:/\*.*)?$", text, re.MULTILINE):
             for parse in (lambda v: int(v, 0), lambda v: int(v.rstrip("uU"), 0), lambda v: float(v.rstrip("fF"))):
                 try:
                     out[key] = parse(value)
@@ -176,7 +176,7 @@ def test_python_tables_match_the_headers():
     # the checked mode's argument names are the header's parameter names (the _s form)
     header = (abi.EMULATOR.parent / "include" / "ft78ne.h").read_text()
     for op, names in guards.ARGS.items():
-        params = re.search(rf"void fp_{op}_s\((.*?)\);", header, re.S).group(1)
+        params = re.search(rf"void fp_{op}_s\((.*?)\);", header, re.DOTALL).group(1)
         assert tuple(p.split()[-1].lstrip("*") for p in params.split(",")) == names, op
 
 
