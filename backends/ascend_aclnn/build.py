@@ -34,6 +34,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 INCLUDE = HERE / "include"
+# xloss_half.h, shared with the FT78NE emulator: csrc includes it by its relative path
+# ("../../common/include/xloss_half.h"), so no -I is needed; it is listed in the dependencies.
+COMMON_INCLUDE = HERE.parent / "common" / "include"
 
 NAME = "xloss.backends.ascend_aclnn.libxloss_aclnn"          # the operators
 RUNTIME_NAME = "xloss.backends.ascend_aclnn.libxloss_aclrt"  # the runtime
@@ -77,7 +80,8 @@ def _rel(p: Path) -> str:
 
 
 def _depends() -> list[str]:
-    return [_rel(p) for p in sorted(CSRC.glob("*.h")) + sorted(INCLUDE.rglob("*.h"))]
+    headers = sorted(CSRC.glob("*.h")) + sorted(INCLUDE.rglob("*.h")) + sorted(COMMON_INCLUDE.glob("*.h"))
+    return [_rel(p) for p in headers]
 
 
 def extensions(sanitize: bool) -> list:

@@ -3,7 +3,7 @@
 ``libxloss_ft78ne.so`` (built from ``csrc/`` at install, headers in ``include/``) emulates
 the DSPs on the host: ``fp_``/``hp_`` x ``_s`` (shared memory, work split over the cores of
 ``core_mask``) / ``_p`` (private memory of one core) for the five vendor operators. The
-adapter (:mod:`.adapter`) drives it, or a vendor's / port author's library named by ``lib=`` or
+backend (:mod:`.backend`) drives it, or a vendor's / port author's library named by ``lib=`` or
 ``$XLOSS_FT78NE_LIB``, through cffi::
 
     xloss.focal_loss(x, y, backend="ft78ne")
@@ -28,7 +28,7 @@ from pathlib import Path
 from ...errors import BackendUnavailableError
 from . import abi
 from .abi import EMULATOR, ENV_VAR
-from .adapter import DspBackend
+from .backend import DspBackend
 
 PRIVATE_SHIM = Path(__file__).resolve().with_name("libxloss_ft78ne_private.so")
 

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from ...clib import CLibrary, library_paths
+from ...errors import XLossValueError
 
 ENV_VAR = "XLOSS_FT78NE_LIB"
 MEMORY_ENV_VAR = "XLOSS_FT78NE_MEMORY"  # default of the memory option ("shared" or "private")
@@ -31,6 +32,14 @@ EXT_ABI = 1
 NUM_CORES = 8
 CORE_MASK_ALL = 0xFF
 INT_MAX = 2**31 - 1
+
+
+def c_int(what: str, value: int) -> int:
+    """``value`` as a C ``int`` argument named ``what``; XLossValueError if it does not fit."""
+    if value > INT_MAX:
+        raise XLossValueError(f"{what}={value} does not fit the C int of the FT78NE/MT7004 signature "
+                              f"(at most {INT_MAX})")
+    return int(value)
 
 VENDOR_CDEF = """
 typedef uint16_t half;
@@ -127,7 +136,7 @@ PRIVATE_HELPERS = ("ft78ne_emu_set_core", "ft78ne_emu_private_alloc", "ft78ne_em
 CAPACITY_HELPER = "ft78ne_emu_private_capacity"
 
 _cache: dict[tuple, CLibrary] = {}
-_cache_lock = threading.RLock()  # also guards every backend's lazy loading (adapter: abi.state_lock())
+_cache_lock = threading.RLock()  # also guards every backend's lazy loading (backend.py: abi.state_lock())
 
 
 def state_lock():

@@ -42,6 +42,9 @@ LDFLAGS = ["-pthread"]
 SHIM_CFLAGS = ["-DFT78NE_PRIVATE_SHIM"]
 SHIM_LDFLAGS = ["-Wl,-soname,libxloss_ft78ne_private.so"]
 LIBS = ["m"]
+# xloss_half.h, shared with the Ascend emulator: csrc/emu.h includes it by its relative path
+# ("../../common/include/xloss_half.h"), so no -I is needed; it is listed in the dependencies.
+COMMON_INCLUDE = HERE.parent / "common" / "include"
 
 
 def sources(root: Path = HERE, *, shim: bool = False) -> list[Path]:
@@ -66,7 +69,8 @@ def extension(sanitize: bool = False, *, shim: bool = False):
         SHIM_NAME if shim else NAME,
         sources=[rel(p) for p in sources(shim=shim)],
         include_dirs=[rel(p) for p in include_dirs()],
-        depends=[rel(p) for p in sorted((HERE / "include").glob("*.h")) + sorted((HERE / "csrc").glob("*.h"))],
+        depends=[rel(p) for p in sorted((HERE / "include").glob("*.h")) + sorted((HERE / "csrc").glob("*.h"))
+                 + sorted(COMMON_INCLUDE.glob("*.h"))],
         extra_compile_args=extra,
         extra_link_args=LDFLAGS + (SHIM_LDFLAGS if shim else []) + (SANITIZE if sanitize else []),
         libraries=LIBS,

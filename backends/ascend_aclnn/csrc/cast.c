@@ -1,11 +1,12 @@
 /* The runtime's public conversions: aclFloat16ToFloat / aclFloatToFloat16 (CANN) and xlossEmuCast
- * (emulator only). The conversions themselves are in emu_common.h, shared with the operators. */
+ * (emulator only). The conversions themselves are in xloss_half.h (backends/common/include), shared
+ * with the operators and the FT78NE emulator. */
 #include <string.h>
 
 #include "emu_internal.h"
 
-EMU_EXPORT float aclFloat16ToFloat(aclFloat16 value) { return emu_f16_to_f32(value); }
-EMU_EXPORT aclFloat16 aclFloatToFloat16(float value) { return emu_f32_to_f16(value); }
+EMU_EXPORT float aclFloat16ToFloat(aclFloat16 value) { return xloss_f16_to_f32(value); }
+EMU_EXPORT aclFloat16 aclFloatToFloat16(float value) { return xloss_f32_to_f16(value); }
 
 static float load_as_f32(const char *p, aclDataType t)
 {
@@ -14,10 +15,10 @@ static float load_as_f32(const char *p, aclDataType t)
     switch (t) {
     case ACL_FLOAT16:
         memcpy(&h, p, 2);
-        return emu_f16_to_f32(h);
+        return xloss_f16_to_f32(h);
     case ACL_BF16:
         memcpy(&h, p, 2);
-        return emu_bf16_to_f32(h);
+        return xloss_bf16_to_f32(h);
     default:
         memcpy(&f, p, 4);
         return f;
@@ -29,11 +30,11 @@ static void store_from_f32(char *p, aclDataType t, float f)
     uint16_t h;
     switch (t) {
     case ACL_FLOAT16:
-        h = emu_f32_to_f16(f);
+        h = xloss_f32_to_f16(f);
         memcpy(p, &h, 2);
         break;
     case ACL_BF16:
-        h = emu_f32_to_bf16(f);
+        h = xloss_f32_to_bf16(f);
         memcpy(p, &h, 2);
         break;
     default:

@@ -1,7 +1,7 @@
 /* Definitions shared by the emulator's two libraries, the runtime (libxloss_aclrt.so) and the
- * operators (libxloss_aclnn.so): data-type facts, float16/bfloat16 conversions and overflow-checked
- * arithmetic. Everything here is static inline, so each library has its own hidden copy and the
- * operators need nothing from the runtime beyond its exported API. */
+ * operators (libxloss_aclnn.so): data-type facts, float16/bfloat16 conversions (xloss_half.h) and
+ * overflow-checked arithmetic. Everything here is static inline, so each library has its own hidden
+ * copy and the operators need nothing from the runtime beyond its exported API. */
 #ifndef XLOSS_EMU_COMMON_H_
 #define XLOSS_EMU_COMMON_H_
 
@@ -64,75 +64,7 @@ static inline int emu_mul_u64(uint64_t a, uint64_t b, uint64_t *r) { return __bu
 static inline int emu_add_u64(uint64_t a, uint64_t b, uint64_t *r) { return __builtin_add_overflow(a, b, r); }
 static inline uint64_t emu_round_up(uint64_t n) { return (n + (EMU_ALIGN - 1)) & ~(uint64_t)(EMU_ALIGN - 1); }
 
-/* ---- float16 / bfloat16 <-> float32, round-to-nearest-even, by bit manipulation so the result
- * does not depend on the compiler's _Float16 support ------------------------------------------ */
-static inline uint32_t emu_f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float emu_bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline float emu_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    if (e == 0) {
-        if (m == 0)
-            return emu_bits_f32(sign);
-        int sh = 0; /* subnormal: m * 2^-24, normalise so bit 10 is set */
-        while (!(m & 0x400u)) {
-            m <<= 1;
-            sh++;
-        }
-        return emu_bits_f32(sign | ((uint32_t)(113 - sh) << 23) | ((m & 0x3FFu) << 13));
-    }
-    if (e == 31)
-        return emu_bits_f32(sign | 0x7F800000u | (m << 13)); /* inf, NaN (payload kept) */
-    return emu_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-static inline uint16_t emu_f32_to_f16(float f)
-{
-    uint32_t x = emu_f32_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t a = x & 0x7FFFFFFFu;
-    if (a >= 0x7F800000u) /* inf or NaN; a NaN stays a (quiet) NaN */
-        return a > 0x7F800000u ? (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu)) : (uint16_t)(sign | 0x7C00u);
-    if (a >= 0x477FF000u) /* >= 65520: rounds to infinity */
-        return (uint16_t)(sign | 0x7C00u);
-    if (a < 0x38800000u) { /* below 2^-14: a half subnormal (or zero) */
-        if (a < 0x33000000u) /* below 2^-25 (exactly 2^-25 ties to even: 0) */
-            return sign;
-        uint32_t e = a >> 23, m = (a & 0x7FFFFFu) | 0x800000u;
-        uint32_t shift = 126u - e; /* 14..24 */
-        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (r & 1u)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = (a - 0x38000000u) >> 13, rem = a & 0x1FFFu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u)))
-        r++; /* a carry into the exponent is the correct next binade */
-    return (uint16_t)(sign | r);
-}
-
-static inline float emu_bf16_to_f32(uint16_t h) { return emu_bits_f32((uint32_t)h << 16); }
-
-static inline uint16_t emu_f32_to_bf16(float f)
-{
-    uint32_t x = emu_f32_bits(f);
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u)
-        return (uint16_t)((x >> 16) | 0x0040u); /* quiet NaN */
-    x += 0x7FFFu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
+/* float16 / bfloat16 <-> float32: the one implementation both emulators share (ours) */
+#include "../../common/include/xloss_half.h"
 
 #endif

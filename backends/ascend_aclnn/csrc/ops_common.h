@@ -17,6 +17,13 @@
 #define EMU_MAX_OPERANDS 12
 #define EMU_REDUCE_BLOCK 4096 /* elements per partial sum of a reduction (one per "core") */
 
+/* The int64_t reduction of the aclnn loss operators, PyTorch's codes (CANN's pages: 0 none, 1 mean,
+ * 2 sum). CANN's headers name none, so these names are the emulator's; xloss.kernels.REDUCTION_CODES
+ * holds the same (tests/backends/ascend/test_abi.py checks). */
+#define EMU_REDUCTION_NONE 0
+#define EMU_REDUCTION_MEAN 1
+#define EMU_REDUCTION_SUM 2
+
 /* the runtime keeps the message; the operators set it through the exported call */
 #define emu_set_error xlossEmuSetErrMsg
 
@@ -188,7 +195,7 @@ static inline aclnnStatus emu_need_no_overlap(const emu_plan *ex, int out, int i
 
 static inline aclnnStatus emu_need_reduction(const emu_plan *ex, int64_t reduction)
 {
-    if (reduction < 0 || reduction > 2) {
+    if (reduction != EMU_REDUCTION_NONE && reduction != EMU_REDUCTION_MEAN && reduction != EMU_REDUCTION_SUM) {
         emu_set_error("%s: reduction %lld is not 0 (none), 1 (mean) or 2 (sum)", ex->api, (long long)reduction);
         return ACLNN_ERR_PARAM_INVALID;
     }

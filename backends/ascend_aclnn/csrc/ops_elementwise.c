@@ -58,7 +58,7 @@ static aclnnStatus focal_forward_run(const emu_plan *ex, char *ws, uint64_t ws_s
     const emu_view *self = &ex->t[FOCAL_SELF], *out = &ex->t[FOCAL_OUT];
     focal_ctx c = {(float)ex->alpha, (float)ex->gamma, ex->reduction, NULL, 1.0};
     const emu_view *in[3] = {self, &ex->t[FOCAL_TARGET], &ex->t[FOCAL_WEIGHT]};
-    if (ex->reduction == 0) {
+    if (ex->reduction == EMU_REDUCTION_NONE) {
         const emu_view *outs[1] = {out};
         emu_elementwise(self, in, 3, outs, 1, focal_forward_chunk, &c);
         return ACLNN_SUCCESS;
@@ -73,7 +73,7 @@ static aclnnStatus focal_forward_run(const emu_plan *ex, char *ws, uint64_t ws_s
     double total = 0.0;
     for (int64_t b = 0; b < blocks; b++)
         total += c.partial[b];
-    if (ex->reduction == 1)
+    if (ex->reduction == EMU_REDUCTION_MEAN)
         total = self->numel ? total / (double)self->numel : NAN; /* mean of nothing is NaN, as torch */
     emu_store_f64(out, out->offset, total);
     return ACLNN_SUCCESS;
@@ -85,7 +85,7 @@ static aclnnStatus focal_backward_run(const emu_plan *ex, char *ws, uint64_t ws_
     (void)ws_size;
     const emu_view *self = &ex->t[FOCAL_SELF];
     focal_ctx c = {(float)ex->alpha, (float)ex->gamma, ex->reduction, NULL,
-                   ex->reduction == 1 && self->numel ? (double)self->numel : 1.0};
+                   ex->reduction == EMU_REDUCTION_MEAN && self->numel ? (double)self->numel : 1.0};
     const emu_view *in[4] = {self, &ex->t[FOCAL_TARGET], &ex->t[FOCAL_WEIGHT], &ex->t[FOCAL_GRAD]};
     const emu_view *outs[1] = {&ex->t[FOCAL_OUT]};
     emu_elementwise(self, in, 4, outs, 1, focal_backward_chunk, &c);
@@ -141,7 +141,7 @@ EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const aclTenso
     ex.reduction = reduction;
     EMU_CHECK(check_elementwise(&ex, 0));
     EMU_CHECK(check_focal_attrs(&ex));
-    if (reduction == 0) {
+    if (reduction == EMU_REDUCTION_NONE) {
         EMU_CHECK(emu_need_same_shape(&ex, FOCAL_OUT, FOCAL_SELF));
     } else if (!emu_one_element(&ex.t[FOCAL_OUT])) {
         char b[160];
@@ -149,7 +149,7 @@ EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const aclTenso
                       emu_shape_str(&ex.t[FOCAL_OUT], b, sizeof b));
         return ACLNN_ERR_PARAM_INVALID;
     }
-    if (reduction != 0) /* one float64 partial sum per block of EMU_REDUCE_BLOCK elements */
+    if (reduction != EMU_REDUCTION_NONE) /* one float64 partial sum per block of EMU_REDUCE_BLOCK elements */
         ex.workspace_size = emu_round_up((uint64_t)((ex.t[FOCAL_SELF].numel + EMU_REDUCE_BLOCK - 1) /
                                                     EMU_REDUCE_BLOCK) * sizeof(double));
     ex.run = focal_forward_run;
@@ -219,7 +219,7 @@ static aclnnStatus bce_backward_run(const emu_plan *ex, char *ws, uint64_t ws_si
     (void)ws;
     (void)ws_size;
     const emu_view *self = &ex->t[FOCAL_SELF];
-    double mean_div = ex->reduction == 1 && self->numel ? (double)self->numel : 1.0;
+    double mean_div = ex->reduction == EMU_REDUCTION_MEAN && self->numel ? (double)self->numel : 1.0;
     const emu_view *in[4] = {self, &ex->t[FOCAL_TARGET], &ex->t[FOCAL_WEIGHT], &ex->t[FOCAL_GRAD]};
     const emu_view *outs[1] = {&ex->t[FOCAL_OUT]};
     emu_elementwise(self, in, 4, outs, 1, bce_backward_chunk, &mean_div);

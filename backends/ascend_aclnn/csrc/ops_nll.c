@@ -31,9 +31,9 @@ static aclnnStatus nll_run(const emu_plan *ex, char *ws, uint64_t ws_size)
             emu_scatter_f32(out, base + j * st, st, classes - j < 256 ? classes - j : 256, zeros);
     }
 
-    int per_row = ex->reduction == 0 && two_d;
+    int per_row = ex->reduction == EMU_REDUCTION_NONE && two_d;
     float g0 = per_row || grad->numel == 0 ? 0.0f : emu_load_f32(grad, grad->offset);
-    float tw = ex->reduction == 1 ? emu_load_f32(&ex->t[NLL_TOTAL], ex->t[NLL_TOTAL].offset) : 1.0f;
+    float tw = ex->reduction == EMU_REDUCTION_MEAN ? emu_load_f32(&ex->t[NLL_TOTAL], ex->t[NLL_TOTAL].offset) : 1.0f;
     int changed = 0;
     for (int64_t i = 0; i < rows; i++) {
         int64_t t = emu_load_i64(target, two_d ? emu_at1(target, i) : target->offset);
@@ -44,7 +44,7 @@ static aclnnStatus nll_run(const emu_plan *ex, char *ws, uint64_t ws_size)
             continue;
         }
         float g = per_row ? emu_load_f32(grad, emu_at1(grad, i)) : g0;
-        if (ex->reduction == 1)
+        if (ex->reduction == EMU_REDUCTION_MEAN)
             g = g / tw; /* total weight 0 gives inf/NaN, as PyTorch */
         float w = emu_load_f32(weight, emu_at1(weight, t));
         int64_t at = two_d ? emu_at2(out, i, t) : emu_at1(out, t);
@@ -108,7 +108,7 @@ EMU_EXPORT aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gra
                       api, emu_shape_str(t, a, sizeof a), emu_shape_str(s, b, sizeof b));
         return ACLNN_ERR_PARAM_INVALID;
     }
-    if (reduction == 0 && s->ndim == 2) {
+    if (reduction == EMU_REDUCTION_NONE && s->ndim == 2) {
         if (!(g->ndim == 1 && g->dims[0] == s->dims[0])) {
             emu_set_error("%s: gradOutput must have shape (%lld,) for reduction 0 with self %s; got %s", api,
                           (long long)s->dims[0], emu_shape_str(s, b, sizeof b), emu_shape_str(g, a, sizeof a));

@@ -114,14 +114,14 @@ void emu_gather_f32(const emu_view *v, int64_t start, int64_t stride, int64_t n,
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, b + (start + i * stride) * 2, 2);
-            dst[i] = emu_f16_to_f32(h);
+            dst[i] = xloss_f16_to_f32(h);
         }
         break;
     case ACL_BF16:
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, b + (start + i * stride) * 2, 2);
-            dst[i] = emu_bf16_to_f32(h);
+            dst[i] = xloss_bf16_to_f32(h);
         }
         break;
     case ACL_INT32: /* DrivingSDK's one-hot focal target */
@@ -147,13 +147,13 @@ void emu_scatter_f32(const emu_view *v, int64_t start, int64_t stride, int64_t n
         break;
     case ACL_FLOAT16:
         for (int64_t i = 0; i < n; i++) {
-            uint16_t h = emu_f32_to_f16(src[i]);
+            uint16_t h = xloss_f32_to_f16(src[i]);
             memcpy(b + (start + i * stride) * 2, &h, 2);
         }
         break;
     case ACL_BF16:
         for (int64_t i = 0; i < n; i++) {
-            uint16_t h = emu_f32_to_bf16(src[i]);
+            uint16_t h = xloss_f32_to_bf16(src[i]);
             memcpy(b + (start + i * stride) * 2, &h, 2);
         }
         break;
@@ -174,9 +174,12 @@ void emu_store_f32(const emu_view *v, int64_t index, float value) { emu_scatter_
 float emu_round_to(aclDataType dt, float v)
 {
     switch (dt) {
-    case ACL_FLOAT16: return emu_f16_to_f32(emu_f32_to_f16(v));
-    case ACL_BF16: return emu_bf16_to_f32(emu_f32_to_bf16(v));
-    default: return v;
+    case ACL_FLOAT16:
+        return xloss_f16_to_f32(xloss_f32_to_f16(v));
+    case ACL_BF16:
+        return xloss_bf16_to_f32(xloss_f32_to_bf16(v));
+    default:
+        return v;
     }
 }
 
@@ -190,7 +193,7 @@ static float round_to_odd_f32(double d)
         return f;
     if (fabs((double)f) > fabs(d))
         f = nextafterf(f, 0.0f);
-    return emu_bits_f32(emu_f32_bits(f) | 1u);
+    return xloss_bits_f32(xloss_f32_bits(f) | 1u);
 }
 
 void emu_store_f64(const emu_view *v, int64_t index, double value)

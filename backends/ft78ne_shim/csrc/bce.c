@@ -32,7 +32,7 @@ static void bce_run(emu_call *c, int input_size, int reduction, const void *x, c
         emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: input_size must be >= 0, got %d", fn, input_size);
         return;
     }
-    if (reduction < 0 || reduction > 2) {
+    if (!emu_reduction_valid(reduction)) {
         emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: reduction must be 0 (none), 1 (mean) or 2 (sum), got %d", fn,
                  reduction);
         return;

@@ -94,56 +94,25 @@ typedef void (*emu_task)(void *ctx, size_t lo, size_t hi, int rank);
 void emu_dispatch(const emu_call *c, size_t units, emu_task task, void *ctx);
 int emu_max_ranks(const emu_call *c); /* how many ranks emu_dispatch may use (for scratch) */
 
-/* ---- float <-> IEEE binary16, round to nearest even ---- */
-EMU_INLINE float emu_h2f(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0) {
-        float f = (float)man * 0x1p-24f; /* zero or subnormal: exact */
-        return sign ? -f : f;
-    }
-    if (exp == 31)
-        bits = sign | 0x7f800000u | (man << 13); /* inf / nan (payload kept) */
-    else
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
+/* ---- float <-> IEEE binary16: the one implementation both emulators share (ours) ---- */
+#include "../../common/include/xloss_half.h"
 
-EMU_INLINE uint16_t emu_f2h(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) /* inf, or nan made quiet with the top payload bits */
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
-    if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half (or zero) */
-        if (ax <= 0x33000000u) /* <= 2^-25: half of the smallest subnormal ties to even zero */
-            return sign;
-        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-        int shift = 126 - (int)(ax >> 23); /* value = m * 2^(e-150); in units of 2^-24: m >> (126-e) */
-        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (q & 1u)))
-            q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13);
-    uint32_t rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++; /* a carry into the exponent is the correct rounding */
-    return (uint16_t)(sign | h);
+/* The reduction codes the operators take (ft78ne.h): the manual's binarycrossentropygrad codes, which
+ * our operators share, and nlllossgrad's own order. */
+EMU_INLINE int emu_reduction_valid(int r) {
+    return r == FT78NE_REDUCTION_NONE || r == FT78NE_REDUCTION_MEAN || r == FT78NE_REDUCTION_SUM;
+}
+EMU_INLINE int emu_nll_reduction_valid(int r) {
+    return r == FT78NE_NLL_REDUCTION_NONE || r == FT78NE_NLL_REDUCTION_SUM || r == FT78NE_NLL_REDUCTION_MEAN;
 }
 
 /* Element access for the half-or-float buffers; `dt` is a constant after inlining. */
 EMU_INLINE float emu_ld(const void *p, size_t i, emu_dtype dt) {
-    return dt == EMU_HALF ? emu_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    return dt == EMU_HALF ? xloss_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 EMU_INLINE void emu_st(void *p, size_t i, float v, emu_dtype dt) {
     if (dt == EMU_HALF)
-        ((uint16_t *)p)[i] = emu_f2h(v);
+        ((uint16_t *)p)[i] = xloss_f32_to_f16(v);
     else
         ((float *)p)[i] = v;
 }

@@ -48,7 +48,7 @@ EMU_INLINE float focal_grad1(const focal_parts *f, float y, float gamma) {
 static int check_scalars(const char *fn, int input_size, int reduction, float alpha, float gamma) {
     if (input_size < 0)
         return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: input_size must be >= 0, got %d", fn, input_size);
-    if (reduction < 0 || reduction > 2)
+    if (!emu_reduction_valid(reduction))
         return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: reduction must be 0 (none), 1 (mean) or 2 (sum), got %d",
                         fn, reduction);
     if (!isfinite(alpha) || alpha > 1.0f)

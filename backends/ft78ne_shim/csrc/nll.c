@@ -35,7 +35,7 @@ static void nll_run(emu_call *c, const void *dl, const int *labels, const void *
                  batch, class_num);
         return;
     }
-    if (reduction < 0 || reduction > 2) {
+    if (!emu_nll_reduction_valid(reduction)) {
         emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
                  "%s: reduction_type must be 0 (none), 1 (sum) or 2 (mean), got %d", fn, reduction);
         return;

@@ -5,8 +5,10 @@ element conversions."""
 from __future__ import annotations
 
 import ctypes
+import re
 
 import threading
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -531,3 +533,65 @@ def test_conversions_are_exact_round_to_nearest_even(abi, name, dtype, code):
         assert abi.lib.aclFloatToFloat16(65520.0) == 0x7C00
         assert abi.lib.aclFloat16ToFloat(0x3C00) == 1.0
     assert abi.lib.aclDataTypeSize(code) == 2 and abi.lib.aclDataTypeSize(C.ACL_INT64) == 8
+
+
+# ---- the Python tables against the headers --------------------------------------------------------------
+SOURCE = Path(__file__).resolve().parents[3] / "backends" / "ascend_aclnn"
+
+
+def _c_int(expr: str) -> int:
+    expr = expr.strip()
+    if not re.fullmatch(r"[-+()\s\dxXa-fA-F<]+", expr):
+        raise ValueError(expr)
+    return int(eval(expr.replace("u", ""), {"__builtins__": {}}))  # digits, parentheses and << only
+
+
+def _header_constants(paths) -> dict:
+    """NAME -> value of every ``#define NAME <integer>``, ``static const int NAME = <integer>;`` and
+    enumerator (implicit values counted) in the files."""
+    out = {}
+    for path in paths:
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(), flags=re.DOTALL)
+        for name, value in re.findall(r"^[ \t]*#define[ \t]+(\w+)[ \t]+(.+?)[ \t]*$", text, re.MULTILINE):
+            try:
+                out[name] = _c_int(value)
+            except ValueError:
+                pass
+        for name, value in re.findall(r"static\s+const\s+int\s+(\w+)\s*=\s*([^;]+);", text):
+            out[name] = _c_int(value)
+        for body in re.findall(r"\benum\s*\w*\s*\{(.*?)\}", text, re.DOTALL):
+            nxt = 0
+            for item in filter(None, (i.strip() for i in body.split(","))):
+                name, _, value = item.partition("=")
+                nxt = _c_int(value) if value.strip() else nxt
+                out[name.strip()] = nxt
+                nxt += 1
+    return out
+
+
+def test_python_tables_match_the_headers():
+    """Every integer constant of _cdef, every status name, and the reduction codes have the
+    headers' values; every status code the headers define is named; every aclnn operator a header
+    of include/aclnnop declares is declared to cffi. A drift between include/ and _cdef fails here."""
+    from xloss.kernels import REDUCTION_CODES
+
+    headers = sorted((SOURCE / "include").rglob("*.h"))
+    h = _header_constants(headers)
+    assert h["ACL_FLOAT"] == 0 and h["ACL_MEMCPY_DEVICE_TO_HOST"] == 2 and h["XLOSS_EMU_MAX_PLAN"] == 1 << 20
+    for name in dir(C):
+        value = getattr(C, name)
+        if not name.isupper() or not isinstance(value, int):
+            continue
+        header_name = next((n for n in (name, "XLOSS_" + name, "XLOSS_EMU_" + name) if n in h), None)
+        assert header_name is not None, f"_cdef.{name} is in no header"
+        assert value == h[header_name], (name, value, h[header_name])
+    named = {k: v for k, v in h.items() if re.match(r"ACLNN_ERR_|ACL_ERROR_(?!NONE)", k)}
+    assert {v: k for k, v in named.items()} == {c: n for c, n in C.STATUS_NAMES.items() if c}
+    assert h[C.STATUS_NAMES[0]] == 0
+    assert set(C.ACL_DTYPES.values()) <= {v for k, v in h.items() if k.startswith("ACL_") and k in dir(C)}
+    ops = _header_constants([SOURCE / "csrc" / "ops_common.h"])
+    assert dict(REDUCTION_CODES) == {r: ops[f"EMU_REDUCTION_{r.upper()}"] for r in REDUCTION_CODES}
+    declared = set(re.findall(r"\b(aclnn\w+)\(", C.CDEF))
+    for header in sorted((SOURCE / "include" / "aclnnop").glob("*.h")):
+        for fn in re.findall(r"\b(aclnn\w+)\s*\(", header.read_text()):
+            assert fn in declared, f"{header.name} declares {fn}, which _cdef does not"

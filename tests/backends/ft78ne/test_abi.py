@@ -17,7 +17,7 @@ import threading
 import numpy as np
 import pytest
 
-from xloss.backends.ft78ne_shim import abi
+from xloss.backends.ft78ne_shim import abi, capabilities, guards, staging
 
 FT78NE, MT7004 = abi.CHIPS["ft78ne"], abi.CHIPS["mt7004"]
 OK = "FT78NE_OK"
@@ -139,6 +139,45 @@ def test_header_and_cffi_declarations_agree():
     emu_h = _prototypes((inc / "ft78ne_emu.h").read_text(), r"FT78NE_API [\w ]+?\**\s*(ft78ne_emu_\w+)\((.*?)\);")
     emu_py = _prototypes(abi.EMU_CDEF, r"[\w ]+?\**\s*(ft78ne_emu_\w+)\((.*?)\);")
     assert emu_h == emu_py and len(emu_h) == 14
+
+
+def _defines(*names) -> dict:
+    """``#define NAME value`` of the installed headers, values as Python numbers (C suffixes dropped)."""
+    out = {}
+    for name in names:
+        text = (abi.EMULATOR.parent / "include" / name).read_text()
+        for key, value in re.findall(r"^#define[ \t]+(\w+)[ \t]+([-+.\w]+)[ \t]*(?:/\*.*)?$", text, re.MULTILINE):
+            for parse in (lambda v: int(v, 0), lambda v: int(v.rstrip("uU"), 0), lambda v: float(v.rstrip("fF"))):
+                try:
+                    out[key] = parse(value)
+                    break
+                except ValueError:
+                    pass
+    return out
+
+
+def test_python_tables_match_the_headers():
+    """Every code and constant the backend copies from ft78ne.h / ft78ne_emu.h has the header's value,
+    and every status code the header defines has its name in abi.STATUS: a drift fails here."""
+    d = _defines("ft78ne.h", "ft78ne_emu.h")
+    status = {v: k for k, v in d.items() if k == "FT78NE_OK" or k.startswith("FT78NE_ERR_")}
+    assert abi.STATUS == status and len(status) == 9
+    assert abi.ERR_CAPACITY == d["FT78NE_ERR_CAPACITY"]
+    assert abi.CHIPS == {chip: d[f"FT78NE_EMU_CHIP_{chip.upper()}"] for chip in abi.CHIPS}
+    assert (abi.NUM_CORES, abi.CORE_MASK_ALL, abi.EXT_ABI) == (
+        d["FT78NE_NUM_CORES"], d["FT78NE_CORE_MASK_ALL"], d["XLOSS_FT78NE_EXT_ABI"])
+    assert staging.ALIGN == d["FT78NE_EMU_PRIVATE_ALIGN"]
+    assert capabilities.BCE_EPS == d["FT78NE_BCE_EPS"]
+    # reduction codes: the default table of every operator is its header's
+    table = abi.code_table()
+    for op in abi.OPS:
+        prefix = "FT78NE_NLL_REDUCTION_" if op == "nlllossgrad" else "FT78NE_REDUCTION_"
+        assert table[op] == {r: d[prefix + r.upper()] for r in abi.REDUCTIONS}, op
+    # the checked mode's argument names are the header's parameter names (the _s form)
+    header = (abi.EMULATOR.parent / "include" / "ft78ne.h").read_text()
+    for op, names in guards.ARGS.items():
+        params = re.search(rf"void fp_{op}_s\((.*?)\);", header, re.DOTALL).group(1)
+        assert tuple(p.split()[-1].lstrip("*") for p in params.split(",")) == names, op
 
 
 SEED_PROTOTYPES = (  # the vendor manual page, verbatim

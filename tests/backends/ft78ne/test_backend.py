@@ -12,7 +12,7 @@ import xloss
 from xloss import reference
 from xloss.backends import ft78ne_shim
 from xloss.backends.ft78ne_shim import abi
-from xloss.backends.ft78ne_shim.adapter import DspBackend
+from xloss.backends.ft78ne_shim import DspBackend
 
 HERE = os.path.dirname(__file__)
 

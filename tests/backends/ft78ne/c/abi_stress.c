@@ -19,7 +19,8 @@
 #include "ft78ne_emu.h"
 
 static int failures;
-#define FAIL(...) (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED))
+#define FAIL(...) \
+    (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED))
 #define EXPECT(cond, ...) ((cond) ? (void)0 : (void)FAIL(__VA_ARGS__))
 
 static unsigned rnd_state = 1u;
@@ -202,7 +203,8 @@ static void private_flce(int bt, int h, int v, int hp) {
     unsigned s = 7u + (unsigned)(bt + h + v);
     size_t es = hp ? 2 : 4;
     unsigned char *before = xmalloc(cap);
-    float *hg = fbuf((size_t)bt, 0, -1, 1, &s), *hlm = fbuf((size_t)bt, 0, 2, 3, &s), *hse = fbuf((size_t)bt, 0, 1, 5, &s);
+    float *hg = fbuf((size_t)bt, 0, -1, 1, &s), *hlm = fbuf((size_t)bt, 0, 2, 3, &s),
+          *hse = fbuf((size_t)bt, 0, 1, 5, &s);
     void *hx = fbuf((size_t)bt * (size_t)h, hp, -1, 1, &s), *hw = fbuf((size_t)v * (size_t)h, hp, -1, 1, &s);
     unsigned char *hm = xmalloc((size_t)bt);
     int *hmt = xmalloc((size_t)bt * sizeof(int));
