@@ -22,7 +22,6 @@ arenas and helpers, no operator) to test their ``_p`` functions with ``memory="p
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 from ...errors import BackendUnavailableError

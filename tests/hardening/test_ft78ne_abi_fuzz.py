@@ -364,7 +364,8 @@ class Harness:
             args = [*ptr.values(), i["batch"], i["classes"], i["reduction"]]
         else:
             args = [i["bt"], i["hidden"], i["vocab"], *ptr.values(), i["softmax_defined"]]
-        args.append(i["accumulate"] if c.op == "flce" and c.form == "p" else i.get("mask", 0) if c.form == "s" else None)
+        last = i["accumulate"] if c.op == "flce" and c.form == "p" else i.get("mask", 0) if c.form == "s" else None
+        args.append(last)
         if args[-1] is None:
             args.pop()
         lib.ft78ne_emu_set_chip(c.chip)
@@ -441,7 +442,8 @@ class Harness:
             for name, e in (("input_grad", ig), ("weight_grad", wg)):
                 got = self._read(c, name, e.size).reshape(e.shape)
                 scale = max(np.abs(e).max() if e.size else 0, 1e-30)
-                np.testing.assert_allclose(got, e, rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=f"{c.fname} {name}")
+                np.testing.assert_allclose(got, e, rtol=tol["rtol"], atol=tol["atol"] * scale,
+                                           err_msg=f"{c.fname} {name}")
 
 
 @pytest.fixture(scope="module")
@@ -636,7 +638,8 @@ def test_flce_accumulate_garbage(harness, c, acc, garbage, fixed):
     at unallocated fixed offsets the call's row scratch never lands on the call's own buffers."""
     c.ints["accumulate"] = acc
     rng = np.random.default_rng(abs(acc) % 1000)
-    for name, count in (("input_grad", c.ints["bt"] * c.ints["hidden"]), ("weight_grad", c.ints["vocab"] * c.ints["hidden"])):
+    sizes = (("input_grad", c.ints["bt"] * c.ints["hidden"]), ("weight_grad", c.ints["vocab"] * c.ints["hidden"]))
+    for name, count in sizes:
         c.data[name] = {"random": rng.uniform(-3, 3, count), "nan": np.full(count, np.nan),
                         "huge": np.full(count, 6e4), "zero": np.zeros(count)}[garbage]
     if fixed:

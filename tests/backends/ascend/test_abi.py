@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-
 import threading
 from pathlib import Path
 
@@ -390,7 +389,8 @@ def test_flce_bt_zero_writes_nothing_and_small_v_only_refused_with_softmax(sessi
     d.update(grad=session.put(np.zeros(0, np.float32))[0], input=session.put(z16)[0],
              targetMask=session.put(np.zeros(0, bool))[0], maskedTarget=session.put(np.zeros(0, np.int64))[0],
              logitsMaxOptional=session.put(np.zeros(0, np.float32))[0],
-             sumExpLogitsOptional=session.put(np.zeros(0, np.float32))[0], inputGradOut=session.empty((0, 4), np.float16)[0])
+             sumExpLogitsOptional=session.put(np.zeros(0, np.float32))[0],
+             inputGradOut=session.empty((0, 4), np.float16)[0])
     d["weightGradOut"], bw = session.empty((6, 4), np.float16)
     st, ws, ex = _phase_one(abi, op, d)
     assert st == 0 and abi.phase_two(op, _workspace(session, ws), ws, ex, session.stream) == 0
@@ -519,7 +519,8 @@ def test_conversions_are_exact_round_to_nearest_even(abi, name, dtype, code):
     mids = (finite[:-1] + finite[1:]) / 2
     probes = np.concatenate([finite, mids]).astype(np.float32)
     rng = np.random.default_rng(0)
-    probes = np.concatenate([probes, np.nextafter(probes, np.float32(np.inf)), np.nextafter(probes, np.float32(-np.inf)),
+    probes = np.concatenate([probes, np.nextafter(probes, np.float32(np.inf)),
+                             np.nextafter(probes, np.float32(-np.inf)),
                              rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
                              np.array([np.inf, -np.inf, 65504, 65519.99, 65520, 3.4e38, 1e-45, -0.0], np.float32)])
     narrowed = _cast(abi, probes, C.ACL_FLOAT, dtype, code)

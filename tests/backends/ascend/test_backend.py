@@ -32,7 +32,8 @@ def vendor_like(tmp_path_factory, helpers, emu):
     it keep binding to it."""
     d = tmp_path_factory.mktemp("vendor")
     script = d / "hide.map"
-    script.write_text("{ local: aclnnXlossSigmoidFocalLoss*; aclnnSigmoidFocalLoss*; xlossEmu*; aclGetRecentErrMsg; };\n")
+    script.write_text("{ local: aclnnXlossSigmoidFocalLoss*; aclnnSigmoidFocalLoss*; xlossEmu*; "
+                      "aclGetRecentErrMsg; };\n")
     out = d / "libvendor_like.so"
     cmd = helpers.build.combined_command(out)[1:] + [f"-Wl,--version-script={script}"]
     helpers.compile_c(cmd)
@@ -49,7 +50,8 @@ def test_registered_and_shows_its_library(emu):
     assert emu.info()["operators"] == ("aclnnXlossSigmoidFocalLoss, aclnnXlossSigmoidFocalLossBackward, "
                                        "aclnnSigmoidFocalLoss, aclnnSigmoidFocalLossGrad, "
                                        "aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, "
-                                       f"aclnnFusedLinearCrossEntropyLossGrad from {ascend_aclnn.emulator_library_path()}")
+                                       "aclnnFusedLinearCrossEntropyLossGrad from "
+                                       f"{ascend_aclnn.emulator_library_path()}")
     # the runtime library alone: a working runtime with no operator at all
     bare = ascend_aclnn.make_backend(lib=ascend_aclnn.emulator_runtime_path())
     assert bare.availability() == (True, "") and bare.capabilities() == {} and "operators" not in bare.info()

@@ -33,7 +33,8 @@ def _load(name, path):
 
 lib_build = _load("ascend_lib_build", PKG / "build.py")
 RUNTIME_SYMBOLS = {
-    "aclInit", "aclFinalize", "aclnnInit", "aclnnFinalize", "aclGetRecentErrMsg", "aclFloat16ToFloat", "aclFloatToFloat16", "aclDataTypeSize",
+    "aclInit", "aclFinalize", "aclnnInit", "aclnnFinalize", "aclGetRecentErrMsg", "aclFloat16ToFloat",
+    "aclFloatToFloat16", "aclDataTypeSize",
     "aclrtSetDevice", "aclrtResetDevice", "aclrtGetDevice", "aclrtGetDeviceCount", "aclrtCreateStream",
     "aclrtDestroyStream", "aclrtSynchronizeStream", "aclrtMalloc", "aclrtFree", "aclrtMemcpy", "aclrtMemset",
     "aclCreateTensor", "aclDestroyTensor", "aclSetAclOpExecutorRepeatable", "aclDestroyAclOpExecutor",

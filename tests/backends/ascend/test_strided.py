@@ -116,7 +116,8 @@ def test_elementwise_operators_on_strided_views(emu, op, data):
             out_shape = shape if reduction == "none" else ()
             out_strides = os_ if reduction == "none" else []
             to, bo, so = put_view(s, np.full(out_shape, SENTINEL, dt), out_strides, o_off, fill=SENTINEL)
-            s.run("aclnnXlossSigmoidFocalLoss", tx, ty, tw, gamma, alpha, {"none": 0, "mean": 1, "sum": 2}[reduction], to)
+            code = {"none": 0, "mean": 1, "sum": 2}[reduction]
+            s.run("aclnnXlossSigmoidFocalLoss", tx, ty, tw, gamma, alpha, code, to)
             got, rest = read_view(s, bo, so, out_shape, out_strides, o_off)
             case = Case("focal_loss", "forward", dtype, dict(x=x, y=y, **kw, **({"weight": w} if weighted else {})))
         else:

@@ -11,8 +11,7 @@ import pytest
 import xloss
 from xloss import reference
 from xloss.backends import ft78ne_shim
-from xloss.backends.ft78ne_shim import abi
-from xloss.backends.ft78ne_shim import DspBackend
+from xloss.backends.ft78ne_shim import DspBackend, abi
 
 HERE = os.path.dirname(__file__)
 
@@ -374,7 +373,8 @@ def _outputs(result):
 
 
 def test_checked_backend_keeps_its_options_and_replays_them():
-    b = xloss.backend("mt7004", memory="private", core_mask=0x0F, private_bytes=4096, nll_reduction_codes="none,sum,mean")
+    b = xloss.backend("mt7004", memory="private", core_mask=0x0F, private_bytes=4096,
+                      nll_reduction_codes="none,sum,mean")
     c = b.checked()
     assert c is not b and c.guards and c.checked() is c
     assert c.options == dict(b.options, guards=True)
