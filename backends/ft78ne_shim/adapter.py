@@ -249,6 +249,7 @@ class DspBackend(Backend):
         if d:
             caps["fused_linear_cross_entropy_grad"] = KernelCaps.declare(
                 "fused_linear_cross_entropy_grad", dtypes=d, label_smoothing=False, max_elements=limit,
+                partials_in_dtype=self.memory == "private",  # tiles add into 16-bit outputs (accumulate=1)
                 notes=f"no label smoothing in the DSP signature; {memory_note}")
         return caps
 
