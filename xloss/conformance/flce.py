@@ -191,7 +191,7 @@ def _g_error_blocks(case: Case):
     element of G (the terms a careful implementation combines times the compute epsilon, plus one
     ulp of the storage dtype for G's rounding to it) and ``|G|``."""
     kw = case.kwargs
-    bt = np.shape(kw["input"])[0]
+    bt, h = np.shape(kw["input"])
     w = as_f64(kw["weight"])
     v = w.shape[0]
     ls = kw.get("label_smoothing", 0.0)
@@ -213,13 +213,9 @@ def _g_error_blocks(case: Case):
         g = np.abs(as_f64(part["grad"]))[:, None]
         terms = g * (p + corr + (ls / k if ls else 0.0))  # terms combined into G: cancellation allowed
         if "softmax" not in kw:  # a float32 logit error is a relative error of exp(logit - max)
-            terms = terms + g * p * (np.abs(x) @ abs_w.T) * math.log2(h_of(kw) + 1)
+            terms = terms + g * p * (np.abs(x) @ abs_w.T) * math.log2(h + 1)
         g_abs = g * np.abs(p - corr - (ls / k if ls else 0.0))
         yield rows, x, K_SLACK * eps_c * terms + eps_s * g_abs, g_abs
-
-
-def h_of(kw) -> int:
-    return np.shape(kw["input"])[1]
 
 
 def allowed(case: Case, expected, caps=None):
