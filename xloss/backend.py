@@ -40,10 +40,13 @@ class KernelCaps:
     # The upstream gradient, scaled for the reduction, crosses the backend's ABI in the storage
     # dtype (e.g. per-tile mean scales passed as half): the conformance tolerance allows that rounding.
     upstream_in_dtype: bool = False
+    # The outputs are accumulated across calls (tiles) through the ABI in the storage dtype, so
+    # partial sums are rounded to it once per tile: the conformance error-scale statistic is skipped.
+    partials_in_dtype: bool = False
 
     @classmethod
     def declare(cls, kernel: str, *, dtypes, reductions=REDUCTIONS, max_elements=None, notes="", fixed=None,
-                upstream_in_dtype=False, **variants):
+                upstream_in_dtype=False, partials_in_dtype=False, **variants):
         spec = KERNELS[kernel]
         unknown_dtypes = set(dtypes) - set(FLOAT_DTYPES)
         if unknown_dtypes:
@@ -62,7 +65,7 @@ class KernelCaps:
         if variants:
             raise ValueError(f"{kernel}: unknown axes {sorted(variants)}; known: {sorted(spec.axes)}")
         return cls(kernel, frozenset(dtypes), frozenset(reductions), MappingProxyType(full), max_elements, notes,
-                   MappingProxyType(dict(fixed or {})), bool(upstream_in_dtype))
+                   MappingProxyType(dict(fixed or {})), bool(upstream_in_dtype), bool(partials_in_dtype))
 
     def refusal(self, req: Request) -> str | None:
         """Why this declaration does not cover ``req`` (None if it does)."""
@@ -70,9 +73,16 @@ class KernelCaps:
             return f"dtype {req.dtype} (supported: {_fmt(self.dtypes)})"
         if req.reduction is not None and req.reduction not in self.reductions:
             return f"reduction={req.reduction!r} (supported: {_fmt(self.reductions)})"
-        for axis, value in req.variant.items():
+        spec = KERNELS[self.kernel]
+        for axis in req.variant:
+            if len(self.variants[axis]) == len(spec.axes[axis]):
+                continue  # every value declared: the request's value (maybe costly to compute) is not needed
+            value = req.variant[axis]
             if value not in self.variants[axis]:
-                return f"{axis}={value!r} (supported: {_fmt(self.variants[axis])})"
+                supported = _fmt(self.variants[axis])
+                if axis in spec.refusals:
+                    return spec.refusals[axis].format(value=value, supported=supported)
+                return f"{axis}={value!r} (supported: {supported})"
         if self.max_elements is not None and req.numel > self.max_elements:
             return f"{req.numel} elements (at most {self.max_elements})"
         for param, value in self.fixed.items():
@@ -92,6 +102,8 @@ class KernelCaps:
         parts.extend(f"{k} fixed at {v!r}" for k, v in self.fixed.items())
         if self.upstream_in_dtype:
             parts.append("upstream gradient scale passed in the storage dtype")
+        if self.partials_in_dtype:
+            parts.append("partial sums accumulated across tiles in the storage dtype")
         if self.notes:
             parts.append(self.notes)
         return "; ".join(parts)

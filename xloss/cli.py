@@ -124,6 +124,9 @@ def cmd_check(args) -> int:
     else:
         results = run_isolated(args.backend, options, **common)
     saved = report.write_failures(results, args.failures_dir, args.backend, info.get("library"), options)
+    variants = report.variants_text(backend.capabilities())
+    if variants:
+        print(variants + "\n")
     print(report.table(results))
     text = report.failures_text(results, saved)
     if text:
@@ -134,8 +137,8 @@ def cmd_check(args) -> int:
     print(report.summary(results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report.to_json(results, backend=args.backend, info=info, settings=settings, saved=saved), f,
-                      indent=1)
+            json.dump(report.to_json(results, backend=args.backend, info=info, settings=settings, saved=saved,
+                                     variants=report.declared_variants(backend.capabilities())), f, indent=1)
     return 1 if any(r.status in FAILING for r in results) else 0
 
 

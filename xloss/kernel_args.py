@@ -11,7 +11,7 @@ writing, it computes into scratch memory and copies at the end.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +29,41 @@ class Request:
     variant: Mapping[str, object]
     numel: int
     params: Mapping[str, object] = field(default_factory=dict)  # scalar parameters a backend may fix (e.g. eps)
+
+
+class LazyVariant(Mapping):
+    """A request's variant values, some given as zero-argument functions evaluated on first use:
+    a value that costs a pass over an input (are the focal targets binary?) is computed only for
+    a backend whose declaration depends on it."""
+
+    def __init__(self, values: dict):
+        self._values = dict(values)
+
+    def __getitem__(self, axis):
+        v = self._values[axis]
+        if callable(v):
+            v = self._values[axis] = v()
+        return v
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self):
+        return len(self._values)
+
+    def __repr__(self):
+        return repr(dict(self))
+
+
+def target_kind(y: np.ndarray) -> str:
+    """``"binary"`` where every element of ``y`` is 0 or 1, else ``"soft"`` (NaN is soft)."""
+    flat = y.reshape(-1)
+    step = 1 << 20  # in blocks: a soft value usually shows early, and the temporaries stay small
+    for start in range(0, flat.size, step):
+        part = flat[start:start + step]
+        if not ((part == 0) | (part == 1)).all():
+            return "soft"
+    return "binary"
 
 
 @dataclass(frozen=True)
@@ -57,8 +92,11 @@ class FocalArgs:
     grad_out: np.ndarray | None
 
     def request(self) -> Request:
+        y = self.y
+        kind: Callable[[], str] = lambda: target_kind(y)
         return Request("focal_loss", float_name(self.x.dtype), self.reduction,
-                       {"mode": self.mode, "weight": self.weight is not None}, self.x.size)
+                       LazyVariant({"mode": self.mode, "weight": self.weight is not None, "targets": kind}),
+                       self.x.size)
 
 
 @dataclass(frozen=True)

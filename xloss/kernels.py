@@ -2,14 +2,15 @@
 
 A *variant axis* is a choice that changes what a backend must compute (not merely the
 values it is given): the focal mode, the BCE epsilon form, whether a weight is present,
-the FLCE mode and mask format. Capabilities (:class:`xloss.backend.KernelCaps`) are
+the FLCE mode and mask format, whether focal targets are soft or binary (an ABI with an integer
+one-hot target, such as DrivingSDK's, cannot express soft ones). Capabilities (:class:`xloss.backend.KernelCaps`) are
 declared over exactly these axes, and the conformance suite enumerates them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -24,14 +25,21 @@ class KernelSpec:
     primary: str | None  # the axis reports break results down by ("mode")
     reduces: bool  # whether the kernel takes a reduction
     summary: str
+    #: axis -> how a refused value reads, naming the argument it comes from ({value}, {supported})
+    refusals: Mapping[str, str] = field(default_factory=dict)
 
 
 FOCAL = KernelSpec(
     name="focal_loss",
-    axes=MappingProxyType({"mode": ("forward", "grad", "forward+grad"), "weight": (False, True)}),
+    # targets: "binary" where every y is 0 or 1, else "soft"; a backend declaring only "binary"
+    # is never handed soft targets
+    axes=MappingProxyType({"mode": ("forward", "grad", "forward+grad"), "weight": (False, True),
+                           "targets": ("soft", "binary")}),
     primary="mode",
     reduces=True,
     summary="sigmoid focal loss: forward, gradient, or both in one pass",
+    refusals=MappingProxyType({"targets": "y with {value} targets: {value} targets are not supported (supported "
+                                          "targets: {supported}; binary means every y is 0 or 1)"}),
 )
 BCE_GRAD = KernelSpec(
     name="bce_grad",

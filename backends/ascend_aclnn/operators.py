@@ -62,8 +62,10 @@ def declare(has) -> tuple[dict, str | None]:
             caps["focal_loss"] = KernelCaps.declare("focal_loss", dtypes=FLOATS, mode=modes,
                                                     notes="forward+grad runs both operators in one device session")
         else:
+            # the INT32 one-hot target cannot carry a soft y: declared binary only, so a soft request is
+            # refused before the call (naming y) and xloss check draws y from {0, 1}
             caps["focal_loss"] = KernelCaps.declare(
-                "focal_loss", dtypes=("float32",), mode=modes,
+                "focal_loss", dtypes=("float32",), mode=modes, targets=("binary",),
                 notes="DrivingSDK's aclnnSigmoidFocalLoss/Grad ABI: binary targets only (passed as INT32 one-hot; "
                       "soft targets are refused), weight materialised in full, reductions and the upstream "
                       "gradient applied by the adapter")

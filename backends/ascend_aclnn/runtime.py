@@ -20,8 +20,9 @@ poisoned bytes (:data:`GUARD_BYTES` each side; the view's data still starts 32-b
 the trailing guard starts right at the end of the view's bytes, not at the next 32-byte
 boundary), checked after every operator: a write past a buffer raises
 :class:`~xloss.errors.OutOfBoundsWrite` naming the operator, the ABI argument, the byte offset
-and the bytes changed. A ``checked`` session also compares every input with what was uploaded
-after every operator (:class:`~xloss.errors.InputModified`).
+and the bytes changed. A ``checked`` session also fills every output with poison (NaN bytes)
+before the operator runs, whatever runtime gave the memory, and compares every input with what
+was uploaded after every operator (:class:`~xloss.errors.InputModified`).
 
 A session defers SIGINT (on the main thread) from its start to the end of its release, so an
 interrupt never leaves device memory, tensors, executors or streams behind; it is raised when
@@ -46,6 +47,9 @@ from . import _cdef as C
 #: data start keeps the device's 32-byte alignment)
 GUARD_BYTES = 64
 GUARD_FILL = 0xA5
+#: what a checked session fills every output buffer with before the operator runs (all-ones: NaN in
+#: every float type), so an element the library never writes shows whatever memory the device gave
+OUTPUT_POISON = 0xFF
 _GUARD_PATTERN = bytes([GUARD_FILL]) * GUARD_BYTES
 #: ABI parameters an operator documents as written in place although they are inputs
 #: (ops-nn aclnnFusedLinearCrossEntropyLossGrad.md: the high-performance mode forms G in softmax)
@@ -335,6 +339,17 @@ class Session:
                              C.ACL_MEMCPY_HOST_TO_DEVICE)
         return buf
 
+    def poison(self, buf: DeviceBuffer) -> None:
+        """Fill ``buf``'s data with :data:`OUTPUT_POISON` bytes. The emulator's runtime fills fresh
+        memory so already, a vendor runtime need not (it may hand back zeros, or a block holding
+        an earlier call's results): a checked session poisons every output itself."""
+        if not buf.nbytes:
+            return
+        if self.lib.has("aclrtMemset"):
+            self.rt.call("aclrtMemset", buf.ptr, buf.nbytes, OUTPUT_POISON, buf.nbytes)
+        else:
+            self.upload(np.full(buf.nbytes, OUTPUT_POISON, np.uint8), buf)
+
     def upload(self, arr: np.ndarray, buf: DeviceBuffer | None = None, *, guarded: bool = False) -> DeviceBuffer:
         """Copy a C-contiguous host array to (new) device memory."""
         arr = np.ascontiguousarray(arr)
@@ -431,6 +446,8 @@ class Session:
         shape = tuple(int(d) for d in shape)
         if self.layout == "contiguous":
             buf = self.malloc(math.prod(shape) * np.dtype(dtype).itemsize, guarded=True)
+            if self.checked:
+                self.poison(buf)
             return self.tensor(buf, shape, dtype), buf
         strides, offset, storage = self._strided_storage(shape, dtype, output=True)
         buf = self.upload(storage, guarded=True)

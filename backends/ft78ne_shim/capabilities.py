@@ -75,6 +75,7 @@ def declare(lib, ext: bool, chip: str, memory: str, core_mask: int, suffix: str)
     if d:
         caps["fused_linear_cross_entropy_grad"] = KernelCaps.declare(
             "fused_linear_cross_entropy_grad", dtypes=d, label_smoothing=False, max_elements=limit,
+            partials_in_dtype=private,  # tiles add into 16-bit outputs (accumulate=1)
             notes=f"no label smoothing in the DSP signature; {memory_note}")
     return caps
 

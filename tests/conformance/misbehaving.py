@@ -178,3 +178,18 @@ class NllSignOfClassZero(Wrapper):
         if a.out.ndim == 2:
             rows = np.asarray(a.target).astype(np.int64) == 0
             a.out[rows, 0] *= -1
+
+
+class BinaryTargetsOnly(Wrapper):
+    """A correct focal loss whose ABI takes binary targets only (as DrivingSDK's INT32 one-hot):
+    declared ``targets: binary``; it raises if ever handed a soft target."""
+
+    kernels = ("focal_loss",)
+
+    def capabilities(self):
+        return {"focal_loss": KernelCaps.declare("focal_loss", dtypes=self.dtypes, targets=("binary",))}
+
+    def focal_loss(self, a):
+        if not np.all((a.y == 0) | (a.y == 1)):
+            raise AssertionError("handed a soft target")
+        REF.focal_loss(a)

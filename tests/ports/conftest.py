@@ -42,11 +42,12 @@ class Measured:
         return (self.result.kernel, self.result.dtype, self.result.mode)
 
 
-def check(backend, targets, *, max_examples: int, seed: int) -> list[Measured]:
-    """``runner.run_target`` over ``targets`` (kernel, dtype, mode), in this process."""
+def check(backend, targets, *, max_examples: int, seed: int, shrink: bool = True) -> list[Measured]:
+    """``runner.run_target`` over ``targets`` (kernel, dtype, mode), in this process (``shrink=False``:
+    a failure is reported as found, unshrunk: enough to know that a target fails)."""
     out = []
     for kernel, dtype, mode in targets:
-        r = runner.run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed)
+        r = runner.run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed, shrink=shrink)
         out.append(Measured(r, r.found_at if r.status in runner.FAILING else None, r.seconds))
     return out
 

@@ -31,7 +31,7 @@ def draw_case(draw, dtype, mode, caps) -> Case:
                                                      weight=weight, grad=grad))
 
 
-def edge_cases(dtype, mode) -> list[Case]:
+def edge_cases(dtype, mode, caps=None) -> list[Case]:
     cases = []
 
     def add(label, x, y, **kw):

@@ -169,7 +169,7 @@ class KernelDescriptor:
     spec: KernelSpec
     function: str  # the public xloss function(s) the modes map to, see ``call``
     draw_case: Callable  # (data_or_draw, dtype, mode, caps) -> Case      [hypothesis composite]
-    edge_cases: Callable  # (dtype, mode) -> list[Case]
+    edge_cases: Callable  # (dtype, mode, caps=None) -> list[Case] (caps: the declared variants, e.g. binary targets)
     error_cases: Callable  # () -> list[ErrorCase]
     call: Callable  # (case, backend) -> tuple of outputs
     oracle: Callable  # (case) -> tuple of float64 outputs

@@ -67,7 +67,7 @@ def draw_case(draw, dtype, mode, caps) -> Case:
                       label_smoothing=ls)
 
 
-def edge_cases(dtype, mode) -> list[Case]:
+def edge_cases(dtype, mode, caps=None) -> list[Case]:
     rng = np.random.default_rng(4)
     cases = []
 
@@ -90,6 +90,9 @@ def edge_cases(dtype, mode) -> list[Case]:
     add("BT=64, H=32, V=100", 64, 32, 160, 40, 100)
     add("peaked logits", 16, 8, 24, 0, 24, scale=30.0)
     add("label smoothing over a larger vocabulary", 10, 6, 50, 20, 15, label_smoothing=0.1)
+    # (last: the cases above keep their draws of rng) enough tokens for the statistics (error scale, G rounding bias) to tell how often partial sums
+    # of the weight gradient are rounded: 128 chunks of 16 tokens
+    add("many tokens: BT=2048, H=8, V=64", 2048, 8, 96, 16, 64)
     return cases
 
 
@@ -183,12 +186,10 @@ def oracle(case: Case):
     return gi, gw
 
 
-def allowed(case: Case, expected, caps=None):
-    """The vendor contract: logits x.w in float32 (float64 for float64 inputs), G = grad * (p - onehot)
-    formed in that precision and possibly rounded once to the storage dtype before the two GEMMs,
-    which accumulate in float32. So the logit terms get the compute epsilon only (a port that forms
-    logits in bf16 fails), the rounding of G one ulp of the storage dtype (twice the half ulp
-    a round-to-nearest makes), and each GEMM a float32 accumulation over its inner dimension."""
+def _g_error_blocks(case: Case):
+    """Per block of tokens: ``(rows, x, err, g_abs)``: the input rows, the allowed error of each
+    element of G (the terms a careful implementation combines times the compute epsilon, plus one
+    ulp of the storage dtype for G's rounding to it) and ``|G|``."""
     kw = case.kwargs
     bt, h = np.shape(kw["input"])
     w = as_f64(kw["weight"])
@@ -198,10 +199,6 @@ def allowed(case: Case, expected, caps=None):
     eps_c = xdt.eps(xdt.float_name(xdt.compute_dtype(case.dtype)))
     eps_s = xdt.eps(case.dtype)  # G rounded to the storage dtype (a no-op beyond eps_c for float32/64)
     abs_w = np.abs(w)
-    g_err_w = np.zeros((bt, h))  # (error terms of G) @ |w|
-    g_abs_w = np.zeros((bt, h))  # |G| @ |w|
-    g_err_x = np.zeros((v, h))
-    g_abs_x = np.zeros((v, h))
     for rows in _blocks(bt, v):
         part = _rows(kw, rows)
         x = as_f64(part["input"])
@@ -218,11 +215,39 @@ def allowed(case: Case, expected, caps=None):
         if "softmax" not in kw:  # a float32 logit error is a relative error of exp(logit - max)
             terms = terms + g * p * (np.abs(x) @ abs_w.T) * math.log2(h + 1)
         g_abs = g * np.abs(p - corr - (ls / k if ls else 0.0))
-        err = K_SLACK * eps_c * terms + eps_s * g_abs
+        yield rows, x, K_SLACK * eps_c * terms + eps_s * g_abs, g_abs
+
+
+def allowed(case: Case, expected, caps=None):
+    """The vendor contract: logits x.w in float32 (float64 for float64 inputs), G = grad * (p - onehot)
+    formed in that precision and possibly rounded once to the storage dtype before the two GEMMs,
+    which accumulate in float32. So the logit terms get the compute epsilon only (a port that forms
+    logits in bf16 fails), the rounding of G one ulp of the storage dtype (twice the half ulp
+    a round-to-nearest makes), and each GEMM a float32 accumulation over its inner dimension."""
+    kw = case.kwargs
+    bt, h = np.shape(kw["input"])
+    w = as_f64(kw["weight"])
+    v = w.shape[0]
+    eps_c = xdt.eps(xdt.float_name(xdt.compute_dtype(case.dtype)))
+    abs_w = np.abs(w)
+    g_err_w = np.zeros((bt, h))  # (error terms of G) @ |w|
+    g_abs_w = np.zeros((bt, h))  # |G| @ |w|
+    g_err_x = np.zeros((v, h))
+    g_abs_x = np.zeros((v, h))
+    sixteen = case.dtype in ("float16", "bfloat16") and case.ladder is None
+    if sixteen:  # the statistics' scale (see _random_scale_sq), in the same pass
+        w2, s_in, s_w = w * w, np.zeros((bt, h)), np.zeros((v, h))
+    for rows, x, err, g_abs in _g_error_blocks(case):
         g_err_w[rows] = err @ abs_w
         g_abs_w[rows] = g_abs @ abs_w
         g_err_x += err.T @ np.abs(x)
         g_abs_x += g_abs.T @ np.abs(x)
+        if sixteen:
+            e2 = err * err
+            s_in[rows] = e2 @ w2
+            s_w += e2.T @ (x * x)
+    if sixteen:
+        case.__dict__["_scale_sq"] = (s_in, s_w)
     # each GEMM accumulates in float32 over its inner dimension (V for input_grad, BT for weight_grad)
     in_grad = allowance(expected[0], 0.0, case.dtype) + g_err_w + K_SLACK * eps_c * math.log2(v + 1) * g_abs_w
     w_grad = allowance(expected[1], 0.0, case.dtype) + g_err_x + K_SLACK * eps_c * math.log2(bt + 1) * g_abs_x
@@ -232,6 +257,94 @@ def allowed(case: Case, expected, caps=None):
     return in_grad + g_floor * abs_w.sum(axis=0)[None, :], w_grad + g_floor * np.abs(x_all).sum(axis=0)[None, :]
 
 
+# -- statistics over many elements (16-bit dtypes): what a per-element bound cannot see ---------------
+
+#: Outputs with fewer finite elements than this are not judged statistically.
+STAT_MIN_ELEMENTS = 256
+#: Root-mean-square error over the root-mean-square of the random-rounding scale (below). The
+#: roundings the contract allows (G once to the storage dtype, each output once, float32
+#: accumulation) give at most about 0.45; a 16-bit accumulator added to once per chunk of tokens
+#: gives about 0.14 x sqrt(chunks) (above the limit from about 30 chunks).
+RMS_LIMIT = 0.75
+#: Mean relative error toward zero, in units of the storage epsilon, fitted over the outputs
+#: (least squares of error = beta * output): G rounded to nearest even gives 0, G truncated toward
+#: zero shrinks every product by about 0.35 eps. The limit is this plus three times the fit's noise
+#: (from the random-rounding scale); an output whose limit would exceed SLOPE_JUDGED is not judged.
+SLOPE_LIMIT = 0.12
+SLOPE_JUDGED = 0.25
+
+
+def _random_scale_sq(case: Case, expected):
+    """Per output element, the square of the error scale that independent roundings give: each
+    G element's allowed error, added in quadrature over the product's inner dimension (the worst
+    case adds them linearly), plus half an ulp of the output for its own rounding."""
+    kw = case.kwargs
+    if "_scale_sq" in case.__dict__:  # computed with the allowance
+        s_in, s_w = case.__dict__["_scale_sq"]
+    else:
+        bt, h = np.shape(kw["input"])
+        w2 = as_f64(kw["weight"]) ** 2
+        s_in = np.zeros((bt, h))
+        s_w = np.zeros((w2.shape[0], h))
+        for rows, x, err, _ in _g_error_blocks(case):
+            e2 = err * err
+            s_in[rows] = e2 @ w2
+            s_w += e2.T @ (x * x)
+    out = []
+    for s2, e in zip((s_in, s_w), expected):
+        o = np.abs(np.asarray(e, dtype=np.float64))
+        half_ulp = 0.5 * xdt.ulp(np.where(np.isfinite(o), o, 0.0), case.dtype)
+        out.append(s2 + half_ulp * half_ulp)
+    return out
+
+
+def statistics(case: Case, outputs, expected, caps=None) -> list:
+    """Checks over all elements of each output of a 16-bit case, beside the per-element bound:
+
+    * **error scale**: the root-mean-square error over the root-mean-square of the scale that
+      the contract's independent roundings give (see :data:`RMS_LIMIT`), so partial sums kept in
+      the 16-bit dtype between chunks of tokens fail (skipped where the backend declares that its
+      ABI forces that: ``KernelCaps.partials_in_dtype``);
+    * **G rounding bias**: the fitted relative error toward zero (see :data:`SLOPE_LIMIT`), so G
+      truncated instead of rounded to nearest even fails."""
+    from .descriptor import Comparison
+
+    if case.dtype not in ("float16", "bfloat16"):
+        return []
+    eps_s = xdt.eps(case.dtype)
+    scales = _random_scale_sq(case, expected)
+    out = []
+    for name, a, e, s2 in zip(("input_grad", "weight_grad"), outputs, expected, scales):
+        a = np.asarray(a).astype(np.float64).reshape(-1)
+        o = np.asarray(e, dtype=np.float64).reshape(-1)
+        use = np.isfinite(o) & np.isfinite(a) & (o != 0)
+        n = int(use.sum())
+        if n < STAT_MIN_ELEMENTS:
+            continue
+        err, o, s2 = (a - o)[use], o[use], s2.reshape(-1)[use]
+        oo = float(np.dot(o, o))
+        slope = float(np.dot(err, o) / oo) / eps_s
+        limit = SLOPE_LIMIT + 3 * float(np.sqrt(np.dot(o * o, s2))) / oo / eps_s
+        if limit <= SLOPE_JUDGED:
+            ok = abs(slope) <= limit
+            detail = "" if ok else (
+                f"the errors are {abs(slope):.2f} x eps({case.dtype}) x the result "
+                f"{'toward zero' if slope < 0 else 'away from zero'} on average over {n} elements (limit {limit:.2f}): "
+                f"G is {'truncated' if slope < 0 else 'rounded up'} rather than rounded to nearest even")
+            out.append(Comparison(f"{name} (G rounding bias)", ok, n, 0.0, 0.0, abs(slope), None, detail))
+        if caps is not None and getattr(caps, "partials_in_dtype", False):
+            continue
+        rms = float(np.sqrt(np.dot(err, err) / s2.sum())) if s2.sum() > 0 else 0.0
+        ok = rms <= RMS_LIMIT
+        detail = "" if ok else (
+            f"root-mean-square error {rms:.2f} x the scale of the roundings the contract allows, over {n} elements "
+            f"(limit {RMS_LIMIT}): more rounding than the contract's (G once, each output once, float32 sums), e.g. "
+            f"partial sums kept in {case.dtype} between chunks of tokens")
+        out.append(Comparison(f"{name} (error scale)", ok, n, 0.0, 0.0, rms, None, detail))
+    return out
+
+
 DESCRIPTOR = KernelDescriptor(spec=FLCE_GRAD, function="fused_linear_cross_entropy_grad", draw_case=draw_case,
                               edge_cases=edge_cases, error_cases=error_cases, call=call, oracle=oracle,
-                              allowed=allowed, output_names=lambda mode: ("input_grad", "weight_grad"))
+                              allowed=allowed, output_names=lambda mode: ("input_grad", "weight_grad"),
+                              extra={"statistics": statistics})

@@ -33,10 +33,15 @@ def draw_case(draw, dtype, mode, caps) -> Case:
     return Case(FOCAL.name, mode, dtype, kw)
 
 
-def edge_cases(dtype, mode) -> list[Case]:
+def edge_cases(dtype, mode, caps=None) -> list[Case]:
+    """The fixed cases; for a backend declaring binary targets only (``caps``), every target is
+    rounded to {0, 1} (the soft-only cases are left out, the others keep their sizes and logits)."""
     cases = []
+    binary = V.binary_targets_only(caps)
+    kind = "binary" if binary else "soft"
 
     def add(label, x, y, **kw):
+        y = V.binarized(y, caps)
         cases.append(Case(FOCAL.name, mode, dtype, _kwargs(np.asarray(x, float), np.asarray(y, float), dtype,
                                                            mode=mode, **kw), label))
 
@@ -46,7 +51,7 @@ def edge_cases(dtype, mode) -> list[Case]:
         add(f"0-d, {red}", np.asarray(1.5), np.asarray(1.0), alpha=0.25, gamma=2.0, reduction=red)
         add(f"one element, {red}", [-3.0], [0.0], alpha=0.25, gamma=2.0, reduction=red)
     xs = np.array(V.EXTREME_LOGITS)
-    for y0 in (0.0, 1.0, 0.5, 1e-7):
+    for y0 in (0.0, 1.0) if binary else (0.0, 1.0, 0.5, 1e-7):
         for gamma in (0.0, 0.25, 0.5, 1.0, 2.0, 3.5):
             for alpha in (0.25, -1.0):
                 add(f"extreme logits, y={y0}, gamma={gamma}, alpha={alpha}", xs, np.full(xs.shape, y0),
@@ -55,7 +60,7 @@ def edge_cases(dtype, mode) -> list[Case]:
     for n in (4097, 65537):
         x = rng.uniform(-10, 10, n)
         for red in ("none", "mean", "sum"):
-            add(f"odd size {n}, soft targets, {red}", x, rng.uniform(0, 1, n), alpha=0.25, gamma=2.0, reduction=red)
+            add(f"odd size {n}, {kind} targets, {red}", x, rng.uniform(0, 1, n), alpha=0.25, gamma=2.0, reduction=red)
     x = rng.uniform(-6, 6, (33, 17))
     add("all-zero targets", x, np.zeros(x.shape), alpha=0.25, gamma=2.0, reduction="mean")
     add("all-one targets", x, np.ones(x.shape), alpha=0.25, gamma=2.0, reduction="sum")

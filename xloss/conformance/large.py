@@ -8,8 +8,10 @@ Per kernel a few rungs, each with a label that names it in reports and replay fi
 * FLCE: V >= 32000 and BT >= 4096, H small so the C emulators finish in seconds.
 
 Values are drawn deterministically from ``(seed, kernel, dtype, mode, rung)`` and realistic:
-logits ~N(0, 3) with a few extremes, binary targets with some soft ones. A case is rebuilt
-from its rung label and seed (a replay file stores those, not hundreds of MiB of arrays).
+logits ~N(0, 3) with a few extremes, binary targets with some soft ones (all binary for a backend
+declaring binary targets only). A case is rebuilt from its rung label and seed and the declared
+variants of the backend that runs it (a replay file stores the label and seed, not hundreds of
+MiB of arrays).
 """
 
 from __future__ import annotations
@@ -61,21 +63,22 @@ def _logits(rng, n: int) -> np.ndarray:
     return x
 
 
-def _targets(rng, n: int) -> np.ndarray:
+def _targets(rng, n: int, binary: bool = False) -> np.ndarray:
+    """Binary targets with about 5% soft ones (``binary``: those rounded to 0 or 1)."""
     y = (rng.random(n) < 0.3).astype(np.float64)
     soft = rng.random(n) < 0.05
     y[soft] = rng.random(int(soft.sum()))
-    return y
+    return np.round(y) if binary else y
 
 
-def _period_case(kernel, dtype, mode, seed, label, reduction) -> Case:
+def _period_case(kernel, dtype, mode, seed, label, reduction, caps=None) -> Case:
     """One period of an elementwise rung (reduction ``none`` grads: one period of them)."""
     rng = _rng(seed, kernel, dtype, mode, label)
     n = PERIOD
     grad = V.cast(rng.uniform(-2.0, 2.0, n), dtype) if reduction == "none" else 0.75
     if kernel == FOCAL.name:
         from .focal import _kwargs
-        kw = _kwargs(_logits(rng, n), _targets(rng, n), dtype, alpha=0.25, gamma=2.0, reduction=reduction,
+        kw = _kwargs(_logits(rng, n), _targets(rng, n, V.binary_targets_only(caps)), dtype, alpha=0.25, gamma=2.0, reduction=reduction,
                      grad=grad if mode != "forward" else None, mode=mode)
     else:
         from .bce import _kwargs
@@ -153,7 +156,7 @@ def _base(kernel, dtype, mode, rung, seed, caps):
     """(the case of one period or of the whole rung, repetitions, tiled by rows)."""
     if kernel in (FOCAL.name, BCE_GRAD.name):
         _, reps, red, _ = _find(ELEMENTWISE, rung)
-        return _period_case(kernel, dtype, mode, seed, rung, red), reps, False
+        return _period_case(kernel, dtype, mode, seed, rung, red, caps), reps, False
     if kernel == NLL_GRAD.name:
         _, n, c, red = _find(NLL, rung)
         declared = sorted(caps.variants["target_dtype"]) if caps is not None else ["int64"]

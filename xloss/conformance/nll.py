@@ -55,7 +55,7 @@ def draw_case(draw, dtype, mode, caps) -> Case:
                                                      total_weight=total_weight))
 
 
-def edge_cases(dtype, mode) -> list[Case]:
+def edge_cases(dtype, mode, caps=None) -> list[Case]:
     cases = []
     rng = np.random.default_rng(2)
 

@@ -73,6 +73,31 @@ def summary(results: list[TargetResult]) -> str:
     return f"{'FAILED' if failed else 'PASSED'}: {parts}"
 
 
+def declared_variants(capabilities) -> list[str]:
+    """One line per kernel whose declaration leaves out values of a variant axis other than the
+    mode (those have rows of their own): the cases are drawn within it, e.g. ``focal_loss: targets:
+    binary`` (y drawn from {0, 1} only)."""
+    from ..kernels import KERNELS
+
+    out = []
+    for kernel, caps in sorted(capabilities.items()):
+        spec = KERNELS[kernel]
+        parts = [f"{axis}: {', '.join(sorted(map(str, caps.variants[axis])))}" for axis in spec.axes
+                 if axis != spec.primary and set(caps.variants[axis]) != set(spec.axes[axis])]
+        if parts:
+            out.append(f"{kernel}: {'; '.join(parts)}")
+    return out
+
+
+def variants_text(capabilities) -> str:
+    """The declared-variants lines as a block of the text report ('' where nothing is restricted)."""
+    lines = declared_variants(capabilities)
+    if not lines:
+        return ""
+    return "declared variants (cases are drawn only within them; the rest is not tested):\n" + "\n".join(
+        f"  {line}" for line in lines)
+
+
 def error_reporting_note(info: dict) -> str:
     """A warning line where the library does not report errors (``info()['error reporting']`` "no ...")."""
     value = str(info.get("error reporting", ""))
@@ -153,7 +178,8 @@ def failures_text(results: list[TargetResult], saved: dict) -> str:
     return "\n".join(out)
 
 
-def to_json(results: list[TargetResult], *, backend: str, info: dict, settings: dict, saved: dict) -> dict:
+def to_json(results: list[TargetResult], *, backend: str, info: dict, settings: dict, saved: dict,
+            variants: list[str] | None = None) -> dict:
     import numpy
 
     from .. import __version__
@@ -163,6 +189,7 @@ def to_json(results: list[TargetResult], *, backend: str, info: dict, settings: 
         "backend": backend,
         "backend_info": dict(info),
         "settings": settings,
+        "declared_variants": list(variants or []),
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "numpy": numpy.__version__},
         "passed": not any(r.status in FAILING for r in results),
         "summary": summary(results),

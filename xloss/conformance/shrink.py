@@ -115,16 +115,19 @@ def hints(case: Case, comparisons) -> list[int]:
 
 def minimise(failure, attempt):
     """This pass on ``failure = (case, exception)``: the smallest case found that fails with the
-    same kind of exception under ``attempt(case, count=False)``, and that exception."""
+    same kind of exception under ``attempt(case, count=False)`` (a mismatch: in one of the same
+    checks), and that exception."""
     from .execute import InputWritten, Mismatch
 
     case, exc = failure
+    # a mismatch must go on failing one of the same checks (an output, or a statistic over it)
+    names = {c.name for c in exc.comparisons if not c.ok} if isinstance(exc, Mismatch) else set()
 
     def fails(c):
         try:
             attempt(c, count=False)
         except Exception as e:
-            return type(e) is type(exc)
+            return type(e) is type(exc) and (not names or bool(names & {c.name for c in e.comparisons if not c.ok}))
         return False
 
     found = hints(case, exc.comparisons) if isinstance(exc, Mismatch) else []

@@ -83,13 +83,30 @@ def draw_elementwise(draw, x_dists, caps):
     shape = draw(shapes(), label="shape")
     n = math.prod(shape)
     x = draw_values(draw, n, x_dists).reshape(shape)
-    y = draw_values(draw, n, TARGET_DISTS).reshape(shape)
+    y = draw_values(draw, n, target_dists(caps)).reshape(shape)
     reduction = draw(st.sampled_from(sorted(caps.reductions)), label="reduction")
     weight = None
     if draw(st.sampled_from(sorted(caps.variants["weight"])), label="weighted"):
         wshape = broadcast_shape(draw, shape)
         weight = draw_values(draw, math.prod(wshape), WEIGHT_DISTS).reshape(wshape)
     return shape, x, y, reduction, weight
+
+
+def binary_targets_only(caps) -> bool:
+    """Whether ``caps`` declares binary targets only (the ``targets`` axis of focal loss): every y
+    drawn or built for it is 0 or 1."""
+    return caps is not None and set(caps.variants.get("targets", ("soft",))) == {"binary"}
+
+
+def target_dists(caps) -> tuple:
+    """The target distributions for ``caps``: soft ones only where it declares soft targets."""
+    return BINARY_TARGET_DISTS if binary_targets_only(caps) else TARGET_DISTS
+
+
+def binarized(y, caps):
+    """``y`` rounded to {0, 1} where ``caps`` declares binary targets only (fixed cases built with
+    soft targets keep their shape and most of their values), else ``y`` unchanged."""
+    return np.round(np.asarray(y, dtype=np.float64)) if binary_targets_only(caps) else y
 
 
 def cast(values, dtype: str) -> np.ndarray:
@@ -121,6 +138,7 @@ TARGET_DISTS = (
     constant("all-zero targets", 0.0),
     constant("all-one targets", 1.0),
 )
+BINARY_TARGET_DISTS = tuple(d for d in TARGET_DISTS if d.name != "soft targets")
 PROB_DISTS = (
     uniform("probabilities", 0.0, 1.0, (0.0, 1.0, 0.5)),
     uniform("probabilities near 0 and 1", 0.0, 1.0, (0.0, 1.0, 1e-12, 1e-9, 1e-7, 1e-4, 1 - 1e-7, 1 - 1e-4, 0.999)),

@@ -35,7 +35,8 @@ ROOT = HERE.parents[2]
 EMU = ROOT / "backends" / "ascend_aclnn"
 INCLUDE = EMU / "include"
 
-PORT_SOURCES = [HERE / n for n in ("port_common.c", "port_focal.c", "port_bce.c", "port_nll.c", "port_flce.c")]
+PORT_SOURCES = [HERE / n for n in ("port_common.c", "port_focal.c", "port_focal_drivingsdk.c", "port_bce.c",
+                                   "port_nll.c", "port_flce.c")]
 PORT_HEADERS = [HERE / "port.h"]
 
 # The emulator's flags: FUNC_VISIBILITY + -fvisibility=hidden export exactly the ACL_FUNC_VISIBILITY
@@ -62,6 +63,14 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "nll_zero_fill_rounded": ("BUG_NLL_ZERO_FILL_ROUNDED",),
     "focal_grad_scratch_in_self": ("BUG_FOCAL_GRAD_SCRATCH_IN_SELF",),
     "bce_mean_count_24bit": ("BUG_BCE_MEAN_COUNT_24BIT",),
+    "nll_zero_fill_short": ("BUG_NLL_ZERO_FILL_SHORT",),  # one element of out never written
+    # FLCE numerics (issue 12): 16-bit weight-gradient partials, a tile's row max, G truncated
+    "flce_wgrad_half_partials": ("BUG_FLCE_WGRAD_HALF_PARTIALS",),
+    "flce_tile_max": ("BUG_FLCE_TILE_MAX",),
+    "flce_g_trunc": ("BUG_FLCE_G_TRUNC",),
+    # DrivingSDK's focal ABI only (INT32 one-hot targets: binary targets only), correct and with a bug
+    "drivingsdk": ("PORT_FOCAL_DRIVINGSDK",),
+    "drivingsdk_grad_alpha_swapped": ("PORT_FOCAL_DRIVINGSDK", "BUG_DS_GRAD_ALPHA_SWAPPED"),
 }
 
 
@@ -162,6 +171,22 @@ def build(out_dir, variants=None, jobs: int | None = None, sanitize: bool = Fals
             return v, lib
 
         return dict(pool.map(link, names))
+
+
+def build_zeroed_memory(out_dir) -> Path:
+    """``libzeroed_memory.so`` (``zeroed_memory.c``): an ``aclrtMalloc`` that zero-fills the emulator
+    runtime's blocks, standing in for a vendor runtime whose fresh memory is not poisoned. List it
+    first: ``lib=[it, port]``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runtime = runtime_library(out_dir, False)
+    lib = out_dir / "libzeroed_memory.so"
+    cmd = [_cc(), *DEFINES, *CFLAGS, f"-I{INCLUDE}", f'-DRUNTIME_PATH="{runtime}"', str(HERE / "zeroed_memory.c"),
+           "-o", str(lib), "-shared", "-ldl"]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"building {lib.name} failed:\n{res.stderr}")
+    return lib
 
 
 def main(argv=None) -> int:

@@ -98,6 +98,39 @@ float port_round_to(aclDataType dt, float v); /* v rounded (RINT) through dt */
 int64_t port_load_int(const port_tensor *t, int64_t at); /* INT64, INT32, UINT8, BOOL */
 int64_t port_element_at(const port_tensor *t, int64_t k); /* element index of the k-th (row-major) */
 
+/* ---- focal loss math (both focal ABIs) ----------------------------------------------------------- */
+
+/* The per-element quantities of the loss, all finite for |x| up to 1e4: 1 - p is sigmoid(-x)
+ * (no cancellation), ce is a sum of non-negative parts. */
+typedef struct {
+    float p, s, q, ce;
+} focal_parts;
+
+static inline focal_parts focal_split(float x, float y)
+{
+    focal_parts f;
+    float e = expf(-fabsf(x)); /* in (0, 1]: cannot overflow */
+    float big = 1.0f / (1.0f + e), small = e / (1.0f + e);
+    f.p = x >= 0.0f ? big : small;
+    f.s = x >= 0.0f ? small : big;
+    f.q = f.p * (1.0f - y) + f.s * y;
+    f.ce = (x > 0.0f ? x * (1.0f - y) : -x * y) + log1pf(e);
+    return f;
+}
+
+/* d(q^gamma)/dx * ce, the gamma term of the gradient; q^(gamma-1) blows up as q -> 0 for gamma < 1,
+ * so that branch uses q^gamma * (p(1-p)/q), whose limit at q = 0 is 1. */
+static inline float focal_gamma_term(focal_parts f, float y, float gamma, float qg)
+{
+    if (gamma >= 1.0f)
+        return gamma * powf(f.q, gamma - 1.0f) * (f.p * f.s) * (1.0f - 2.0f * y) * f.ce;
+    if (gamma > 0.0f) {
+        float r = f.q > 0.0f ? fminf(1.0f, (f.p * f.s) / f.q) : 1.0f;
+        return gamma * qg * r * (1.0f - 2.0f * y) * f.ce;
+    }
+    return 0.0f;
+}
+
 /* Walks `shape` in row-major order; at[k] is operand k's element index, broadcast dims stepping 0. */
 #define PORT_WALK_MAX 6
 typedef struct {

@@ -6,8 +6,28 @@
  *   inputGrad = G @ weight, weightGrad = G.T @ input                    (float32 accumulation)
  *
  * Workspace: the weight widened to float32 and the weight-gradient accumulator (V*H floats each),
- * one row of G (V) and two rows of H floats. Seeded bug here: BUG_FLCE_MASK_FROM_TARGET. */
+ * one row of G (V) and two rows of H floats. Tokens are taken in chunks of FLCE_TOKEN_CHUNK, the
+ * recompute mode's logits in vocabulary tiles of FLCE_VOCAB_TILE rows. Seeded bugs here:
+ * BUG_FLCE_MASK_FROM_TARGET, BUG_FLCE_WGRAD_HALF_PARTIALS, BUG_FLCE_TILE_MAX, BUG_FLCE_G_TRUNC. */
 #include "port.h"
+
+#define FLCE_TOKEN_CHUNK 16
+#define FLCE_VOCAB_TILE 16
+
+/* G rounded to the input dtype before the two products (the vendor contract) */
+static float round_g(aclDataType dt, float v)
+{
+#ifdef BUG_FLCE_G_TRUNC
+    /* BUG: G is cast to FLOAT16/BF16 with CAST_TRUNC (toward zero) instead of CAST_RINT. */
+    if (dt == ACL_FLOAT16)
+        return port_half_to_float(port_float_to_half(v, PORT_ROUND_TRUNC));
+    if (dt == ACL_BF16)
+        return port_bf16_to_float(port_float_to_bf16(v, PORT_ROUND_TRUNC));
+    return v;
+#else
+    return port_round_to(dt, v);
+#endif
+}
 
 enum { L_GRAD, L_INPUT, L_WEIGHT, L_MASK, L_MT, L_LMAX, L_SUMEXP, L_SOFTMAX, L_IGRAD, L_WGRAD, L_COUNT };
 
@@ -87,11 +107,26 @@ static aclnnStatus flce_kernel(const void *vplan, void *workspace, uint64_t work
         } else {
             const port_tensor *lm = &p->t[L_LMAX], *se = &p->t[L_SUMEXP];
             float m = port_load(lm, lm->offset + i * lm->strides[0]), s = port_load(se, se->offset + i * se->strides[0]);
-            for (int64_t r = 0; r < v; r++) {
-                float logit = 0.0f;
-                for (int64_t k = 0; k < h; k++)
-                    logit += xrow[k] * wf[r * h + k];
-                grow[r] = expf(logit - m) / s;
+            for (int64_t r0 = 0; r0 < v; r0 += FLCE_VOCAB_TILE) {
+                int64_t r1 = r0 + FLCE_VOCAB_TILE < v ? r0 + FLCE_VOCAB_TILE : v;
+                for (int64_t r = r0; r < r1; r++) {
+                    float logit = 0.0f;
+                    for (int64_t k = 0; k < h; k++)
+                        logit += xrow[k] * wf[r * h + k];
+                    grow[r] = logit;
+                }
+#ifdef BUG_FLCE_TILE_MAX
+                /* BUG: the exponentials are taken against the tile's own row max (safe against overflow
+                 * within the tile) and moved to the global max with exp(m - mt) instead of exp(mt - m). */
+                float mt = grow[r0];
+                for (int64_t r = r0 + 1; r < r1; r++)
+                    mt = fmaxf(mt, grow[r]);
+                for (int64_t r = r0; r < r1; r++)
+                    grow[r] = expf(grow[r] - mt) * expf(m - mt) / s;
+#else
+                for (int64_t r = r0; r < r1; r++)
+                    grow[r] = expf(grow[r] - m) / s;
+#endif
             }
         }
 #ifdef BUG_FLCE_MASK_FROM_TARGET
@@ -106,7 +141,7 @@ static aclnnStatus flce_kernel(const void *vplan, void *workspace, uint64_t work
 #endif
         float gi = port_load(&p->t[L_GRAD], p->t[L_GRAD].offset + i * p->t[L_GRAD].strides[0]);
         for (int64_t r = 0; r < v; r++)
-            grow[r] = port_round_to(dt, grow[r] * gi);
+            grow[r] = round_g(dt, grow[r] * gi);
         for (int64_t k = 0; k < h; k++)
             acc[k] = 0.0f;
         for (int64_t r = 0; r < v; r++)
@@ -116,6 +151,13 @@ static aclnnStatus flce_kernel(const void *vplan, void *workspace, uint64_t work
             }
         for (int64_t k = 0; k < h; k++)
             port_store(igrad, igrad->offset + i * igrad->strides[0] + k * igrad->strides[1], acc[k], PORT_ROUND_RINT);
+#ifdef BUG_FLCE_WGRAD_HALF_PARTIALS
+        /* BUG: the weight gradient is kept in the input dtype between token chunks (float32 only
+         * within a chunk): each chunk's partial sum is added to a FLOAT16/BF16 accumulator. */
+        if ((i + 1) % FLCE_TOKEN_CHUNK == 0 || i + 1 == bt)
+            for (int64_t e = 0; e < v * h; e++)
+                wacc[e] = port_round_to(dt, wacc[e]);
+#endif
     }
     for (int64_t r = 0; r < v; r++)
         for (int64_t k = 0; k < h; k++)

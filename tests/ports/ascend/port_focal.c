@@ -3,8 +3,11 @@
  * Seeded bugs here: BUG_FOCAL_MEAN_PADDED_COUNT (forward mean), BUG_FOCAL_GRAD_GAMMA_SIGN
  * (backward, 0 < gamma < 1), BUG_FOCAL_WEIGHT_TILED (both), BUG_FOCAL_GRAD_SCRATCH_IN_SELF (backward,
  * writes into its input); BUG_HALF_OUTPUT_TRUNC (port.h) reaches
- * both output casts. */
+ * both output casts. PORT_FOCAL_DRIVINGSDK leaves this file out: the variant exports DrivingSDK's focal
+ * ABI instead (port_focal_drivingsdk.c). */
 #include "port.h"
+
+#ifndef PORT_FOCAL_DRIVINGSDK
 
 /* Elements one core reduces per pass: the forward reduction keeps one float64 partial per tile. */
 #define FOCAL_TILE 2048
@@ -17,24 +20,6 @@ typedef struct {
     float gamma, alpha;
     int64_t reduction;
 } focal_plan;
-
-/* The per-element quantities of the loss, all finite for |x| up to 1e4: 1 - p is sigmoid(-x)
- * (no cancellation), ce is a sum of non-negative parts. */
-typedef struct {
-    float p, s, q, ce;
-} focal_parts;
-
-static focal_parts focal_split(float x, float y)
-{
-    focal_parts f;
-    float e = expf(-fabsf(x)); /* in (0, 1]: cannot overflow */
-    float big = 1.0f / (1.0f + e), small = e / (1.0f + e);
-    f.p = x >= 0.0f ? big : small;
-    f.s = x >= 0.0f ? small : big;
-    f.q = f.p * (1.0f - y) + f.s * y;
-    f.ce = (x > 0.0f ? x * (1.0f - y) : -x * y) + log1pf(e);
-    return f;
-}
 
 static float class_weight(float y, float alpha) { return alpha < 0.0f ? 1.0f : alpha * y + (1.0f - alpha) * (1.0f - y); }
 
@@ -240,3 +225,4 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossBackward(void *workspa
                            workspaceSize, executor, stream);
 }
 #endif
+#endif /* PORT_FOCAL_DRIVINGSDK */

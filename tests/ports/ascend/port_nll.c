@@ -1,7 +1,8 @@
 /* aclnnNLLLossBackward: out = 0 except out[i, t_i] = weight[t_i] * -(g_i [/ totalWeight]) for rows
  * whose target is not ignoreIndex. gradOutput, self, weight, totalWeight and out share one dtype.
  *
- * Seeded bugs here: BUG_NLL_IGNORE_BY_RANGE, BUG_NLL_ZERO_FILL_ROUNDED (writes past out). */
+ * Seeded bugs here: BUG_NLL_IGNORE_BY_RANGE, BUG_NLL_ZERO_FILL_ROUNDED (writes past out),
+ * BUG_NLL_ZERO_FILL_SHORT (leaves out's last element unwritten). */
 #include "port.h"
 
 enum { N_GRAD, N_SELF, N_TARGET, N_WEIGHT, N_TOTAL, N_OUT };
@@ -45,8 +46,15 @@ static aclnnStatus nll_kernel(const void *vplan, void *workspace, uint64_t works
     } else
 #endif
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < classes; j++)
+        for (int64_t j = 0; j < classes; j++) {
+#ifdef BUG_NLL_ZERO_FILL_SHORT
+            /* BUG: the zero-fill stops one element short (an off-by-one in its count): the last
+             * element of out keeps whatever the device memory held - right only on zeroed memory. */
+            if (i == rows - 1 && j == classes - 1)
+                break;
+#endif
             port_store(out, out->offset + i * rstride + j * cstride, 0.0f, PORT_ROUND_RINT);
+        }
 
     int per_row = p->reduction == 0 && two_d;
     float g = per_row || grad->numel == 0 ? 0.0f : port_load(grad, grad->offset);
