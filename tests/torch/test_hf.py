@@ -137,3 +137,24 @@ def test_training_step_never_holds_the_logits():
         peaks.append(peak.bytes)
     logits_bytes = shape[0] * shape[1] * vocab * 4
     assert peaks[1] + logits_bytes <= peaks[0], (peaks, logits_bytes)
+
+
+def test_patched_model_compiles_fullgraph_with_eager_gradients():
+    """The patched forward (base model + the fused loss op) traces with no graph break (fullgraph
+    raises on any)."""
+    torch.manual_seed(0)
+    patched = xt.apply_to_causal_lm(_gpt2().train(), backend="cpu")
+    ids, labels = _batch(4)
+
+    def step(ids, labels):
+        return patched(input_ids=ids, labels=labels).loss
+
+    loss = torch.compile(step, fullgraph=True, backend="eager")(ids, labels)
+    loss.backward()
+    compiled = _grads(patched)
+    patched.zero_grad()
+    eager = step(ids, labels)
+    eager.backward()
+    torch.testing.assert_close(loss, eager, rtol=0, atol=0)
+    for name, g in _grads(patched).items():
+        torch.testing.assert_close(compiled[name], g, rtol=0, atol=0, msg=name)

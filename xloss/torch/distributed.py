@@ -77,6 +77,23 @@ class Collectives:
         return sum(rows[: self.rank]), sum(rows)
 
 
+_groups: dict[str, object] = {}  # key -> process group, for the custom ops (a group cannot be an op argument)
+
+
+def group_key(group) -> str | None:
+    """What crosses into the FLCE ops for ``process_group``: None, or a key filed for the group."""
+    if group is None:
+        return None
+    key = f"<process group {id(group):#x}>"
+    _groups.setdefault(key, group)
+    return key
+
+
+def group_of(key: str | None):
+    """Inverse of :func:`group_key` (inside the op bodies)."""
+    return None if key is None else _groups[key]
+
+
 def vocab_shard_range(vocab_size: int, world_size: int, rank: int) -> tuple[int, int]:
     """``(start, stop)`` of rank's contiguous shard when ``vocab_size`` rows are split as evenly as
     possible over ``world_size`` ranks (the first ``vocab_size % world_size`` ranks get one more)."""

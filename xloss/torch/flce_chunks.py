@@ -60,6 +60,9 @@ class Shard:
     block: int
     coll: Collectives
     backend: object  # what the caller passed as backend=
+    softcap: float = 0.0  # logits -> softcap * tanh(logits / softcap); 0: off (torch GEMM path only)
+    z_scale: float = 0.0  # z-loss: + z_scale * lse**2 per token not ignored (torch GEMM path only)
+    accum: torch.dtype | None = None  # dtype of the weight/bias gradient accumulators; None: compute dtype
 
     @property
     def cdt(self) -> torch.dtype:
@@ -218,6 +221,18 @@ def token_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
     if ls:
         loss = (1.0 - ls) * loss + (ls / sh.vocab) * (sh.w_sum * lse - st.smooth)
     return torch.where(tg.valid, loss, 0.0)
+
+
+def z_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
+    """Per-token z-loss ``z_scale * lse**2`` (0 for ignored tokens; not class-weighted, as Liger-Kernel)."""
+    lse = st.logits_max + torch.log(st.sum_exp)
+    return torch.where(tg.valid, sh.z_scale * lse * lse, 0.0)
+
+
+def correct(tg: Targets, st: RowStats) -> torch.Tensor:
+    """Per token: 1.0 where the target's logit is the row maximum (argmax == target; a target tied
+    with another maximum counts as correct), 0.0 otherwise and for ignored tokens. float32."""
+    return (tg.valid & (st.target_logit >= st.logits_max)).to(torch.float32)
 
 
 # -- gradients --------------------------------------------------------------------------------

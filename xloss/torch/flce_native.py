@@ -43,7 +43,8 @@ from .chunking import spans
 from .flce_chunks import RowStats, Shard, Targets, targets_of, token_loss
 
 HALF = (torch.bfloat16, torch.float16)
-DTYPES = HALF + (torch.float32,)  # what this path serves (float64 goes through the backend kernel)
+DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 goes through the backend kernel)
+# float64 takes this path too when a call needs what only it computes (softcap, z-loss): see NativePass
 _ROW_PASSES = []  # the Numba row passes, loaded once (None where Numba is missing)
 
 
@@ -100,16 +101,19 @@ class NativePass:
         self.sh = sh
         self.dt = sh.x.dtype
         self.native = self.dt in HALF and native_gemm(self.dt)
-        self.odt = self.dt if self.native else torch.float32  # the GEMMs' operand dtype
+        self.cdt = sh.cdt  # float32, or float64 for float64 operands
+        self.odt = self.dt if self.native else self.cdt  # the GEMMs' operand dtype
         bt, h = sh.x.shape
         self.one_chunk = sh.chunk >= bt
         wx, ww, wb = want
-        dx_dt = self.dt if (self.native and not sh.coll.active) else torch.float32
-        dw_dt = self.dt if (self.native and self.one_chunk) else torch.float32
+        # accumulators: accum_dtype where it is wider than the compute dtype
+        acc = sh.accum if sh.accum is not None and sh.accum.itemsize > self.cdt.itemsize else self.cdt
+        dx_dt = self.dt if (self.native and not sh.coll.active) else self.cdt
+        dw_dt = self.dt if (self.native and self.one_chunk and acc == self.cdt) else acc
         alloc = torch.empty if bt else torch.zeros  # every chunk writes its dx rows; the first one dw
         self.gr = NativeGrads(alloc(bt, h, dtype=dx_dt) if wx else None,
                               alloc(sh.rows, h, dtype=dw_dt) if ww else None,
-                              torch.zeros(sh.rows, dtype=torch.float32) if wb else None)
+                              torch.zeros(sh.rows, dtype=acc) if wb else None)
         # the weight (and bias) in the GEMMs' dtype: a view when native, one widened copy otherwise
         self.w = sh.w.to(self.odt)
         self.b = None if sh.b is None else sh.b.to(self.odt)
@@ -125,21 +129,27 @@ class NativePass:
     # -- one chunk -------------------------------------------------------------------------
 
     def logits(self, x_c: torch.Tensor) -> torch.Tensor:
-        """(chunk, V_r) logits in the GEMMs' dtype (rounded once on the native path)."""
-        if self.b is None:
-            return torch.mm(x_c, self.w.T)
-        return torch.addmm(self.b, x_c, self.w.T)
+        """(chunk, V_r) logits in the GEMMs' dtype (rounded once on the native path), soft-capped
+        (``softcap * tanh(z / softcap)``, in the compute dtype, rounded once) when asked."""
+        z = torch.mm(x_c, self.w.T) if self.b is None else torch.addmm(self.b, x_c, self.w.T)
+        cap = self.sh.softcap
+        if cap:
+            if z.dtype == self.cdt:
+                z.div_(cap).tanh_().mul_(cap)
+            else:
+                z.copy_(torch.tanh(z.to(self.cdt) / cap).mul_(cap))
+        return z
 
     def stats(self, z: torch.Tensor, tg: Targets) -> RowStats:
         """Global row max, sum of exponentials, target logit and smoothing sum, in float32."""
         if self.rows is not None:
             return self._stats_row_passes(z, tg)
-        sh, c = self.sh, z.shape[0]
-        m = z.amax(1).float() if z.shape[1] else torch.full((c,), float("-inf"))
+        sh, c, cdt = self.sh, z.shape[0], self.cdt
+        m = z.amax(1).to(cdt) if z.shape[1] else torch.full((c,), float("-inf"), dtype=cdt)
         sh.coll.max_(m)
-        s, zt, smooth = torch.zeros(c), torch.zeros(c), torch.zeros(c)
+        s, zt, smooth = (torch.zeros(c, dtype=cdt) for _ in range(3))
         for v0, v1 in spans(sh.rows, sh.block):
-            zf = z[:, v0:v1].to(torch.float32, copy=True)  # z stays: it becomes G later
+            zf = z[:, v0:v1].to(cdt, copy=True)  # z stays: it becomes G later
             hit = tg.in_shard & (tg.local >= v0) & (tg.local < v1)
             col = torch.where(hit, tg.local - v0, 0)
             zt += torch.where(hit, zf.gather(1, col[:, None]).squeeze(1), 0.0)
@@ -166,22 +176,32 @@ class NativePass:
         sh.coll.sum_(packed)
         return RowStats(m, packed[0], packed[1], packed[2], None)
 
-    def gradient_in_place(self, z: torch.Tensor, tg: Targets, g: torch.Tensor, st: RowStats) -> None:
-        """Overwrite the logits z with G (float32 arithmetic, one rounding to the operand dtype);
-        add its column sums to db."""
+    def gradient_in_place(self, z: torch.Tensor, tg: Targets, g: torch.Tensor, st: RowStats,
+                          gz: torch.Tensor | None = None) -> None:
+        """Overwrite the logits z with G (compute-dtype arithmetic, one rounding to the operand dtype);
+        add its column sums to db. ``gz``: the z-loss's per-token upstream gradient (its term is
+        ``2 z_scale lse p``, folded into the coefficient of p); soft-capping multiplies G by
+        ``1 - tanh(z / softcap)**2``, read off the capped logits before they are overwritten."""
         sh, ls, k = self.sh, self.sh.label_smoothing, self.sh.vocab
         a = (1.0 - ls) * tg.w_t + (ls / k) * sh.w_sum if self.cw is not None else torch.ones_like(g)
         hit_scale = g * (1.0 - ls) * tg.w_t
-        if self.rows is not None and self.gr.db is None:
+        p_coef = g * a
+        if sh.z_scale and gz is not None:
+            p_coef = p_coef + (2.0 * sh.z_scale) * (st.logits_max + torch.log(st.sum_exp)) * gz
+        if self.rows is not None and self.gr.db is None and not sh.softcap:
             tcol = torch.where(tg.in_shard, tg.local, -1)
             self.rows.gradient_in_place(_np(z), st.logits_max.contiguous().numpy(),
-                                        (1.0 / st.sum_exp).numpy(), (g * a).numpy(),
+                                        (1.0 / st.sum_exp).numpy(), p_coef.numpy(),
                                         ((ls / k) * g).numpy(), hit_scale.numpy(), tcol.numpy(), self.cw_np)
             return
-        ga = (g * a)[:, None]
+        ga = p_coef[:, None]
         inv = (1.0 / st.sum_exp)[:, None]
+        cdt = self.cdt
         for v0, v1 in spans(sh.rows, sh.block):
-            gf = z[:, v0:v1].float().sub_(  # (in z itself when z is float32: it is overwritten anyway)
+            chain = None
+            if sh.softcap:  # d(capped)/dz = 1 - (capped / softcap)**2
+                chain = z[:, v0:v1].to(cdt).div(sh.softcap).square_().neg_().add_(1.0)
+            gf = z[:, v0:v1].to(cdt).sub_(  # (in z itself when z has the compute dtype: it is overwritten anyway)
                 st.logits_max[:, None]).exp_().mul_(inv).mul_(ga)
             if ls:
                 share = (ls / k) * g[:, None]
@@ -189,6 +209,8 @@ class NativePass:
             rows = (tg.in_shard & (tg.local >= v0) & (tg.local < v1)).nonzero().squeeze(1)
             cols = tg.local[rows] - v0
             gf[rows, cols] -= hit_scale[rows]
+            if chain is not None:
+                gf.mul_(chain)
             if self.gr.db is not None:
                 self.gr.db[v0:v1] += gf.sum(0)
             z[:, v0:v1].copy_(gf if self.native else gf.to(self.dt))  # the one rounding of G
@@ -201,8 +223,8 @@ class NativePass:
         if gr.dw is not None:
             _product_into(gr.dw, z.T, x_c, first=t0 == 0)
 
-    def chunk(self, t0: int, t1: int, g: torch.Tensor | None, st: RowStats | None):
-        """Run tokens [t0, t1): returns (per-token float32 loss or None, stats)."""
+    def chunk(self, t0: int, t1: int, g: torch.Tensor | None, st: RowStats | None, gz: torch.Tensor | None = None):
+        """Run tokens [t0, t1): returns (per-token compute-dtype loss or None, stats, targets)."""
         sh = self.sh
         tg = targets_of(sh, t0, t1)
         x_c = sh.x[t0:t1].to(self.odt)
@@ -212,9 +234,10 @@ class NativePass:
             st = self.stats(z, tg)
             loss = token_loss(sh, tg, st)
         if g is not None:
-            self.gradient_in_place(z, tg, torch.where(tg.valid, g, 0.0), st)
+            self.gradient_in_place(z, tg, torch.where(tg.valid, g, 0.0), st,
+                                   None if gz is None else torch.where(tg.valid, gz, 0.0))
             self.products(z, x_c, t0, t1)
-        return loss, st
+        return loss, st, tg
 
     def finish(self):
         """(dx, dw, db) in the operand dtype: the float32 parts summed over the ranks and rounded once."""
@@ -227,8 +250,11 @@ class NativePass:
 def _product_into(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, first: bool) -> None:
     """``acc (=|+=) a @ b``. A 16-bit ``acc`` is written by one GEMM; a float32 ``acc`` takes a 16-bit
     product as hi + lo (see the module docstring) and a float32 product directly."""
-    if a.dtype == torch.float32:
+    if acc.dtype == a.dtype and a.dtype in (torch.float32, torch.float64):
         torch.mm(a, b, out=acc) if first else acc.addmm_(a, b)
+    elif a.dtype in (torch.float32, torch.float64):  # a wider accumulator (accum_dtype)
+        p = torch.mm(a, b)
+        acc.copy_(p) if first else acc.add_(p)
     elif acc.dtype == a.dtype:
         torch.mm(a, b, out=acc)
     else:
@@ -241,19 +267,40 @@ def _product_into(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, first: bo
         acc.add_(lo)
 
 
-def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None):
-    """The whole batch. ``g_all``: per-token upstream gradient (float32, BT) or None for no gradients;
-    ``stats``: saved (row max, sum of exponentials) to skip the statistics (backward), or None.
-    Returns (per-token float32 losses or None, (row max, sum exp), (dx, dw, db))."""
+@dataclass
+class PerToken:
+    """What the forward pass leaves per token (compute dtype, BT each; z/correct None unless asked)."""
+
+    loss: torch.Tensor
+    z: torch.Tensor | None
+    correct: torch.Tensor | None
+
+
+def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all: torch.Tensor | None = None,
+        want_correct: bool = False):
+    """The whole batch. ``g_all``: per-token upstream gradient of the cross entropy (compute dtype, BT)
+    or None for no gradients; ``gz_all``: that of the z-loss (when ``sh.z_scale``); ``stats``: saved
+    (row max, sum of exponentials) to skip the statistics (backward), or None.
+    Returns (PerToken or None, (row max, sum exp), (dx, dw, db))."""
+    from .flce_chunks import correct, z_loss
+
     hp = NativePass(sh, want if g_all is not None else (False, False, False))
-    bt = sh.x.shape[0]
-    losses = None if stats is not None else torch.zeros(bt)
-    row_max = torch.empty(bt) if stats is None else stats[0]
-    sum_exp = torch.empty(bt) if stats is None else stats[1]
+    bt, cdt = sh.x.shape[0], sh.cdt
+    out = None
+    if stats is None:
+        out = PerToken(torch.zeros(bt, dtype=cdt), torch.zeros(bt, dtype=cdt) if sh.z_scale else None,
+                       torch.zeros(bt) if want_correct else None)
+    row_max = torch.empty(bt, dtype=cdt) if stats is None else stats[0]
+    sum_exp = torch.empty(bt, dtype=cdt) if stats is None else stats[1]
     for t0, t1 in spans(bt, sh.chunk):
         st = None if stats is None else RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
-        loss, st = hp.chunk(t0, t1, None if g_all is None else g_all[t0:t1], st)
+        loss, st, tg = hp.chunk(t0, t1, None if g_all is None else g_all[t0:t1], st,
+                                None if gz_all is None else gz_all[t0:t1])
         if loss is not None:
-            losses[t0:t1] = loss
+            out.loss[t0:t1] = loss
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
-    return losses, (row_max, sum_exp), hp.finish()
+            if out.z is not None:
+                out.z[t0:t1] = z_loss(sh, tg, st)
+            if out.correct is not None:
+                out.correct[t0:t1] = correct(tg, st)
+    return out, (row_max, sum_exp), hp.finish()
