@@ -56,6 +56,14 @@ class Collectives:
 
         return self._all_reduce(t, dist.ReduceOp.SUM)
 
+    def min_(self, t: torch.Tensor) -> torch.Tensor:
+        """In-place elementwise MIN over the ranks."""
+        if not self.active:
+            return t
+        import torch.distributed as dist
+
+        return self._all_reduce(t, dist.ReduceOp.MIN)
+
     def vocab_layout(self, local_rows: int, tokens: int, chunk: int = 0) -> tuple[int, int]:
         """``(start, global_vocab)`` of this rank's shard, the shards lying in rank order. One
         all-gather of (rows, tokens, chunk), which also checks that every rank passed the same

@@ -39,9 +39,11 @@ from . import flce_native as H
 from . import ops
 from .chunking import resolve_sizes
 from .distributed import Collectives, group_key
-from .flce_passes import loss_dtype  # noqa: F401  (re-exported: the dtype of the returned loss)
+from .flce_passes import Params, loss_dtype  # noqa: F401  (loss_dtype: the dtype of the returned loss)
 
 _WHAT = "fused_linear_cross_entropy"
+# where the op arguments after the five tensors hold what autograd needs: Params, then the wanted gradients
+_NATIVE, _WANT = Params._fields.index("native"), slice(len(Params._fields), len(Params._fields) + 3)
 
 
 class FusedLinearCrossEntropyOutput(NamedTuple):
@@ -84,7 +86,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         ctx.mark_non_differentiable(z_loss, acc, row_max, sum_exp, dx, dw, db)
         ctx.set_materialize_grads(False)
         ctx.args = args
-        reduction, native, want = args[0], args[10], args[12:15]
+        reduction, native, want = args[0], args[_NATIVE], args[_WANT]
         precomputed = reduction != "none" and any(want)
         # the operands are needed to recompute (reduction "none"; 16-bit scaled by a non-power of two)
         # and, under torch.func, by the second-order guard
@@ -100,11 +102,11 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             return (None,) * 6
         x, w, b, target, class_weight, row_max, sum_exp, dx, dw, db = ctx.saved_tensors
         args = ctx.args
-        want = args[12:15]
+        want = args[_WANT]
         precomputed = args[0] != "none"
         eager = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or C._functorch_active())
         g = C.scalar_value(grad) if (precomputed and eager) else None
-        if g is not None and (not args[10] or dx.dtype not in H.HALF or H.exact_scale(dx.dtype, g)):
+        if g is not None and (not args[_NATIVE] or dx.dtype not in H.HALF or H.exact_scale(dx.dtype, g)):
             grads = tuple(C.scaled(t, g) if wanted else None for t, wanted in zip((dx, dw, db), want))
         else:
             detach = (lambda t: None if t is None else t.detach())
@@ -255,8 +257,8 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     grad_on = torch.is_grad_enabled()
     want = (grad_on and input.requires_grad, grad_on and weight.requires_grad,
             grad_on and bias is not None and bias.requires_grad)
-    args = (reduction, ignore_index, ls, cap, z_scale, chunk, block, start, vocab, group_key(process_group), native,
-            accum) + want + (ops.backend_key(backend),)
+    args = tuple(Params(reduction, ignore_index, ls, cap, z_scale, chunk, block, start, vocab, group_key(process_group),
+                        native, accum, bool(return_token_accuracy))) + want + (ops.backend_key(backend),)
     x2 = input.reshape(-1, hidden).contiguous()
     operands = (x2, weight.contiguous(), None if bias is None else bias.contiguous(),
                 target.reshape(-1).to(torch.int64), class_weight)

@@ -39,6 +39,7 @@ from .chunking import spans
 from .distributed import Collectives
 
 _KERNEL = "fused_linear_cross_entropy_grad"
+NO_INDEX = torch.iinfo(torch.int64).max  # "no maximum here" in the first-maximum search
 _NUMPY_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
                torch.float64: "float64"}
 
@@ -63,6 +64,7 @@ class Shard:
     softcap: float = 0.0  # logits -> softcap * tanh(logits / softcap); 0: off (torch GEMM path only)
     z_scale: float = 0.0  # z-loss: + z_scale * lse**2 per token not ignored (torch GEMM path only)
     accum: torch.dtype | None = None  # dtype of the weight/bias gradient accumulators; None: compute dtype
+    accuracy: bool = False  # find each row's first maximum (token accuracy)
 
     @property
     def cdt(self) -> torch.dtype:
@@ -162,6 +164,7 @@ class RowStats:
     target_logit: torch.Tensor  # z_it (0 where ignored)
     smooth: torch.Tensor  # sum_j w_j z_ij (only with label smoothing)
     blocks: list | None  # with keep: the chunk's blocks, turned into softmax in place
+    first: torch.Tensor | None = None  # with sh.accuracy: global index of the row's first maximum (int64)
 
 
 def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowStats:
@@ -171,6 +174,7 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
     the softmax. Otherwise each block is dropped after an online max/sum update, so the
     transient is one block."""
     c, cdt = x_c.shape[0], sh.cdt
+    first = torch.full((c,), NO_INDEX) if sh.accuracy else None
     m = torch.full((c,), float("-inf"), dtype=cdt)
     s = torch.zeros(c, dtype=cdt)
     zt = torch.zeros(c, dtype=cdt)
@@ -186,6 +190,9 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
                 smooth += z.sum(1)
             else:
                 smooth += torch.mv(z, sh.class_weight[sh.start + v0:sh.start + v1])
+        if first is not None and z.shape[1]:  # a later block's maximum counts only when larger
+            bmax, barg = z.max(1)
+            first = torch.where(bmax > m, barg + (sh.start + v0), first)
         if keep:
             blocks.append(z)
             torch.maximum(m, z.amax(1), out=m)
@@ -193,6 +200,11 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
             m_new = torch.maximum(m, z.amax(1))
             s.mul_(torch.exp(m - m_new)).add_(z.sub_(m_new[:, None]).exp_().sum(1))
             m = m_new
+    if first is not None and sh.coll.active:  # the lowest index among the ranks holding the global maximum
+        m_global = m.clone()
+        sh.coll.max_(m_global)
+        first = torch.where(m == m_global, first, NO_INDEX)
+        sh.coll.min_(first)
     if keep:
         sh.coll.max_(m)
         for z in blocks:
@@ -210,7 +222,7 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
         inv = 1.0 / s[:, None]
         for z in blocks:
             z.mul_(inv)
-    return RowStats(m, s, zt, smooth, blocks)
+    return RowStats(m, s, zt, smooth, blocks, first)
 
 
 def token_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
@@ -229,10 +241,10 @@ def z_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
     return torch.where(tg.valid, sh.z_scale * lse * lse, 0.0)
 
 
-def correct(tg: Targets, st: RowStats) -> torch.Tensor:
-    """Per token: 1.0 where the target's logit is the row maximum (argmax == target; a target tied
-    with another maximum counts as correct), 0.0 otherwise and for ignored tokens. float32."""
-    return (tg.valid & (st.target_logit >= st.logits_max)).to(torch.float32)
+def correct(sh: Shard, tg: Targets, st: RowStats, t0: int, t1: int) -> torch.Tensor:
+    """Per token: 1.0 where ``argmax(logits) == target`` (the first maximum, as torch.argmax),
+    0.0 otherwise and for ignored tokens. float32."""
+    return (tg.valid & (st.first == sh.target[t0:t1])).to(torch.float32)
 
 
 # -- gradients --------------------------------------------------------------------------------

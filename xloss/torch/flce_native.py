@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from .chunking import spans
-from .flce_chunks import RowStats, Shard, Targets, targets_of, token_loss
+from .flce_chunks import NO_INDEX, RowStats, Shard, Targets, targets_of, token_loss
 
 HALF = (torch.bfloat16, torch.float16)
 DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 goes through the backend kernel)
@@ -145,7 +145,8 @@ class NativePass:
         if self.rows is not None:
             return self._stats_row_passes(z, tg)
         sh, c, cdt = self.sh, z.shape[0], self.cdt
-        m = z.amax(1).to(cdt) if z.shape[1] else torch.full((c,), float("-inf"), dtype=cdt)
+        m_loc = z.amax(1).to(cdt) if z.shape[1] else torch.full((c,), float("-inf"), dtype=cdt)
+        m = m_loc.clone() if sh.coll.active else m_loc
         sh.coll.max_(m)
         s, zt, smooth = (torch.zeros(c, dtype=cdt) for _ in range(3))
         for v0, v1 in spans(sh.rows, sh.block):
@@ -158,7 +159,21 @@ class NativePass:
             s += zf.sub_(m[:, None]).exp_().sum(1)
         packed = torch.stack([s, zt, smooth])
         sh.coll.sum_(packed)
-        return RowStats(m, packed[0], packed[1], packed[2], None)
+        return RowStats(m, packed[0], packed[1], packed[2], None, self._first_max(z, m_loc, m))
+
+    def _first_max(self, z: torch.Tensor, m_loc: torch.Tensor, m: torch.Tensor):
+        """Global index of each row's first maximum (token accuracy), or None when not asked."""
+        sh = self.sh
+        if not sh.accuracy:
+            return None
+        if not z.shape[1]:
+            first = torch.full((z.shape[0],), NO_INDEX)
+        else:
+            first = z.argmax(1) + sh.start
+        if sh.coll.active:  # the lowest index among the ranks holding the global maximum
+            first = torch.where(m_loc == m, first, NO_INDEX)
+            sh.coll.min_(first)
+        return first
 
     def _stats_row_passes(self, z: torch.Tensor, tg: Targets) -> RowStats:
         sh, c = self.sh, z.shape[0]
@@ -174,7 +189,7 @@ class NativePass:
             s.mul_(torch.where(torch.isneginf(m_loc), 0.0, torch.exp(m_loc - m)))
         packed = torch.stack([s, zt, smooth])
         sh.coll.sum_(packed)
-        return RowStats(m, packed[0], packed[1], packed[2], None)
+        return RowStats(m, packed[0], packed[1], packed[2], None, self._first_max(z, m_loc, m))
 
     def gradient_in_place(self, z: torch.Tensor, tg: Targets, g: torch.Tensor, st: RowStats,
                           gz: torch.Tensor | None = None) -> None:
@@ -276,8 +291,7 @@ class PerToken:
     correct: torch.Tensor | None
 
 
-def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all: torch.Tensor | None = None,
-        want_correct: bool = False):
+def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all: torch.Tensor | None = None):
     """The whole batch. ``g_all``: per-token upstream gradient of the cross entropy (compute dtype, BT)
     or None for no gradients; ``gz_all``: that of the z-loss (when ``sh.z_scale``); ``stats``: saved
     (row max, sum of exponentials) to skip the statistics (backward), or None.
@@ -289,7 +303,7 @@ def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all
     out = None
     if stats is None:
         out = PerToken(torch.zeros(bt, dtype=cdt), torch.zeros(bt, dtype=cdt) if sh.z_scale else None,
-                       torch.zeros(bt) if want_correct else None)
+                       torch.zeros(bt) if sh.accuracy else None)
     row_max = torch.empty(bt, dtype=cdt) if stats is None else stats[0]
     sum_exp = torch.empty(bt, dtype=cdt) if stats is None else stats[1]
     for t0, t1 in spans(bt, sh.chunk):
@@ -302,5 +316,5 @@ def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all
             if out.z is not None:
                 out.z[t0:t1] = z_loss(sh, tg, st)
             if out.correct is not None:
-                out.correct[t0:t1] = correct(tg, st)
+                out.correct[t0:t1] = correct(sh, tg, st, t0, t1)
     return out, (row_max, sum_exp), hp.finish()

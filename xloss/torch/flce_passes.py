@@ -53,6 +53,7 @@ class Params(NamedTuple):
     group: str | None  # distributed.group_key of the process group
     native: bool  # the torch-GEMM path of flce_native
     accum: str | None  # dtype name of the weight/bias gradient accumulators
+    accuracy: bool  # compute the token accuracy (else it comes back as zeros)
 
 
 def loss_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -63,7 +64,7 @@ def loss_dtype(dtype: torch.dtype) -> torch.dtype:
 def _shard(x, w, b, target, cw, p: Params, backend) -> F.Shard:
     return F.Shard(x, w, b, target, cw, p.start, p.vocab, p.ignore_index, p.label_smoothing, p.chunk, p.block,
                    Collectives(group_of(p.group)), backend, p.softcap, p.z_scale,
-                   None if p.accum is None else _ACCUM[p.accum])
+                   None if p.accum is None else _ACCUM[p.accum], p.accuracy)
 
 
 def _divisors(sh: F.Shard, reduction: str) -> tuple[float, float]:
@@ -112,8 +113,7 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
         if precomputed:
             g_all = _upstream(sh, _inverse(denom))
             gz_all = _upstream(sh, _inverse(z_denom)) if p.z_scale else None
-        per, (row_max, sum_exp), made = H.run(sh, want if precomputed else (False,) * 3, g_all, None, gz_all,
-                                              want_correct=True)
+        per, (row_max, sum_exp), made = H.run(sh, want if precomputed else (False,) * 3, g_all, None, gz_all)
         losses, zl, correct = per.loss, per.z, per.correct
         if precomputed:
             grads = made
@@ -130,7 +130,8 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
             tg = F.targets_of(sh, t0, t1)
             st = F.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=precomputed)
             losses[t0:t1] = F.token_loss(sh, tg, st)
-            correct[t0:t1] = F.correct(tg, st)
+            if p.accuracy:
+                correct[t0:t1] = F.correct(sh, tg, st, t0, t1)
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
             if precomputed:
                 g = torch.zeros(t1 - t0, dtype=cdt).masked_fill_(tg.valid, scale)
@@ -138,6 +139,8 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
             del st
         if precomputed:
             grads = F.finish(sh, gr)
+    if correct is None:
+        correct = torch.zeros(bt)
     ldt = loss_dtype(x.dtype)
     if p.reduction == "none":
         z_out = torch.zeros(bt, dtype=ldt) if zl is None else zl.to(ldt)
