@@ -67,11 +67,12 @@ def _shard(x, w, b, target, cw, p: Params, backend) -> F.Shard:
                    None if p.accum is None else _ACCUM[p.accum], p.accuracy)
 
 
-def _divisors(sh: F.Shard, reduction: str) -> tuple[float, float]:
+def _divisors(sh: F.Shard, p: Params) -> tuple[float, float]:
     """(cross entropy's divisor, z-loss's and accuracy's divisor): the summed class weight and the
-    count of the tokens not ignored for ``mean``; 1 and the count otherwise."""
-    count = float((sh.target != sh.ignore_index).sum())
-    if reduction != "mean":
+    count of the tokens not ignored for ``mean``; 1 and the count otherwise (0 when unused)."""
+    need_count = p.reduction == "mean" or p.z_scale or p.accuracy
+    count = float((sh.target != sh.ignore_index).sum()) if need_count else 0.0
+    if p.reduction != "mean":
         return 1.0, count
     return (F.denominator(sh) if sh.class_weight is not None else count), count
 
@@ -105,7 +106,7 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
     sh = _shard(x, w, b, target, cw, p, backend)
     bt, cdt = x.shape[0], sh.cdt
     precomputed = any(want) and p.reduction != "none"
-    denom, count = _divisors(sh, p.reduction)
+    denom, count = _divisors(sh, p)
     z_denom = count if p.reduction == "mean" else 1.0
     grads = (None, None, None)
     if p.native:
@@ -139,18 +140,19 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
             del st
         if precomputed:
             grads = F.finish(sh, gr)
-    if correct is None:
-        correct = torch.zeros(bt)
     ldt = loss_dtype(x.dtype)
     if p.reduction == "none":
         z_out = torch.zeros(bt, dtype=ldt) if zl is None else zl.to(ldt)
-        total = losses if zl is None else losses + zl
-        loss, acc = total.to(ldt), correct
+        loss = (losses if zl is None else losses + zl).to(ldt)
+        acc = correct if p.accuracy else torch.zeros(bt)
     else:
         ce = _divided(losses, denom)
-        z = torch.zeros((), dtype=torch.float64) if zl is None else _divided(zl, z_denom)
-        loss, z_out = (ce + z).to(ldt), z.to(ldt)
-        acc = _divided(correct, count).to(torch.float32)
+        if zl is None:
+            loss, z_out = ce.to(ldt), torch.zeros((), dtype=ldt)
+        else:
+            z = _divided(zl, z_denom)
+            loss, z_out = (ce + z).to(ldt), z.to(ldt)
+        acc = _divided(correct, count).to(torch.float32) if p.accuracy else torch.zeros(())
     return (loss, z_out, acc, row_max, sum_exp) + tuple(_empty_if_none(t, x) for t in grads)
 
 
@@ -168,7 +170,7 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, dx, dw, db, p: Params,
     sh = _shard(x, w, b, target, cw, p, backend)
     cdt = sh.cdt
     if precomputed:  # 16-bit, g not a power of two: recompute with g folded in, so G is rounded once
-        denom, count = _divisors(sh, p.reduction)
+        denom, count = _divisors(sh, p)
         g_all = _upstream(sh, g * _inverse(denom))
         gz_all = _upstream(sh, g * _inverse(count if p.reduction == "mean" else 1.0)) if p.z_scale else None
     else:
