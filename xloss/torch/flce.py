@@ -24,6 +24,12 @@ Second-order gradients (``create_graph=True``) are not supported: the backward r
 :class:`~xloss.errors.UnsupportedRequestError` rather than return gradients that autograd
 cannot differentiate again.
 
+The work runs inside two ``torch.library`` custom ops (``torch.ops.xloss.fused_linear_cross_entropy``
+and ``..._backward``, bodies in :mod:`.flce_passes`), so torch.compile records them without a
+graph break and torch.func transforms go through. Liger-Kernel's options (``softcap``, z-loss,
+``accum_dtype``, token accuracy) are documented on :func:`fused_linear_cross_entropy`; the module
+with Liger's calling convention is :mod:`.liger_compat`.
+
 The arithmetic, the class weights and label smoothing are in :mod:`.flce_chunks`; the chunk
 sizes in :mod:`.chunking`; the collectives in :mod:`.distributed`.
 """

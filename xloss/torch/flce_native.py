@@ -24,7 +24,10 @@ accumulate in float32. The numerics, per token chunk of the batch:
   ``dx`` to the float32 all-reduce of the vocabulary-parallel path;
 * ``db``: column sums of the float32 G, accumulated in float32, rounded once.
 
-Widened, every partial is float32 already and is accumulated in float32 directly.
+Widened, every partial is float32 already and is accumulated in float32 directly. float64 operands
+take this path (every product and sum in float64) when a call needs what only it computes:
+soft-capping and z-loss (:func:`xloss.torch.fused_linear_cross_entropy`); ``accum_dtype=float64``
+widens the weight/bias gradient accumulators.
 
 On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
 ``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows``) where Numba is
@@ -90,8 +93,8 @@ class NativeGrads:
     """Accumulators: 16-bit results written once where a single GEMM makes them, float32 otherwise."""
 
     dx: torch.Tensor | None  # (BT, H): operand dtype, or float32 when partials are summed (ranks, widened)
-    dw: torch.Tensor | None  # (V_r, H): operand dtype when one chunk on the native path, else float32
-    db: torch.Tensor | None  # (V_r,) float32
+    dw: torch.Tensor | None  # (V_r, H): operand dtype when one chunk on the native path, else the accumulator dtype
+    db: torch.Tensor | None  # (V_r,) the accumulator dtype (float32, or float64 for float64 operands / accum_dtype)
 
 
 class NativePass:
