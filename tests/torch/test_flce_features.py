@@ -202,3 +202,24 @@ def test_liger_compat_module_takes_weight_first_and_liger_constructor_arguments(
         torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
     with pytest.raises(UnsupportedRequestError, match="use_token_scaling"):
         xt.LigerCompatFusedLinearCrossEntropyLoss(use_token_scaling=True)
+
+
+def test_options_and_the_liger_compatible_module_compile_without_graph_break():
+    g = torch.Generator().manual_seed(12)
+    w = torch.randn(11, 8, generator=g).requires_grad_()
+    x = torch.randn(10, 8, generator=g).requires_grad_()
+    t = torch.randint(0, 11, (10,), generator=g)
+    t[3] = -100
+    # Liger's positional constructor: ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+    # softcap, return_z_loss, accum_dtype, use_token_scaling, return_token_accuracy
+    mod = xt.LigerCompatFusedLinearCrossEntropyLoss(None, -100, 1e-3, 0.1, "mean", 5.0, True, None, False, True)
+
+    def f(x, w, t):
+        out = mod(w, x, t)
+        return out.loss * 0.5, out.z_loss, out.token_accuracy
+
+    eager = f(x, w, t)
+    eager_grads = torch.autograd.grad(eager[0], (x, w))
+    compiled = torch.compile(f, fullgraph=True, backend="eager")(x, w, t)
+    assert all(torch.equal(a, b) for a, b in zip(compiled, eager))
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(compiled[0], (x, w)), eager_grads))
