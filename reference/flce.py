@@ -155,8 +155,16 @@ def softcap_logits(logits, softcap):
     return z if not softcap else softcap * np.tanh(z / softcap)
 
 
+def _token_scale(u, t, valid):
+    """Liger-Kernel's ``use_token_scaling`` factor: softmax(u)[target] (0 where ignored), a constant."""
+    umax = u.max(axis=1, keepdims=True)
+    e = np.exp(u - umax)
+    p_t = e[np.arange(len(t)), np.where(valid, t, 0)] / e.sum(axis=1)
+    return np.where(valid, p_t, 0.0)
+
+
 def cross_entropy_extras(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
-                         class_weight=None, softcap=None, lse_square_scale=0.0):
+                         class_weight=None, softcap=None, lse_square_scale=0.0, token_scaling=False):
     """The fused loss with Liger-Kernel's extras, on full-vocabulary logits (float64):
     ``(loss, z_loss, token_accuracy)``.
 
@@ -164,7 +172,9 @@ def cross_entropy_extras(logits, target, *, ignore_index=-100, reduction="mean",
     ``lse_square_scale * logsumexp(logits)**2`` per non-ignored token (not class-weighted) and is
     included in ``loss``; token accuracy is ``argmax == target`` (first maximum) per non-ignored
     token. ``mean``: cross entropy / summed class weight, z-loss / token count; accuracy is the mean
-    over the non-ignored tokens for ``mean`` and ``sum``, per token (0 where ignored) for ``none``."""
+    over the non-ignored tokens for ``mean`` and ``sum``, per token (0 where ignored) for ``none``.
+    ``token_scaling``: each token's loss (z-loss included) times its target's softmax probability
+    (Liger-Kernel's ``use_token_scaling``; a constant for the gradient)."""
     z = softcap_logits(logits, softcap)
     t = np.asarray(target).reshape(-1).astype(np.int64)
     valid = t != ignore_index
@@ -174,6 +184,9 @@ def cross_entropy_extras(logits, target, *, ignore_index=-100, reduction="mean",
     lse = zmax + np.log(np.exp(z - zmax[:, None]).sum(axis=1))
     zl = np.where(valid, lse_square_scale * lse * lse, 0.0)
     correct = (valid & (z.argmax(axis=1) == t)).astype(np.float64) if z.shape[1] else np.zeros(len(t))
+    if token_scaling:
+        s = _token_scale(z, t, valid)
+        ce, zl = ce * s, zl * s
     if reduction == "none":
         return ce + zl, zl, correct
     count = valid.sum()
@@ -188,13 +201,16 @@ def cross_entropy_extras(logits, target, *, ignore_index=-100, reduction="mean",
 
 
 def cross_entropy_extras_grad_logits(logits, target, grad, *, ignore_index=-100, reduction="mean",
-                                     label_smoothing=0.0, class_weight=None, softcap=None, lse_square_scale=0.0):
+                                     label_smoothing=0.0, class_weight=None, softcap=None, lse_square_scale=0.0,
+                                     token_scaling=False):
     """d loss / d logits of :func:`cross_entropy_extras` for upstream ``grad`` (a scalar, or per token
     for ``none``), in closed form: with u the soft-capped logits, p = softmax(u), a_i = (1-ls) w_t +
     (ls/K) W_sum, g_i / gz_i the per-token upstream of the cross entropy / z-loss,
 
         G_ij = (1 - (u_ij / softcap)**2) [g_i (a_i p_ij - (1-ls) w_t [j == t] - (ls/K) w_j)
-                                          + 2 lse_square_scale lse_i gz_i p_ij]."""
+                                          + 2 lse_square_scale lse_i gz_i p_ij],
+
+    g and gz multiplied by the token's target probability with ``token_scaling``."""
     u = softcap_logits(logits, softcap)
     bt, k = u.shape
     t = np.asarray(target).reshape(-1).astype(np.int64)
@@ -214,6 +230,9 @@ def cross_entropy_extras_grad_logits(logits, target, grad, *, ignore_index=-100,
         with np.errstate(divide="ignore"):
             g = np.where(valid, gs / (w_sum if reduction == "mean" else 1.0), 0.0)
             gz = np.where(valid, gs / (count if reduction == "mean" else 1.0), 0.0)
+    if token_scaling:
+        s = _token_scale(u, t, valid)
+        g, gz = g * s, gz * s
     ls = label_smoothing
     a = (1.0 - ls) * w_t + (ls / k) * cw.sum()
     G = (g * a + 2.0 * lse_square_scale * lse * gz)[:, None] * p - (g * ls / k)[:, None] * cw[None, :]

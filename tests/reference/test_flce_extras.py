@@ -12,13 +12,17 @@ from xloss.reference.flce import cross_entropy_extras, cross_entropy_extras_grad
 F64 = torch.float64
 
 
-def torch_extras(z, t, *, ignore_index, reduction, label_smoothing, class_weight, softcap, lse_square_scale):
+def torch_extras(z, t, *, ignore_index, reduction, label_smoothing, class_weight, softcap, lse_square_scale,
+                 token_scaling):
     """The same loss in torch operations: (loss, z_loss, accuracy) with z's graph."""
     u = softcap * torch.tanh(z / softcap) if softcap else z
     valid = t != ignore_index
     ce = F.cross_entropy(u, t, weight=class_weight, ignore_index=ignore_index, reduction="none",
                          label_smoothing=label_smoothing)
     zl = torch.where(valid, lse_square_scale * torch.logsumexp(u, 1) ** 2, 0.0)
+    if token_scaling:  # times the target's probability, detached
+        s = torch.where(valid, torch.softmax(u.detach(), 1).gather(1, torch.where(valid, t, 0)[:, None])[:, 0], 0.0)
+        ce, zl = ce * s, zl * s
     correct = (valid & (u.argmax(1) == t)).to(F64)
     if reduction == "none":
         return ce + zl, zl, correct
@@ -41,7 +45,7 @@ def case(draw):
                 reduction=draw(st.sampled_from(["none", "mean", "sum"])),
                 ls=draw(st.sampled_from([0.0, 0.2])), weighted=draw(st.booleans()),
                 softcap=draw(st.sampled_from([None, 0.7, 5.0, 30.0])),
-                z=draw(st.sampled_from([0.0, 1e-4, 0.3])))
+                z=draw(st.sampled_from([0.0, 1e-4, 0.3])), scaling=draw(st.booleans()))
 
 
 @settings(max_examples=60, deadline=None)
@@ -52,7 +56,7 @@ def test_extras_and_their_gradient_match_autograd(c):
     t = torch.tensor(c["t"])
     cw = torch.rand(c["k"], generator=g, dtype=F64) + 0.2 if c["weighted"] else None
     kw = dict(ignore_index=-100, reduction=c["reduction"], label_smoothing=c["ls"], softcap=c["softcap"],
-              lse_square_scale=c["z"])
+              lse_square_scale=c["z"], token_scaling=c["scaling"])
     zr = z.clone().requires_grad_()
     loss, zl, acc = torch_extras(zr, t, class_weight=cw, **kw)
     up = torch.rand(loss.shape, generator=g, dtype=F64) + 0.5

@@ -52,7 +52,8 @@ CASES = {
                                                 class_weight=True, chunk=6, backend="cpu", softcap=3.0, z=1e-3,
                                                 accuracy=True),
     "bf16_none_cpu_softcap_zloss_accuracy": dict(dtype="bfloat16", bt=16, h=8, v=27, reduction="none", bias=True,
-                                                 chunk=5, backend="cpu", softcap=2.0, z=1e-3, accuracy=True),
+                                                 chunk=5, backend="cpu", softcap=2.0, z=1e-3, accuracy=True,
+                                                 scaling=True),
     "f64_sum_reference_accuracy_ties": dict(dtype="float64", bt=8, h=3, v=9, reduction="sum", zero_input=True,
                                             chunk=3, block=2, backend="reference", accuracy=True),
 }
@@ -61,7 +62,7 @@ CASES = {
 def extras(cfg):
     """The fused function's keyword arguments for the Liger-Kernel-style options of a case."""
     return dict(softcap=cfg.get("softcap"), lse_square_scale=cfg.get("z", 0.0),
-                return_token_accuracy=cfg.get("accuracy", False))
+                return_token_accuracy=cfg.get("accuracy", False), use_token_scaling=cfg.get("scaling", False))
 
 
 def make_case(cfg, seed):

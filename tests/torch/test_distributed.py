@@ -75,6 +75,11 @@ def single_process(worker, cfg, seed):
     if cfg.get("z"):  # z-loss: per token not ignored; mean divides by their count
         zl = torch.where(t != -100, cfg["z"] * torch.logsumexp(z, 1) ** 2, 0.0)
         oracle = oracle + {"none": zl, "sum": zl.sum(), "mean": zl.sum() / (t != -100).sum()}[cfg["reduction"]]
+    if cfg.get("scaling"):  # per-token losses times the target's probability, detached
+        assert cfg["reduction"] == "none"
+        valid = t != -100
+        p_target = torch.softmax(z.detach(), 1).gather(1, torch.where(valid, t, 0)[:, None])[:, 0]
+        oracle = oracle * torch.where(valid, p_target, 0.0)
     oracle.backward(up)
     return (loss.detach(), [a.grad for a in ours], acc), (oracle.detach(), [a.grad for a in ref])
 

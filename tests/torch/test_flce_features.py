@@ -18,7 +18,7 @@ F64 = torch.float64
 
 
 def torch_reference(x, w, b, t, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, class_weight=None,
-                    softcap=None, lse_square_scale=0.0):
+                    softcap=None, lse_square_scale=0.0, use_token_scaling=False):
     """Liger-Kernel's semantics in torch operations (x, w, b carry the graph): (loss, z_loss, accuracy)."""
     z = F.linear(x, w, b)
     if softcap:
@@ -27,6 +27,9 @@ def torch_reference(x, w, b, t, *, ignore_index=-100, reduction="mean", label_sm
     ce = F.cross_entropy(z, t, weight=class_weight, ignore_index=ignore_index, reduction="none",
                          label_smoothing=label_smoothing)
     zl = torch.where(valid, lse_square_scale * torch.logsumexp(z, 1) ** 2, 0.0)
+    if use_token_scaling:  # times the target's probability, detached
+        s = torch.where(valid, torch.softmax(z.detach(), 1).gather(1, torch.where(valid, t, 0)[:, None])[:, 0], 0.0)
+        ce, zl = ce * s, zl * s
     correct = (valid & (z.argmax(1) == t)).float()
     if reduction == "none":
         return ce + zl, zl, correct
@@ -80,7 +83,7 @@ def case(draw):
                 z=draw(st.sampled_from([0.0, 1e-4, 0.2])),
                 chunk=draw(st.none() | st.integers(max(1, bt // 4), bt + 2)),
                 block=draw(st.none() | st.integers(max(1, v // 4), v + 2)),
-                backend=draw(st.sampled_from([None, "cpu"])))
+                backend=draw(st.sampled_from([None, "cpu"])), scaling=draw(st.booleans()))
 
 
 @settings(max_examples=40, deadline=None)
@@ -92,7 +95,7 @@ def test_softcap_z_loss_and_accuracy_match_autograd_in_float64(c):
     check(x, w, b, t, lambda loss: torch.rand(loss.shape, generator=g, dtype=F64) + 0.5, tol=1e-11,
           fused_kw=dict(chunk_size=c["chunk"], vocab_chunk_size=c["block"], backend=c["backend"]),
           reduction=c["reduction"], label_smoothing=c["ls"], class_weight=cw, softcap=c["softcap"],
-          lse_square_scale=c["z"])
+          lse_square_scale=c["z"], use_token_scaling=c["scaling"])
 
 
 @pytest.mark.parametrize("dtype,tol,grad_tol", [(torch.float32, 2e-5, 2e-5), (torch.bfloat16, 2e-5, 2**-6)])
@@ -104,7 +107,7 @@ def test_options_on_the_32_and_16_bit_paths(dtype, tol, grad_tol, reduction):
     t[::5] = -100
     check(x, w, b, t, lambda loss: torch.rand(loss.shape, generator=g, dtype=F64) + 0.5,
           tol=tol if dtype == torch.float32 else 2e-2, grad_tol=grad_tol, fused_kw=dict(chunk_size=7),
-          reduction=reduction, label_smoothing=0.1, softcap=2.0, lse_square_scale=1e-3)
+          reduction=reduction, label_smoothing=0.1, softcap=2.0, lse_square_scale=1e-3, use_token_scaling=True)
 
 
 def test_token_accuracy_on_every_backend_and_ties_take_the_first_maximum():
@@ -147,7 +150,7 @@ def test_accum_dtype():
 def test_options_other_backends_cannot_run_are_refused_clearly():
     x, w, _, g = problem(5, 3, 4, 1)
     t = torch.randint(0, 4, (5,), generator=g)
-    for kw in (dict(softcap=5.0), dict(lse_square_scale=1e-4)):
+    for kw in (dict(softcap=5.0), dict(lse_square_scale=1e-4), dict(use_token_scaling=True)):
         with pytest.raises(UnsupportedRequestError, match="backend 'reference'"):
             xt.fused_linear_cross_entropy(x, w, t, backend="reference", **kw)
     with pytest.raises(xloss.XLossValueError, match="softcap"):
@@ -195,13 +198,11 @@ def test_liger_compat_module_takes_weight_first_and_liger_constructor_arguments(
     torch.testing.assert_close(ours(w, x, t, b), swapped, rtol=1e-13, atol=0)
     kw = xt.LigerCompatFusedLinearCrossEntropyLoss(ce_weight=None, lse_square_scale=1e-3, softcap=4.0,
                                                    return_z_loss=True, accum_dtype=torch.float32,
-                                                   use_token_scaling=False, return_token_accuracy=True)
+                                                   use_token_scaling=True, return_token_accuracy=True)
     out = kw(w, x, t, b)
-    ref = torch_reference(x, w, b, t, softcap=4.0, lse_square_scale=1e-3)
+    ref = torch_reference(x, w, b, t, softcap=4.0, lse_square_scale=1e-3, use_token_scaling=True)
     for a, e in zip(out, ref):
         torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
-    with pytest.raises(UnsupportedRequestError, match="use_token_scaling"):
-        xt.LigerCompatFusedLinearCrossEntropyLoss(use_token_scaling=True)
 
 
 def test_options_and_the_liger_compatible_module_compile_without_graph_break():

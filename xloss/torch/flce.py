@@ -137,7 +137,8 @@ def _autocast_dtype(t: torch.Tensor):
 def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: int = -100, reduction: str = "mean",
                                label_smoothing: float = 0.0, chunk_size=None, backend=None, *, class_weight=None,
                                vocab_chunk_size=None, process_group=None, softcap=None, lse_square_scale: float = 0.0,
-                               return_z_loss: bool = False, accum_dtype=None, return_token_accuracy: bool = False):
+                               return_z_loss: bool = False, accum_dtype=None, return_token_accuracy: bool = False,
+                               use_token_scaling: bool = False):
     """``F.cross_entropy(input @ weight.T + bias, target, ...)`` in memory bounded by the chunk.
 
     ``input`` (..., H) and ``weight`` (V, H) (float16/bfloat16/float32/float64, the same dtype;
@@ -163,6 +164,8 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
       ``z_loss`` is its part, without gradient). Token accuracy: ``argmax(logits) == target`` over
       the non-ignored tokens (a target tied with the maximum counts), their mean for ``mean``/``sum``,
       per token (0 where ignored) for ``none``; float32, no gradient.
+    * ``use_token_scaling``: each token's loss (z-loss included) times its target's softmax
+      probability, taken as a constant (no gradient through it), after ``mean``'s division.
     * ``accum_dtype``: the dtype of the weight/bias gradient accumulators. They are float32 (float64
       for float64 operands) already, the project's floor, so only ``torch.float64`` changes anything
       (the cpu backend's path; refused elsewhere); narrower dtypes are accepted and mean float32.
@@ -187,7 +190,8 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     """
     kw = dict(class_weight=class_weight, vocab_chunk_size=vocab_chunk_size, process_group=process_group,
               softcap=softcap, lse_square_scale=lse_square_scale, return_z_loss=return_z_loss,
-              accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy)
+              accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
+              use_token_scaling=use_token_scaling)
     input = C.float_tensor(input, "input")
     cast = _autocast_dtype(input)
     if cast is not None:  # as F.linear under autocast: operands in the autocast dtype (differentiably)
@@ -241,10 +245,12 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     # the token chunk must be the same on every rank (each chunk is one round of collectives):
     # its default depends on the global vocabulary only; the vocabulary block is per rank
     cpu = _cpu_backend(backend)
-    native = cpu and (input.dtype in H.DTYPES or bool(cap or z_scale or accum == "float64"))
-    if not native and (cap or z_scale or (accum == "float64" and input.dtype != torch.float64)):
+    scaling = bool(use_token_scaling)
+    native = cpu and (input.dtype in H.DTYPES or bool(cap or z_scale or scaling or accum == "float64"))
+    if not native and (cap or z_scale or scaling or (accum == "float64" and input.dtype != torch.float64)):
         raise UnsupportedRequestError(
-            f"softcap, lse_square_scale and accum_dtype=torch.float64 run on the cpu backend's PyTorch-GEMM path "
+            "softcap, lse_square_scale, use_token_scaling and accum_dtype=torch.float64 run on the cpu backend's "
+            "PyTorch-GEMM path "
             f"(backend='cpu' or None); backend {getattr(backend, 'name', backend)!r} computes G in its "
             "fused_linear_cross_entropy_grad kernel, which has no soft-capping or z-loss term")
     chunk, _ = resolve_sizes(chunk_size, 1, hidden, vocab, half=native and input.dtype in H.HALF)
@@ -264,7 +270,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     want = (grad_on and input.requires_grad, grad_on and weight.requires_grad,
             grad_on and bias is not None and bias.requires_grad)
     args = tuple(Params(reduction, ignore_index, ls, cap, z_scale, chunk, block, start, vocab, group_key(process_group),
-                        native, accum, bool(return_token_accuracy))) + want + (ops.backend_key(backend),)
+                        native, accum, bool(return_token_accuracy), scaling)) + want + (ops.backend_key(backend),)
     x2 = input.reshape(-1, hidden).contiguous()
     operands = (x2, weight.contiguous(), None if bias is None else bias.contiguous(),
                 target.reshape(-1).to(torch.int64), class_weight)

@@ -65,6 +65,7 @@ class Shard:
     z_scale: float = 0.0  # z-loss: + z_scale * lse**2 per token not ignored (torch GEMM path only)
     accum: torch.dtype | None = None  # dtype of the weight/bias gradient accumulators; None: compute dtype
     accuracy: bool = False  # find each row's first maximum (token accuracy)
+    token_scaling: bool = False  # each token's loss times its (constant) target probability (torch GEMM path only)
 
     @property
     def cdt(self) -> torch.dtype:
@@ -239,6 +240,12 @@ def z_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
     """Per-token z-loss ``z_scale * lse**2`` (0 for ignored tokens; not class-weighted, as Liger-Kernel)."""
     lse = st.logits_max + torch.log(st.sum_exp)
     return torch.where(tg.valid, sh.z_scale * lse * lse, 0.0)
+
+
+def token_scale(tg: Targets, st: RowStats) -> torch.Tensor:
+    """Liger-Kernel's ``use_token_scaling`` factor: the target's softmax probability (0 where ignored),
+    a constant for autograd."""
+    return torch.where(tg.valid, torch.exp(st.target_logit - st.logits_max) / st.sum_exp, 0.0)
 
 
 def correct(sh: Shard, tg: Targets, st: RowStats, t0: int, t1: int) -> torch.Tensor:

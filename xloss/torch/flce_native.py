@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from .chunking import spans
-from .flce_chunks import NO_INDEX, RowStats, Shard, Targets, targets_of, token_loss
+from .flce_chunks import NO_INDEX, RowStats, Shard, Targets, targets_of, token_loss, token_scale
 
 HALF = (torch.bfloat16, torch.float16)
 DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 goes through the backend kernel)
@@ -252,10 +252,24 @@ class NativePass:
             st = self.stats(z, tg)
             loss = token_loss(sh, tg, st)
         if g is not None:
-            self.gradient_in_place(z, tg, torch.where(tg.valid, g, 0.0), st,
-                                   None if gz is None else torch.where(tg.valid, gz, 0.0))
+            g = torch.where(tg.valid, g, 0.0)
+            gz = None if gz is None else torch.where(tg.valid, gz, 0.0)
+            if sh.token_scaling:  # the loss is scaled by a constant per token: so is its gradient
+                if st.target_logit is None:  # backward: the target logits again, from this chunk's logits
+                    st.target_logit = self._target_logit(z, tg)
+                s = token_scale(tg, st)
+                g, gz = g * s, None if gz is None else gz * s
+            self.gradient_in_place(z, tg, g, st, gz)
             self.products(z, x_c, t0, t1)
         return loss, st, tg
+
+    def _target_logit(self, z: torch.Tensor, tg: Targets) -> torch.Tensor:
+        """Each token's (soft-capped) target logit from the chunk's logits, summed over the ranks."""
+        zt = torch.zeros(z.shape[0], dtype=self.cdt)
+        if z.shape[1]:
+            zt = torch.where(tg.in_shard, z.gather(1, tg.local[:, None]).squeeze(1).to(self.cdt), 0.0)
+        self.sh.coll.sum_(zt)
+        return zt
 
     def finish(self):
         """(dx, dw, db) in the operand dtype: the float32 parts summed over the ranks and rounded once."""
@@ -314,10 +328,11 @@ def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all
         loss, st, tg = hp.chunk(t0, t1, None if g_all is None else g_all[t0:t1], st,
                                 None if gz_all is None else gz_all[t0:t1])
         if loss is not None:
-            out.loss[t0:t1] = loss
+            scale = token_scale(tg, st) if sh.token_scaling else None
+            out.loss[t0:t1] = loss if scale is None else loss * scale
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
             if out.z is not None:
-                out.z[t0:t1] = z_loss(sh, tg, st)
+                out.z[t0:t1] = z_loss(sh, tg, st) if scale is None else z_loss(sh, tg, st) * scale
             if out.correct is not None:
                 out.correct[t0:t1] = correct(sh, tg, st, t0, t1)
     return out, (row_max, sum_exp), hp.finish()

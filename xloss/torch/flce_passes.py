@@ -54,6 +54,7 @@ class Params(NamedTuple):
     native: bool  # the torch-GEMM path of flce_native
     accum: str | None  # dtype name of the weight/bias gradient accumulators
     accuracy: bool  # compute the token accuracy (else it comes back as zeros)
+    token_scaling: bool  # Liger-Kernel's use_token_scaling
 
 
 def loss_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -64,7 +65,7 @@ def loss_dtype(dtype: torch.dtype) -> torch.dtype:
 def _shard(x, w, b, target, cw, p: Params, backend) -> F.Shard:
     return F.Shard(x, w, b, target, cw, p.start, p.vocab, p.ignore_index, p.label_smoothing, p.chunk, p.block,
                    Collectives(group_of(p.group)), backend, p.softcap, p.z_scale,
-                   None if p.accum is None else _ACCUM[p.accum], p.accuracy)
+                   None if p.accum is None else _ACCUM[p.accum], p.accuracy, p.token_scaling)
 
 
 def _divisors(sh: F.Shard, p: Params) -> tuple[float, float]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UnsupportedRequestError
 from . import _checks as C
 from .flce import fused_linear_cross_entropy
 
@@ -27,8 +26,8 @@ class LigerCompatFusedLinearCrossEntropyLoss(torch.nn.Module):
 
     and its return convention: the loss, or — with ``return_z_loss`` or ``return_token_accuracy`` —
     a :class:`~xloss.torch.FusedLinearCrossEntropyOutput` ``(loss, z_loss, token_accuracy)``
-    (Liger's ``CrossEntropyOutput`` field names). ``use_token_scaling=True`` is refused (not
-    implemented here). xloss's own settings (``chunk_size``, ``backend``, ...) are keyword-only.
+    (Liger's ``CrossEntropyOutput`` field names). xloss's own settings (``chunk_size``,
+    ``backend``, ...) are keyword-only.
     """
 
     def __init__(self, ce_weight=None, ignore_index: int = -100, lse_square_scale: float = 0.0,
@@ -36,9 +35,6 @@ class LigerCompatFusedLinearCrossEntropyLoss(torch.nn.Module):
                  accum_dtype=None, use_token_scaling: bool = False, return_token_accuracy: bool = False, *,
                  chunk_size=None, vocab_chunk_size=None, backend=None, process_group=None):
         super().__init__()
-        if use_token_scaling:
-            raise UnsupportedRequestError("use_token_scaling=True (each token's loss scaled by its predicted "
-                                          "probability) is not implemented by xloss; pass use_token_scaling=False")
         self.register_buffer("ce_weight", ce_weight)
         self.ignore_index, self.lse_square_scale, self.label_smoothing = ignore_index, lse_square_scale, label_smoothing
         self.reduction, self.softcap, self.return_z_loss = C.reduction(reduction), softcap, return_z_loss
@@ -53,7 +49,7 @@ class LigerCompatFusedLinearCrossEntropyLoss(torch.nn.Module):
             self.chunk_size, self.backend, class_weight=self.ce_weight, vocab_chunk_size=self.vocab_chunk_size,
             process_group=self.process_group, softcap=self.softcap, lse_square_scale=self.lse_square_scale,
             return_z_loss=self.return_z_loss, accum_dtype=self.accum_dtype,
-            return_token_accuracy=self.return_token_accuracy)
+            return_token_accuracy=self.return_token_accuracy, use_token_scaling=self.use_token_scaling)
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, lse_square_scale={self.lse_square_scale}, "

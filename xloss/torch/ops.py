@@ -205,18 +205,18 @@ def fused_linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor
                                class_weight: torch.Tensor | None, reduction: str, ignore_index: int,
                                label_smoothing: float, softcap: float, z_scale: float, chunk: int, block: int,
                                start: int, vocab: int, group: str | None, native: bool, accum: str | None,
-                               accuracy: bool, want_dx: bool, want_dw: bool, want_db: bool, backend: str | None
-                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                               accuracy: bool, token_scaling: bool, want_dx: bool, want_dw: bool, want_db: bool,
+                               backend: str | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                           torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db)`` (:func:`xloss.torch.flce_passes.forward`)."""
     p = FP.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
-                  native, accum, accuracy)
+                  native, accum, accuracy, token_scaling)
     return FP.forward(x, w, b, target, class_weight, p, (want_dx, want_dw, want_db), backend_of(backend))
 
 
 @fused_linear_cross_entropy.register_fake
 def _(x, w, b, target, class_weight, reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block,
-      start, vocab, group, native, accum, accuracy, want_dx, want_dw, want_db, backend):
+      start, vocab, group, native, accum, accuracy, token_scaling, want_dx, want_dw, want_db, backend):
     bt = x.shape[0]
     shape = (bt,) if reduction == "none" else ()
     ldt, cdt = FP.loss_dtype(x.dtype), _compute_dtype(x.dtype)
@@ -235,12 +235,12 @@ def fused_linear_cross_entropy_backward(grad: torch.Tensor, x: torch.Tensor | No
                                         reduction: str, ignore_index: int, label_smoothing: float, softcap: float,
                                         z_scale: float, chunk: int, block: int, start: int, vocab: int,
                                         group: str | None, native: bool, accum: str | None, accuracy: bool,
-                                        want_dx: bool,
+                                        token_scaling: bool, want_dx: bool,
                                         want_dw: bool, want_db: bool, backend: str | None
                                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dx, dw, db)``, empty where not wanted (:func:`xloss.torch.flce_passes.backward`)."""
     p = FP.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
-                  native, accum, accuracy)
+                  native, accum, accuracy, token_scaling)
     return FP.backward(grad, x, w, b, target, class_weight, row_max, sum_exp, dx, dw, db, p,
                        (want_dx, want_dw, want_db), backend_of(backend))
 
