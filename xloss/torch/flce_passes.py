@@ -148,8 +148,9 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
         acc = correct if p.accuracy else torch.zeros(bt)
     else:
         ce = _divided(losses, denom)
-        if zl is None:
-            loss, z_out = ce.to(ldt), torch.zeros((), dtype=ldt)
+        if zl is None:  # (its mean over no tokens is still NaN)
+            loss = ce.to(ldt)
+            z_out = torch.full((), float("nan") if p.reduction == "mean" and not count else 0.0, dtype=ldt)
         else:
             z = _divided(zl, z_denom)
             loss, z_out = (ce + z).to(ldt), z.to(ldt)
