@@ -147,12 +147,19 @@ def test_accum_dtype():
         xt.fused_linear_cross_entropy(x, w, t, accum_dtype=torch.float64, backend="reference")
 
 
-def test_options_other_backends_cannot_run_are_refused_clearly():
+def test_options_on_the_module_and_refused_where_they_cannot_run():
     x, w, _, g = problem(5, 3, 4, 1)
     t = torch.randint(0, 4, (5,), generator=g)
     for kw in (dict(softcap=5.0), dict(lse_square_scale=1e-4), dict(use_token_scaling=True)):
         with pytest.raises(UnsupportedRequestError, match="backend 'reference'"):
             xt.fused_linear_cross_entropy(x, w, t, backend="reference", **kw)
+    mod = xt.FusedLinearCrossEntropyLoss(softcap=5.0, lse_square_scale=1e-4, use_token_scaling=True,
+                                         return_token_accuracy=True)
+    out = mod(x, w, t)
+    ref = torch_reference(x, w, None, t, softcap=5.0, lse_square_scale=1e-4, use_token_scaling=True)
+    torch.testing.assert_close(out.loss, ref[0], rtol=1e-12, atol=0)
+    torch.testing.assert_close(out.token_accuracy, ref[2], rtol=0, atol=0)
+    assert "softcap=5.0" in repr(mod)
     with pytest.raises(xloss.XLossValueError, match="softcap"):
         xt.fused_linear_cross_entropy(x, w, t, softcap=-1.0)
     with pytest.raises(xloss.XLossValueError, match="lse_square_scale"):

@@ -326,13 +326,14 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
     def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                  chunk_size=None, backend=None, *, class_weight=None, vocab_chunk_size=None, process_group=None,
                  softcap=None, lse_square_scale: float = 0.0, return_z_loss: bool = False, accum_dtype=None,
-                 return_token_accuracy: bool = False):
+                 return_token_accuracy: bool = False, use_token_scaling: bool = False):
         super().__init__()
         self.ignore_index, self.reduction, self.label_smoothing = ignore_index, C.reduction(reduction), label_smoothing
         self.chunk_size, self.vocab_chunk_size, self.backend = chunk_size, vocab_chunk_size, backend
         self.process_group = process_group
         self.softcap, self.lse_square_scale, self.accum_dtype = softcap, lse_square_scale, accum_dtype
         self.return_z_loss, self.return_token_accuracy = return_z_loss, return_token_accuracy
+        self.use_token_scaling = use_token_scaling
         self.register_buffer("class_weight", class_weight)
 
     def forward(self, input, weight, target, bias=None):
@@ -342,7 +343,8 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
                                           process_group=self.process_group, softcap=self.softcap,
                                           lse_square_scale=self.lse_square_scale, return_z_loss=self.return_z_loss,
                                           accum_dtype=self.accum_dtype,
-                                          return_token_accuracy=self.return_token_accuracy)
+                                          return_token_accuracy=self.return_token_accuracy,
+                                          use_token_scaling=self.use_token_scaling)
 
     def extra_repr(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in (("softcap", self.softcap),
