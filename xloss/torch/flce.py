@@ -96,9 +96,11 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         precomputed = reduction != "none" and any(want)
         # the operands are needed to recompute (reduction "none"; 16-bit scaled by a non-power of two)
         # and, under torch.func, by the second-order guard
-        keep = not precomputed or (native and x.dtype in H.HALF) or C._functorch_active()
+        recompute = not precomputed or (native and x.dtype in H.HALF)
+        keep = recompute or C._functorch_active()
         ctx.save_for_backward(x if keep else None, w if keep else None, b if keep else None, target, class_weight,
-                              row_max, sum_exp, dx, dw, db)
+                              *((row_max, sum_exp) if recompute else (None, None)),
+                              *((dx, dw, db) if precomputed else (None, None, None)))
 
     @staticmethod
     def backward(ctx, grad, *_):
@@ -278,13 +280,15 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         out = _FusedLinearCrossEntropy.call(*operands, args)
     else:
         out = ops.call(ops.fused_linear_cross_entropy, *operands, *args)
-    loss, z_loss, acc = out[:3]
-    if reduction == "none":
-        loss, z_loss, acc = (t.reshape(target.shape) for t in (loss, z_loss, acc))
+    loss = out[0].reshape(target.shape) if reduction == "none" else out[0]
     if not (return_z_loss or return_token_accuracy):
         return loss
-    return FusedLinearCrossEntropyOutput(loss, z_loss if return_z_loss else None,
-                                         acc if return_token_accuracy else None)
+    z_loss = acc = None
+    if return_z_loss:  # without z-loss, zeros (NaN for the mean over no tokens, as the loss)
+        z_loss = out[1].reshape(loss.shape) if z_scale else loss.detach() * 0.0
+    if return_token_accuracy:
+        acc = out[2].reshape(loss.shape)
+    return FusedLinearCrossEntropyOutput(loss, z_loss, acc)
 
 
 def _refuse_probability_targets(target, input, rows) -> None:

@@ -12,10 +12,10 @@ Two ways through, chosen by what autograd will need (``want``: input/weight/bias
 * ``reduction="none"`` (or no gradient wanted): the forward keeps the per-token row max and
   sum of exponentials, the backward recomputes with the per-token upstream gradients.
 
-The forward's outputs, always all of them (fixed shapes, so the fake implementation needs no
-data): ``loss`` (() or (BT,), z-loss included), ``z_loss`` (same shape; zeros without z-loss),
-``accuracy`` (() or (BT,), float32), ``row_max``/``sum_exp`` (BT,), and the precomputed
-``dx``/``dw``/``db`` (empty (0,) where not computed).
+The forward's outputs, always all of them (shapes fixed by the arguments, so the fake
+implementation needs no data): ``loss`` (() or (BT,), z-loss included), ``z_loss`` (same shape;
+empty (0,) without z-loss), ``accuracy`` (() or (BT,), float32; empty when not asked),
+``row_max``/``sum_exp`` (BT,), and the precomputed ``dx``/``dw``/``db`` (empty where not computed).
 
 Reductions (Liger-Kernel's): ``mean`` divides the cross entropy by the summed class weight of the
 tokens not ignored, the z-loss and the accuracy by their count; ``sum`` sums both losses and
@@ -143,18 +143,17 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
             grads = F.finish(sh, gr)
     ldt = loss_dtype(x.dtype)
     if p.reduction == "none":
-        z_out = torch.zeros(bt, dtype=ldt) if zl is None else zl.to(ldt)
+        z_out = x.new_empty(0, dtype=ldt) if zl is None else zl.to(ldt)
         loss = (losses if zl is None else losses + zl).to(ldt)
-        acc = correct if p.accuracy else torch.zeros(bt)
+        acc = correct if p.accuracy else torch.empty(0)
     else:
         ce = _divided(losses, denom)
-        if zl is None:  # (its mean over no tokens is still NaN)
-            loss = ce.to(ldt)
-            z_out = torch.full((), float("nan") if p.reduction == "mean" and not count else 0.0, dtype=ldt)
+        if zl is None:
+            loss, z_out = ce.to(ldt), x.new_empty(0, dtype=ldt)
         else:
             z = _divided(zl, z_denom)
             loss, z_out = (ce + z).to(ldt), z.to(ldt)
-        acc = _divided(correct, count).to(torch.float32) if p.accuracy else torch.zeros(())
+        acc = _divided(correct, count).to(torch.float32) if p.accuracy else torch.empty(0)
     return (loss, z_out, acc, row_max, sum_exp) + tuple(_empty_if_none(t, x) for t in grads)
 
 
@@ -176,7 +175,7 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, dx, dw, db, p: Params,
         g_all = _upstream(sh, g * _inverse(denom))
         gz_all = _upstream(sh, g * _inverse(count if p.reduction == "mean" else 1.0)) if p.z_scale else None
     else:
-        g_all = torch.where(target != p.ignore_index, grad.reshape(-1).to(cdt), 0.0)
+        g_all = grad.reshape(-1).to(cdt)  # (ignored tokens are masked chunk by chunk)
         gz_all = g_all if p.z_scale else None
     if p.native:
         _, _, grads = H.run(sh, want, g_all, (row_max, sum_exp), gz_all)
@@ -188,6 +187,6 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, dx, dw, db, p: Params,
         for t0, t1 in spans(x.shape[0], p.chunk):
             tg = F.targets_of(sh, t0, t1)
             st = F.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
-            F.chunk_grads(sh, kernels, gr, t0, t1, tg, g_all[t0:t1], st, row_sum)
+            F.chunk_grads(sh, kernels, gr, t0, t1, tg, torch.where(tg.valid, g_all[t0:t1], 0.0), st, row_sum)
         grads = F.finish(sh, gr)
-    return tuple(_empty_if_none(t, x) for t in grads)
+    return tuple(t if wanted and t is not None else x.new_empty(0) for t, wanted in zip(grads, want))
