@@ -273,3 +273,19 @@ def test_flce_vmap_gives_per_sample_losses_and_gradients():
         ex, ew = torch.autograd.grad(ref, (xr, wr))
         torch.testing.assert_close(gx[i], ex, rtol=1e-13, atol=1e-15)
         torch.testing.assert_close(gw[i], ew, rtol=1e-13, atol=1e-15)
+
+
+def test_flce_torch_export_records_the_op():
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.head = torch.nn.Linear(6, 8), torch.nn.Linear(8, 11, bias=False)
+
+        def forward(self, x, t):
+            return xt.fused_linear_cross_entropy(torch.tanh(self.lin(x)), self.head.weight, t, softcap=5.0,
+                                                 lse_square_scale=1e-3)
+
+    model, x, t = Head(), torch.randn(10, 6), torch.randint(0, 11, (10,))
+    exported = torch.export.export(model, (x, t))
+    assert any("xloss.fused_linear_cross_entropy" in str(n.target) for n in exported.graph.nodes)
+    assert torch.equal(exported.module()(x, t), model(x, t))
