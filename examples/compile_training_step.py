@@ -16,15 +16,21 @@ import xloss.torch as xt
 
 
 def step_losses(model, images, boxes_present, classes):
-    logits = model(images)
+    hidden = model[:2](images)
+    logits = model[2](hidden)
     detection = xt.sigmoid_focal_loss(logits, boxes_present, reduction="sum") / boxes_present.sum().clamp_min(1)
-    return detection + xt.nll_loss(torch.log_softmax(logits, 1), classes)
+    # a language-model-style head on the same features: fused linear + cross entropy (no logits),
+    # with Liger-Kernel's soft-capping and z-loss
+    tokens = classes * 7 % model.vocab
+    lm = xt.fused_linear_cross_entropy(hidden, model.lm_head.weight, tokens, softcap=30.0, lse_square_scale=1e-4)
+    return detection + xt.nll_loss(torch.log_softmax(logits, 1), classes) + lm
 
 
 def main() -> None:
     backend = sys.argv[1] if len(sys.argv) > 1 else "eager"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    model.lm_head, model.vocab = torch.nn.Linear(64, 100, bias=False), 100
     images = torch.randn(16, 32)
     present = (torch.rand(16, 10) > 0.8).float()
     classes = torch.randint(0, 10, (16,))

@@ -147,3 +147,96 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     if reduction == "sum":
         return np.asarray(per_token.sum())
     return np.asarray(per_token.sum() / w_t.sum())
+
+
+def softcap_logits(logits, softcap):
+    """Gemma-2-style soft-capping: ``softcap * tanh(logits / softcap)`` (None or 0: unchanged)."""
+    z = as_f64(logits)
+    return z if not softcap else softcap * np.tanh(z / softcap)
+
+
+def _token_scale(u, t, valid):
+    """Liger-Kernel's ``use_token_scaling`` factor: softmax(u)[target] (0 where ignored), a constant."""
+    umax = u.max(axis=1, keepdims=True)
+    e = np.exp(u - umax)
+    p_t = e[np.arange(len(t)), np.where(valid, t, 0)] / e.sum(axis=1)
+    return np.where(valid, p_t, 0.0)
+
+
+def cross_entropy_extras(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                         class_weight=None, softcap=None, lse_square_scale=0.0, token_scaling=False):
+    """The fused loss with Liger-Kernel's extras, on full-vocabulary logits (float64):
+    ``(loss, z_loss, token_accuracy)``.
+
+    The logits are soft-capped first; the cross entropy is :func:`cross_entropy`'s; the z-loss is
+    ``lse_square_scale * logsumexp(logits)**2`` per non-ignored token (not class-weighted) and is
+    included in ``loss``; token accuracy is ``argmax == target`` (first maximum) per non-ignored
+    token. ``mean``: cross entropy / summed class weight, z-loss / token count; accuracy is the mean
+    over the non-ignored tokens for ``mean`` and ``sum``, per token (0 where ignored) for ``none``.
+    ``token_scaling``: each token's loss (z-loss included) times its target's softmax probability
+    (Liger-Kernel's ``use_token_scaling``; a constant for the gradient)."""
+    z = softcap_logits(logits, softcap)
+    t = np.asarray(target).reshape(-1).astype(np.int64)
+    valid = t != ignore_index
+    ce = cross_entropy(z, t, ignore_index=ignore_index, reduction="none", label_smoothing=label_smoothing,
+                       class_weight=class_weight)
+    zmax = z.max(axis=1) if z.shape[1] else np.zeros(z.shape[0])
+    lse = zmax + np.log(np.exp(z - zmax[:, None]).sum(axis=1))
+    zl = np.where(valid, lse_square_scale * lse * lse, 0.0)
+    correct = (valid & (z.argmax(axis=1) == t)).astype(np.float64) if z.shape[1] else np.zeros(len(t))
+    if token_scaling:
+        s = _token_scale(z, t, valid)
+        ce, zl = ce * s, zl * s
+    if reduction == "none":
+        return ce + zl, zl, correct
+    count = valid.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.asarray(correct.sum() / count)
+        if reduction == "sum":
+            return np.asarray(ce.sum() + zl.sum()), np.asarray(zl.sum()), acc
+        cw = np.ones(z.shape[1]) if class_weight is None else as_f64(class_weight)
+        w_sum = np.where(valid, cw[np.where(valid, t, 0)], 0.0).sum()
+        z_mean = zl.sum() / count
+        return np.asarray(ce.sum() / w_sum + z_mean), np.asarray(z_mean), acc
+
+
+def cross_entropy_extras_grad_logits(logits, target, grad, *, ignore_index=-100, reduction="mean",
+                                     label_smoothing=0.0, class_weight=None, softcap=None, lse_square_scale=0.0,
+                                     token_scaling=False):
+    """d loss / d logits of :func:`cross_entropy_extras` for upstream ``grad`` (a scalar, or per token
+    for ``none``), in closed form: with u the soft-capped logits, p = softmax(u), a_i = (1-ls) w_t +
+    (ls/K) W_sum, g_i / gz_i the per-token upstream of the cross entropy / z-loss,
+
+        G_ij = (1 - (u_ij / softcap)**2) [g_i (a_i p_ij - (1-ls) w_t [j == t] - (ls/K) w_j)
+                                          + 2 lse_square_scale lse_i gz_i p_ij],
+
+    g and gz multiplied by the token's target probability with ``token_scaling``."""
+    u = softcap_logits(logits, softcap)
+    bt, k = u.shape
+    t = np.asarray(target).reshape(-1).astype(np.int64)
+    valid = t != ignore_index
+    tt = np.where(valid, t, 0)
+    cw = np.ones(k) if class_weight is None else as_f64(class_weight)
+    w_t = np.where(valid, cw[tt], 0.0)
+    umax = u.max(axis=1, keepdims=True)
+    e = np.exp(u - umax)
+    p = e / e.sum(axis=1, keepdims=True)
+    lse = umax[:, 0] + np.log(e.sum(axis=1))
+    if reduction == "none":
+        g = gz = np.where(valid, as_f64(grad).reshape(-1), 0.0)
+    else:
+        gs = float(np.asarray(grad, dtype=np.float64).reshape(-1)[0])
+        count, w_sum = valid.sum(), w_t.sum()
+        with np.errstate(divide="ignore"):
+            g = np.where(valid, gs / (w_sum if reduction == "mean" else 1.0), 0.0)
+            gz = np.where(valid, gs / (count if reduction == "mean" else 1.0), 0.0)
+    if token_scaling:
+        s = _token_scale(u, t, valid)
+        g, gz = g * s, gz * s
+    ls = label_smoothing
+    a = (1.0 - ls) * w_t + (ls / k) * cw.sum()
+    G = (g * a + 2.0 * lse_square_scale * lse * gz)[:, None] * p - (g * ls / k)[:, None] * cw[None, :]
+    G[np.arange(bt), tt] -= g * (1.0 - ls) * w_t
+    if softcap:
+        G *= 1.0 - (u / softcap) ** 2
+    return G

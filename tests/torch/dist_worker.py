@@ -46,14 +46,30 @@ CASES = {
                                            class_weight=True, chunk=7, backend="cpu"),
     "f16_sum_cpu_classweight": dict(dtype="float16", bt=20, h=6, v=30, reduction="sum", class_weight=True, chunk=8,
                                     backend="cpu"),
+    # Liger-Kernel's options: soft-capping and z-loss (the torch-GEMM path, float64 and bf16), token
+    # accuracy (the first maximum over the ranks: with zero input every logit ties, rank 0 holds it)
+    "f64_mean_cpu_softcap_zloss_accuracy": dict(dtype="float64", bt=19, h=5, v=31, reduction="mean", ls=0.1,
+                                                class_weight=True, chunk=6, backend="cpu", softcap=3.0, z=1e-3,
+                                                accuracy=True),
+    "bf16_none_cpu_softcap_zloss_accuracy": dict(dtype="bfloat16", bt=16, h=8, v=27, reduction="none", bias=True,
+                                                 chunk=5, backend="cpu", softcap=2.0, z=1e-3, accuracy=True,
+                                                 scaling=True),
+    "f64_sum_reference_accuracy_ties": dict(dtype="float64", bt=8, h=3, v=9, reduction="sum", zero_input=True,
+                                            chunk=3, block=2, backend="reference", accuracy=True),
 }
+
+
+def extras(cfg):
+    """The fused function's keyword arguments for the Liger-Kernel-style options of a case."""
+    return dict(softcap=cfg.get("softcap"), lse_square_scale=cfg.get("z", 0.0),
+                return_token_accuracy=cfg.get("accuracy", False), use_token_scaling=cfg.get("scaling", False))
 
 
 def make_case(cfg, seed):
     """(x, w, b, target, class_weight, upstream): float64 masters (rounded to the case's dtype by the caller)."""
     g = torch.Generator().manual_seed(seed)
     bt, h, v = cfg["bt"], cfg["h"], cfg["v"]
-    x = torch.randn(bt, h, generator=g, dtype=torch.float64)
+    x = torch.randn(bt, h, generator=g, dtype=torch.float64) * (0.0 if cfg.get("zero_input") else 1.0)
     w = torch.randn(v, h, generator=g, dtype=torch.float64) * 0.5
     b = torch.randn(v, generator=g, dtype=torch.float64) if cfg.get("bias") else None
     t = torch.randint(0, v, (bt,), generator=g)
@@ -82,10 +98,13 @@ def run_case(name, cfg, seed, group):
     bs = None if b is None else xt.shard_vocab(b.to(dt), group).clone().requires_grad_()
     loss = xt.fused_linear_cross_entropy(x, ws, t, bs, reduction=cfg["reduction"], label_smoothing=cfg.get("ls", 0.0),
                                          chunk_size=cfg.get("chunk"), backend=cfg["backend"], class_weight=cw,
-                                         vocab_chunk_size=cfg.get("block"), process_group=group)
+                                         vocab_chunk_size=cfg.get("block"), process_group=group, **extras(cfg))
+    acc = None
+    if cfg.get("accuracy"):
+        loss, acc = loss.loss, loss.token_accuracy
     loss.backward(up.to(dt))
     return {"loss": loss.detach(), "dx": x.grad, "dw": ws.grad, "db": None if bs is None else bs.grad,
-            "rows": ws.shape[0]}
+            "rows": ws.shape[0], "accuracy": acc}
 
 
 def rank_main(rank, port, outdir):

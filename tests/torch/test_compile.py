@@ -175,3 +175,117 @@ def test_inductor_compiled_focal_matches_eager():
     loss.backward()
     torch.testing.assert_close(loss, f(x0), rtol=1e-6, atol=0)
     torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-6, atol=1e-9)
+
+
+# -- fused linear cross entropy ----------------------------------------------------------------
+
+
+def _flce_data(dtype, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    lin = torch.nn.Linear(6, 8).to(dtype)
+    w = torch.randn(11, 8, generator=g, dtype=F64).to(dtype).requires_grad_()
+    x = torch.randn(10, 6, generator=g, dtype=F64).to(dtype)
+    t = torch.randint(0, 11, (10,), generator=g)
+    t[3] = -100
+    return lin, w, x, t
+
+
+@pytest.mark.parametrize("dtype,backend", [(F64, "reference"), (torch.bfloat16, None)])  # kernel path; native path
+def test_flce_compiled_step_fullgraph_matches_eager(dtype, backend):
+    """No graph break (the class-index check and mean's divisor are inside the op); the compiled
+    step's loss and gradients equal eager's, for scalar and per-token reductions."""
+    lin, w, x, t = _flce_data(dtype)
+    weights = torch.linspace(0.5, 1.5, 10, dtype=F64).to(dtype)
+
+    def mean_step(x, t):
+        return xt.fused_linear_cross_entropy(torch.tanh(lin(x)), w, t, backend=backend, label_smoothing=0.1) * 0.3
+
+    def none_step(x, t):
+        return (xt.fused_linear_cross_entropy(torch.tanh(lin(x)), w, t, reduction="none", backend=backend)
+                * weights).sum()
+
+    def grads(f):
+        lin.zero_grad()
+        w.grad = None
+        loss = f(x, t)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in (*lin.parameters(), w)]
+
+    for step in (mean_step, none_step):
+        explained = torch._dynamo.explain(step)(x, t)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1
+        code = "".join(m.code for gm in explained.graphs for m in gm.modules() if hasattr(m, "code"))
+        assert "torch.ops.xloss.fused_linear_cross_entropy.default" in code
+        eager_loss, eager_grads = grads(step)
+        loss, got = grads(torch.compile(step, fullgraph=True, backend="eager"))
+        assert torch.equal(loss, eager_loss)
+        for a, b in zip(got, eager_grads):
+            assert torch.equal(a, b)
+
+
+def test_flce_class_index_check_runs_inside_the_compiled_op():
+    w = torch.randn(7, 5, dtype=F64)
+    compiled = torch.compile(lambda x, t: xt.fused_linear_cross_entropy(x, w, t), fullgraph=True, backend="eager")
+    x = torch.randn(3, 5, dtype=F64, requires_grad=True)
+    assert torch.isfinite(compiled(x, torch.tensor([0, 6, -100])))
+    with pytest.raises(xloss.XLossIndexError, match=r"target\[1\] = 9"):
+        compiled(x, torch.tensor([0, 9, 1]))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_flce_torch_func_grad_and_clear_error_for_second_order(reduction):
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(9, 5, generator=g, dtype=F64), torch.randn(7, 5, generator=g, dtype=F64)
+    b = torch.randn(7, generator=g, dtype=F64)
+    t = torch.randint(0, 7, (9,), generator=g)
+    t[2] = -100
+
+    def f(x, w, b):
+        return xt.fused_linear_cross_entropy(x, w, t, b, reduction=reduction, label_smoothing=0.1).sum() * 0.7
+
+    got = torch.func.grad(f, argnums=(0, 1, 2))(x, w, b)
+    leaves = [a.clone().requires_grad_() for a in (x, w, b)]
+    ref = torch.nn.functional.cross_entropy(leaves[0] @ leaves[1].T + leaves[2], t, reduction=reduction,
+                                            label_smoothing=0.1).sum() * 0.7
+    for a, e in zip(got, torch.autograd.grad(ref, leaves)):
+        torch.testing.assert_close(a, e, rtol=1e-13, atol=1e-14)
+    with pytest.raises(xloss.XLossError, match="does not support second-order gradients"):
+        torch.func.grad(lambda x: torch.func.grad(f)(x, w, b).sum())(x)
+
+
+def test_flce_vmap_gives_per_sample_losses_and_gradients():
+    """The generated vmap rule: PyTorch's fallback runs the ops once per batch entry (it warns)."""
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(3, 4, 5, generator=g, dtype=F64), torch.randn(7, 5, generator=g, dtype=F64)
+    t = torch.randint(0, 7, (3, 4), generator=g)
+    t[1, 2] = -100
+
+    def f(x, w, t):
+        return xt.fused_linear_cross_entropy(x, w, t)
+
+    with pytest.warns(UserWarning, match="batching rule"):
+        losses = torch.func.vmap(f, in_dims=(0, None, 0))(x, w, t)
+        gx, gw = torch.func.vmap(torch.func.grad(f, argnums=(0, 1)), in_dims=(0, None, 0))(x, w, t)
+    for i in range(3):
+        xr, wr = x[i].clone().requires_grad_(), w.clone().requires_grad_()
+        ref = torch.nn.functional.cross_entropy(xr @ wr.T, t[i])
+        torch.testing.assert_close(losses[i], ref.detach(), rtol=1e-13, atol=0)
+        ex, ew = torch.autograd.grad(ref, (xr, wr))
+        torch.testing.assert_close(gx[i], ex, rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(gw[i], ew, rtol=1e-13, atol=1e-15)
+
+
+def test_flce_torch_export_records_the_op():
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.head = torch.nn.Linear(6, 8), torch.nn.Linear(8, 11, bias=False)
+
+        def forward(self, x, t):
+            return xt.fused_linear_cross_entropy(torch.tanh(self.lin(x)), self.head.weight, t, softcap=5.0,
+                                                 lse_square_scale=1e-3)
+
+    model, x, t = Head(), torch.randn(10, 6), torch.randint(0, 11, (10,))
+    exported = torch.export.export(model, (x, t))
+    assert any("xloss.fused_linear_cross_entropy" in str(n.target) for n in exported.graph.nodes)
+    assert torch.equal(exported.module()(x, t), model(x, t))

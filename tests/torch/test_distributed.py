@@ -62,20 +62,34 @@ def single_process(worker, cfg, seed):
     ours = [a.clone().requires_grad_() for a in leaves]
     loss = xt.fused_linear_cross_entropy(ours[0], ours[1], t, ours[2] if b is not None else None,
                                          chunk_size=cfg.get("chunk"), backend=cfg["backend"], class_weight=cw,
-                                         vocab_chunk_size=cfg.get("block"), **kw)
+                                         vocab_chunk_size=cfg.get("block"), **kw, **worker.extras(cfg))
+    acc = None
+    if cfg.get("accuracy"):
+        loss, acc = loss.loss, loss.token_accuracy
     loss.backward(up.to(dt))
     ref = [a.detach().to(torch.float64).requires_grad_() for a in leaves]
     z = F.linear(ref[0], ref[1], ref[2] if b is not None else None)
+    if cfg.get("softcap"):
+        z = cfg["softcap"] * torch.tanh(z / cfg["softcap"])
     oracle = F.cross_entropy(z, t, weight=cw, **kw)
+    if cfg.get("z"):  # z-loss: per token not ignored; mean divides by their count
+        zl = torch.where(t != -100, cfg["z"] * torch.logsumexp(z, 1) ** 2, 0.0)
+        oracle = oracle + {"none": zl, "sum": zl.sum(), "mean": zl.sum() / (t != -100).sum()}[cfg["reduction"]]
+    if cfg.get("scaling"):  # per-token losses times the target's probability, detached
+        assert cfg["reduction"] == "none"
+        valid = t != -100
+        p_target = torch.softmax(z.detach(), 1).gather(1, torch.where(valid, t, 0)[:, None])[:, 0]
+        oracle = oracle * torch.where(valid, p_target, 0.0)
     oracle.backward(up)
-    return (loss.detach(), [a.grad for a in ours]), (oracle.detach(), [a.grad for a in ref])
+    return (loss.detach(), [a.grad for a in ours], acc), (oracle.detach(), [a.grad for a in ref])
 
 
 def test_two_ranks_match_single_process(two_rank_results):
     worker = load_worker()
     r0, r1 = two_rank_results
     ran = [name for name in worker.CASES if name in r0]
-    assert {"f64_mean_bias_smoothing", "f64_none_bias", "f64_one_class_empty_shard"} <= set(ran)
+    assert {"f64_mean_bias_smoothing", "f64_none_bias", "f64_one_class_empty_shard",
+            "f64_sum_reference_accuracy_ties"} <= set(ran)
     for i, (name, cfg) in enumerate(worker.CASES.items()):
         if name not in r0:
             continue
@@ -85,7 +99,9 @@ def test_two_ranks_match_single_process(two_rank_results):
         assert torch.equal(a["loss"], b["loss"]) or (a["loss"].isnan().all() and b["loss"].isnan().all()), name
         assert torch.equal(a["dx"], b["dx"]), name
         assert a["rows"] + b["rows"] == cfg["v"] and a["rows"] >= b["rows"], name
-        (loss1, grads1), (loss64, grads64) = single_process(worker, cfg, 100 + i)
+        (loss1, grads1, acc1), (loss64, grads64) = single_process(worker, cfg, 100 + i)
+        if cfg.get("accuracy"):  # the same first maximum on every rank and in one process
+            assert torch.equal(a["accuracy"], b["accuracy"]) and torch.equal(a["accuracy"], acc1), name
         dw = torch.cat([a["dw"], b["dw"]])
         parallel = [a["loss"], a["dx"], dw] + ([torch.cat([a["db"], b["db"]])] if cfg.get("bias") else [])
         for what, p, s, o in zip(("loss", "dx", "dw", "db"), parallel, [loss1] + grads1, [loss64] + grads64):

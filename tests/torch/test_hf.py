@@ -110,9 +110,13 @@ def test_training_steps_track_stock(pair):
 
 def test_refuses_heads_it_cannot_fuse():
     model = _gpt2()
-    model.config.final_logit_softcapping = 30.0
-    with pytest.raises(xloss.XLossValueError, match="final_logit_softcapping"):
+    model.config.logit_scale = 0.5
+    with pytest.raises(xloss.XLossValueError, match="logit_scale"):
         xt.apply_to_causal_lm(model)
+    model = _gpt2()
+    model.config.final_logit_softcapping = 30.0
+    with pytest.raises(xloss.XLossValueError, match="final_logit_softcapping.*cpu backend"):
+        xt.apply_to_causal_lm(model, backend="reference")
     with pytest.raises(xloss.XLossTypeError, match="PreTrainedModel"):
         xt.apply_to_causal_lm(torch.nn.Linear(2, 2))
 
@@ -137,3 +141,53 @@ def test_training_step_never_holds_the_logits():
         peaks.append(peak.bytes)
     logits_bytes = shape[0] * shape[1] * vocab * 4
     assert peaks[1] + logits_bytes <= peaks[0], (peaks, logits_bytes)
+
+
+def test_patched_model_compiles_fullgraph_with_eager_gradients():
+    """The patched forward (base model + the fused loss op) traces with no graph break (fullgraph
+    raises on any)."""
+    torch.manual_seed(0)
+    patched = xt.apply_to_causal_lm(_gpt2().train(), backend="cpu")
+    ids, labels = _batch(4)
+
+    def step(ids, labels):
+        return patched(input_ids=ids, labels=labels).loss
+
+    loss = torch.compile(step, fullgraph=True, backend="eager")(ids, labels)
+    loss.backward()
+    compiled = _grads(patched)
+    patched.zero_grad()
+    eager = step(ids, labels)
+    eager.backward()
+    torch.testing.assert_close(loss, eager, rtol=0, atol=0)
+    for name, g in _grads(patched).items():
+        torch.testing.assert_close(compiled[name], g, rtol=0, atol=0, msg=name)
+
+
+def test_soft_capped_head_is_fused_with_softcap():
+    """Gemma-2's final_logit_softcapping: the patched loss and gradients equal the stock model's."""
+    if not hasattr(transformers, "Gemma2Config"):
+        pytest.skip("this transformers has no Gemma-2")
+    cfg = transformers.Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                    num_key_value_heads=1, head_dim=16, vocab_size=101, max_position_embeddings=32,
+                                    final_logit_softcapping=2.0)  # small: the cap is active
+    torch.manual_seed(0)
+    stock = transformers.Gemma2ForCausalLM(cfg).train()
+    with torch.no_grad():
+        stock.lm_head.weight.mul_(40.0)  # logits of a few units, where tanh is far from linear
+    patched = xt.apply_to_causal_lm(copy.deepcopy(stock))
+    ids, labels = _batch(6)
+    ref = stock(input_ids=ids, labels=labels)
+    ref.loss.backward()
+    out = patched(input_ids=ids, labels=labels)
+    out.loss.backward()
+    assert out.logits is None
+    torch.testing.assert_close(out.loss, ref.loss, rtol=2e-6, atol=1e-6)
+    with torch.no_grad():
+        hidden = stock.model(input_ids=ids)[0][:, :-1]
+        uncapped = torch.nn.functional.cross_entropy((hidden @ stock.lm_head.weight.T).reshape(-1, 101),
+                                                     labels[:, 1:].reshape(-1))
+    assert abs(uncapped.item() - ref.loss.item()) > 1e-2  # the cap matters here
+    want, got = _grads(stock), _grads(patched)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-6, msg=name)

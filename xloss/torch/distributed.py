@@ -56,6 +56,14 @@ class Collectives:
 
         return self._all_reduce(t, dist.ReduceOp.SUM)
 
+    def min_(self, t: torch.Tensor) -> torch.Tensor:
+        """In-place elementwise MIN over the ranks."""
+        if not self.active:
+            return t
+        import torch.distributed as dist
+
+        return self._all_reduce(t, dist.ReduceOp.MIN)
+
     def vocab_layout(self, local_rows: int, tokens: int, chunk: int = 0) -> tuple[int, int]:
         """``(start, global_vocab)`` of this rank's shard, the shards lying in rank order. One
         all-gather of (rows, tokens, chunk), which also checks that every rank passed the same
@@ -75,6 +83,23 @@ class Collectives:
                 raise XLossValueError(f"{what} differs between ranks ({seen}); vocabulary parallelism needs the "
                                       "same tokens, targets and settings on every rank")
         return sum(rows[: self.rank]), sum(rows)
+
+
+_groups: dict[str, object] = {}  # key -> process group, for the custom ops (a group cannot be an op argument)
+
+
+def group_key(group) -> str | None:
+    """What crosses into the FLCE ops for ``process_group``: None, or a key filed for the group."""
+    if group is None:
+        return None
+    key = f"<process group {id(group):#x}>"
+    _groups.setdefault(key, group)
+    return key
+
+
+def group_of(key: str | None):
+    """Inverse of :func:`group_key` (inside the op bodies)."""
+    return None if key is None else _groups[key]
 
 
 def vocab_shard_range(vocab_size: int, world_size: int, rank: int) -> tuple[int, int]:

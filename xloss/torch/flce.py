@@ -24,163 +24,108 @@ Second-order gradients (``create_graph=True``) are not supported: the backward r
 :class:`~xloss.errors.UnsupportedRequestError` rather than return gradients that autograd
 cannot differentiate again.
 
+The work runs inside two ``torch.library`` custom ops (``torch.ops.xloss.fused_linear_cross_entropy``
+and ``..._backward``, bodies in :mod:`.flce_passes`), so torch.compile records them without a
+graph break and torch.func transforms go through. Liger-Kernel's options (``softcap``, z-loss,
+``accum_dtype``, token accuracy) are documented on :func:`fused_linear_cross_entropy`; the module
+with Liger's calling convention is :mod:`.liger_compat`.
+
 The arithmetic, the class weights and label smoothing are in :mod:`.flce_chunks`; the chunk
 sizes in :mod:`.chunking`; the collectives in :mod:`.distributed`.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from ..errors import UnsupportedRequestError, XLossValueError
+from ..errors import UnsupportedRequestError, XLossTypeError, XLossValueError
 from ..validation import real_number
 from . import _checks as C
-from . import flce_chunks as F
 from . import flce_native as H
-from .chunking import resolve_sizes, spans
-from .distributed import Collectives
+from . import ops
+from .chunking import resolve_sizes
+from .distributed import Collectives, group_key
+from .flce_passes import Params, loss_dtype  # noqa: F401  (loss_dtype: the dtype of the returned loss)
+
+_WHAT = "fused_linear_cross_entropy"
+# where the op arguments after the five tensors hold what autograd needs: Params, then the wanted gradients
+_NATIVE, _WANT = Params._fields.index("native"), slice(len(Params._fields), len(Params._fields) + 3)
 
 
-@dataclass(frozen=True)
-class _Settings:
-    reduction: str
-    ignore_index: int
-    label_smoothing: float
-    chunk: int
-    block: int
-    start: int
-    vocab: int
-    coll: Collectives
-    backend: object
-    native: bool  # float32/16-bit operands with the cpu backend: flce_native
+class FusedLinearCrossEntropyOutput(NamedTuple):
+    """What :func:`fused_linear_cross_entropy` returns when ``return_z_loss`` or
+    ``return_token_accuracy`` is set (the field names of Liger-Kernel's ``CrossEntropyOutput``; a
+    NamedTuple, so ``loss, z_loss, acc = out`` works too). A field not asked for is None."""
 
-    def shard(self, x, w, b, target, class_weight) -> F.Shard:
-        return F.Shard(x, w, b, target, class_weight, self.start, self.vocab, self.ignore_index,
-                       self.label_smoothing, self.chunk, self.block, self.coll, self.backend)
+    loss: torch.Tensor
+    z_loss: torch.Tensor | None
+    token_accuracy: torch.Tensor | None
 
 
-def loss_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Losses of 16-bit operands are float32; otherwise the operands' dtype."""
-    return torch.float32 if dtype in H.HALF else dtype
+def _second_order_error() -> UnsupportedRequestError:
+    return UnsupportedRequestError(
+        "fused_linear_cross_entropy does not support second-order gradients (backward with "
+        "create_graph=True): its backward is not itself differentiable. Compute this loss's "
+        "gradients with create_graph=False, or use F.cross_entropy(F.linear(...)) for double backward")
 
 
-def _reduce(sh: F.Shard, total: torch.Tensor, reduction: str, denom) -> torch.Tensor:
-    if reduction == "mean":
-        total = total / denom if denom else total * float("nan")
-    return total.to(loss_dtype(sh.x.dtype))
-
-
-def _upstream(sh: F.Shard, scale: float) -> torch.Tensor:
-    """Per-token upstream gradient of a scalar reduction: ``scale`` on non-ignored tokens, float32."""
-    return torch.zeros(sh.x.shape[0]).masked_fill_(sh.target != sh.ignore_index, scale)
-
-
-def _needs_remainder(sh: F.Shard, kernels: F.Kernels, mode: str) -> bool:
-    return bool(sh.label_smoothing) and (sh.class_weight is not None or kernels.get(mode, 1)[1] == 0.0)
-
-
+@C.with_eager_twin
 class _FusedLinearCrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w, b, target, class_weight, cfg: _Settings):
-        sh = cfg.shard(x, w, b, target, class_weight)
-        want = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], b is not None and ctx.needs_input_grad[2])
-        bt = x.shape[0]
-        ctx.cfg = cfg
-        ctx.want = want
-        if cfg.native:
-            return _native_forward(ctx, sh, x, w, b, target, class_weight, want)
-        if any(want) and cfg.reduction != "none":
-            # scalar upstream: compute the gradients now (for upstream 1), scale them in backward
-            denom = F.denominator(sh) if cfg.reduction == "mean" else 1.0
-            scale = 1.0 / denom if denom else float("inf")
-            kernels = F.Kernels(sh)
-            gr = F.Grads.new(sh, *want)
-            row_sum = F.remainder_row_sum(sh) if _needs_remainder(sh, kernels, "softmax") and want[0] else None
-            total = torch.zeros((), dtype=torch.float64)
-            for t0, t1 in spans(bt, cfg.chunk):
-                tg = F.targets_of(sh, t0, t1)
-                st = F.chunk_stats(sh, x[t0:t1].to(sh.cdt), tg, keep=True)
-                total += F.token_loss(sh, tg, st).sum(dtype=torch.float64)
-                g = torch.zeros(t1 - t0, dtype=sh.cdt).masked_fill_(tg.valid, scale)
-                F.chunk_grads(sh, kernels, gr, t0, t1, tg, g, st, row_sum)
-                del st
-            ctx.save_for_backward(*F.finish(sh, gr))
-            ctx.precomputed = True
-            return _reduce(sh, total, cfg.reduction, denom)
+    """The op ``xloss::fused_linear_cross_entropy`` for autograd; backward: the saved gradients
+    scaled, or ``xloss::fused_linear_cross_entropy_backward``. ``args``: the op's settings after
+    the five tensors (flce_passes.Params, then want_dx, want_dw, want_db, backend).
 
-        losses = torch.empty(bt, dtype=sh.cdt)
-        row_max = torch.empty(bt, dtype=sh.cdt)
-        sum_exp = torch.empty(bt, dtype=sh.cdt)
-        for t0, t1 in spans(bt, cfg.chunk):
-            tg = F.targets_of(sh, t0, t1)
-            st = F.chunk_stats(sh, x[t0:t1].to(sh.cdt), tg, keep=False)
-            losses[t0:t1] = F.token_loss(sh, tg, st)
-            row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
-        ctx.precomputed = False
-        if any(want):
-            ctx.save_for_backward(x, w, b, target, class_weight, row_max, sum_exp)
-        if cfg.reduction == "none":
-            return losses.to(loss_dtype(x.dtype))
-        denom = F.denominator(sh) if cfg.reduction == "mean" else 1.0
-        return _reduce(sh, losses.sum(dtype=torch.float64), cfg.reduction, denom)
+    vmap: the generated rule runs forward and backward under vmap, where the two ops have no
+    batching rule of their own and PyTorch's fallback calls them once per batch entry (with a
+    performance warning): correct, a loop."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def backward(ctx, grad):
-        if torch.is_grad_enabled():
-            raise UnsupportedRequestError(
-                "fused_linear_cross_entropy does not support second-order gradients (backward with "
-                "create_graph=True): its backward is not itself differentiable. Compute this loss's "
-                "gradients with create_graph=False, or use F.cross_entropy(F.linear(...)) for double backward")
-        if ctx.cfg.native:
-            return _native_backward(ctx, grad)
-        if ctx.precomputed:
-            g = grad.item()
-            return tuple(None if t is None else C.scaled(t, g) for t in ctx.saved_tensors) + (None, None, None)
-        x, w, b, target, class_weight, row_max, sum_exp = ctx.saved_tensors
-        cfg = ctx.cfg
-        sh = cfg.shard(x, w, b, target, class_weight)
-        kernels = F.Kernels(sh)
-        mode = "softmax" if b is not None else "recompute"
-        gr = F.Grads.new(sh, *ctx.want)
-        row_sum = F.remainder_row_sum(sh) if _needs_remainder(sh, kernels, mode) and ctx.want[0] else None
-        g_all = grad.reshape(-1).to(sh.cdt)
-        for t0, t1 in spans(x.shape[0], cfg.chunk):
-            tg = F.targets_of(sh, t0, t1)
-            st = F.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
-            g = torch.where(tg.valid, g_all[t0:t1], 0.0)
-            F.chunk_grads(sh, kernels, gr, t0, t1, tg, g, st, row_sum)
-        dx, dw, db = F.finish(sh, gr)
-        return dx, dw, db, None, None, None
+    def forward(x, w, b, target, class_weight, args):
+        return ops.call(ops.fused_linear_cross_entropy, x, w, b, target, class_weight, *args)
 
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w, b, target, class_weight, args = inputs
+        loss, z_loss, acc, row_max, sum_exp, dx, dw, db = output
+        ctx.mark_non_differentiable(z_loss, acc, row_max, sum_exp, dx, dw, db)
+        ctx.set_materialize_grads(False)
+        ctx.args = args
+        reduction, native, want = args[0], args[_NATIVE], args[_WANT]
+        precomputed = reduction != "none" and any(want)
+        # the operands are needed to recompute (reduction "none"; 16-bit scaled by a non-power of two)
+        # and, under torch.func, by the second-order guard
+        recompute = not precomputed or (native and x.dtype in H.HALF)
+        keep = recompute or C._functorch_active()
+        ctx.save_for_backward(x if keep else None, w if keep else None, b if keep else None, target, class_weight,
+                              *((row_max, sum_exp) if recompute else (None, None)),
+                              *((dx, dw, db) if precomputed else (None, None, None)))
 
-def _native_forward(ctx, sh: F.Shard, x, w, b, target, class_weight, want):
-    cfg = ctx.cfg
-    denom = F.denominator(sh) if cfg.reduction == "mean" else 1.0
-    ctx.scale = 1.0 / denom if denom else float("inf")
-    ctx.precomputed = any(want) and cfg.reduction != "none"
-    g_all = _upstream(sh, ctx.scale) if ctx.precomputed else None
-    losses, stats, grads = H.run(sh, want, g_all, None)
-    if any(want):
-        ctx.save_for_backward(x, w, b, target, class_weight, *stats, *(grads if ctx.precomputed else ()))
-    if cfg.reduction == "none":
-        return losses
-    return _reduce(sh, losses.sum(dtype=torch.float64), cfg.reduction, denom)
+    @staticmethod
+    def backward(ctx, grad, *_):
+        if torch.is_grad_enabled() and not C._functorch_active():
+            raise _second_order_error()
+        if grad is None:
+            return (None,) * 6
+        x, w, b, target, class_weight, row_max, sum_exp, dx, dw, db = ctx.saved_tensors
+        args = ctx.args
+        want = args[_WANT]
+        precomputed = args[0] != "none"
+        eager = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or C._functorch_active())
+        g = C.scalar_value(grad) if (precomputed and eager) else None
+        if g is not None and (not args[_NATIVE] or dx.dtype not in H.HALF or H.exact_scale(dx.dtype, g)):
+            grads = tuple(C.scaled(t, g) if wanted else None for t, wanted in zip((dx, dw, db), want))
+        else:
+            detach = (lambda t: None if t is None else t.detach())
+            out = ops.call(ops.fused_linear_cross_entropy_backward, grad.detach(), detach(x), detach(w), detach(b),
+                           target, class_weight, row_max, sum_exp, dx, dw, db, *args)
+            grads = tuple(t if wanted else None for t, wanted in zip(out, want))
+        if C._functorch_active():
+            grads = tuple(None if t is None else C.first_order_result(_WHAT, t, ref)
+                          for t, ref in zip(grads, (x, w, b)))
+        return grads + (None, None, None)
 
-
-def _native_backward(ctx, grad):
-    x, w, b, target, class_weight, row_max, sum_exp, *saved = ctx.saved_tensors
-    sh = ctx.cfg.shard(x, w, b, target, class_weight)
-    if ctx.precomputed:
-        g = grad.item()
-        if x.dtype not in H.HALF or H.exact_scale(x.dtype, g):  # 16-bit gradients times g: still rounded once
-            return tuple(None if t is None else C.scaled(t, g) for t in saved) + (None, None, None)
-        g_all = _upstream(sh, ctx.scale * g)  # rounding twice otherwise: recompute with g folded in
-    else:
-        g_all = grad.reshape(-1).float()
-    _, _, (dx, dw, db) = H.run(sh, ctx.want, g_all, (row_max, sum_exp))
-    return dx, dw, db, None, None, None
 
 
 def _autocast_dtype(t: torch.Tensor):
@@ -193,7 +138,9 @@ def _autocast_dtype(t: torch.Tensor):
 
 def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: int = -100, reduction: str = "mean",
                                label_smoothing: float = 0.0, chunk_size=None, backend=None, *, class_weight=None,
-                               vocab_chunk_size=None, process_group=None):
+                               vocab_chunk_size=None, process_group=None, softcap=None, lse_square_scale: float = 0.0,
+                               return_z_loss: bool = False, accum_dtype=None, return_token_accuracy: bool = False,
+                               use_token_scaling: bool = False):
     """``F.cross_entropy(input @ weight.T + bias, target, ...)`` in memory bounded by the chunk.
 
     ``input`` (..., H) and ``weight`` (V, H) (float16/bfloat16/float32/float64, the same dtype;
@@ -205,23 +152,48 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     otherwise; the gradients are in the operands' dtypes. 16-bit operands with the ``cpu`` (default)
     backend run the products on the CPU's native 16-bit GEMMs (:mod:`xloss.torch.flce_native`), with
     a default chunk of 2**26 logits (:func:`xloss.torch.chunking.default_half_chunk_size`).
+    Probability targets (a float ``target`` of shape (..., V)) are not supported: see the error.
+
+    Options with Liger-Kernel's names and meaning (``cpu`` backend or the default: they run on the
+    PyTorch-GEMM path; ``accuracy`` runs on every backend):
+
+    * ``softcap``: the logits become ``softcap * tanh(logits / softcap)`` before the cross entropy
+      (Gemma-2's final-logit soft-capping); None or 0: off.
+    * ``lse_square_scale``: z-loss, ``lse_square_scale * logsumexp(logits)**2`` added to each
+      non-ignored token's loss (not class-weighted); ``mean`` divides it by the token count.
+    * ``return_z_loss`` / ``return_token_accuracy``: return a :class:`FusedLinearCrossEntropyOutput`
+      ``(loss, z_loss, token_accuracy)`` instead of the loss (the loss still includes the z-loss;
+      ``z_loss`` is its part, without gradient). Token accuracy: ``argmax(logits) == target`` over
+      the non-ignored tokens (a target tied with the maximum counts), their mean for ``mean``/``sum``,
+      per token (0 where ignored) for ``none``; float32, no gradient.
+    * ``use_token_scaling``: each token's loss (z-loss included) times its target's softmax
+      probability, taken as a constant (no gradient through it), after ``mean``'s division.
+    * ``accum_dtype``: the dtype of the weight/bias gradient accumulators. They are float32 (float64
+      for float64 operands) already, the project's floor, so only ``torch.float64`` changes anything
+      (the cpu backend's path; refused elsewhere); narrower dtypes are accepted and mean float32.
 
     Memory: tokens are processed ``chunk_size`` at a time, so the transient logits are
     ``chunk_size × V`` float32. The default (:func:`xloss.torch.chunking.default_chunk_size`) is
     ``H`` tokens — logits about the size of the weight gradient — clamped to between 2**20 and
-    2**26 logits per chunk: about a thousand tokens amortise each chunk's pass over the (V, H)
-    gradient accumulator, and peak memory stays near 2–3× the weight instead of 3 × BT × V
-    floats. ``vocab_chunk_size`` bounds the rows of ``weight`` per kernel call (default: about
-    32 MiB of kernel outputs per call).
+    2**26 logits per chunk. ``vocab_chunk_size`` bounds the rows of ``weight`` per kernel call
+    (default: about 32 MiB of kernel outputs per call).
 
     ``backend``: the xloss backend whose ``fused_linear_cross_entropy_grad`` computes the
     gradients (name or object; default ``cpu`` where available).
 
-    ``process_group``: vocabulary parallelism. ``weight`` (and ``bias``) are then this rank's
-    contiguous shard of the vocabulary, the shards lying in rank order; ``input``, ``target``
-    and ``class_weight`` (global, length K) are the same on every rank. Every rank gets the
-    full loss and the full input gradient; ``weight``'s gradient is its shard's.
+    ``process_group``: vocabulary parallelism (eager mode only). ``weight`` (and ``bias``) are then
+    this rank's contiguous shard of the vocabulary, the shards lying in rank order; ``input``,
+    ``target`` and ``class_weight`` (global, length K) are the same on every rank. Every rank gets
+    the full loss and the full input gradient; ``weight``'s gradient is its shard's.
+
+    A ``torch.library`` custom op underneath (``torch.ops.xloss.fused_linear_cross_entropy``):
+    ``torch.compile(fullgraph=True)`` and ``torch.func.grad`` trace through it; the class-index
+    check runs inside the op.
     """
+    kw = dict(class_weight=class_weight, vocab_chunk_size=vocab_chunk_size, process_group=process_group,
+              softcap=softcap, lse_square_scale=lse_square_scale, return_z_loss=return_z_loss,
+              accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
+              use_token_scaling=use_token_scaling)
     input = C.float_tensor(input, "input")
     cast = _autocast_dtype(input)
     if cast is not None:  # as F.linear under autocast: operands in the autocast dtype (differentiably)
@@ -230,13 +202,11 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
             return fused_linear_cross_entropy(
                 input.to(cast), weight.to(cast) if weight.dtype != torch.float64 else weight, target,
                 None if bias is None else C.float_tensor(bias, "bias").to(cast), ignore_index, reduction,
-                label_smoothing, chunk_size, backend, class_weight=class_weight,
-                vocab_chunk_size=vocab_chunk_size, process_group=process_group)
+                label_smoothing, chunk_size, backend, **kw)
     if torch.is_autocast_enabled("cpu"):  # float64, or already the autocast dtype: no casts, no autocast inside
         with torch.autocast("cpu", enabled=False):
             return fused_linear_cross_entropy(input, weight, target, bias, ignore_index, reduction, label_smoothing,
-                                              chunk_size, backend, class_weight=class_weight,
-                                              vocab_chunk_size=vocab_chunk_size, process_group=process_group)
+                                              chunk_size, backend, **kw)
     if input.ndim < 1:
         raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
     hidden = input.shape[-1]
@@ -250,6 +220,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         if tuple(bias.shape) != (rows,):
             raise XLossValueError(f"bias must have shape ({rows},), one per row of weight; "
                                   f"got {C.shape_str(bias.shape)}")
+    _refuse_probability_targets(target, input, rows)
     target = C.index_tensor(target, "target")
     if tuple(target.shape) != tuple(input.shape[:-1]):
         raise XLossValueError(f"target must have shape {C.shape_str(input.shape[:-1])} (input's without H); "
@@ -259,18 +230,35 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     ls = real_number(label_smoothing, "label_smoothing")
     if not 0.0 <= ls < 1.0:
         raise XLossValueError(f"label_smoothing must be in [0, 1); got {ls}")
+    cap = 0.0 if softcap is None else real_number(softcap, "softcap")
+    if cap < 0.0:
+        raise XLossValueError(f"softcap must be positive (or None/0 for off); got {cap}")
+    z_scale = real_number(lse_square_scale, "lse_square_scale")
+    if z_scale < 0.0:
+        raise XLossValueError(f"lse_square_scale must be >= 0; got {z_scale}")
+    accum = _accum_name(accum_dtype, input.dtype)
+    if process_group is not None and torch.compiler.is_compiling():
+        raise UnsupportedRequestError("fused_linear_cross_entropy with process_group runs in eager mode only "
+                                      "(its collectives run inside the op); call it outside torch.compile")
     coll = Collectives(process_group)
     bt = target.numel()
     given_chunk = 0 if chunk_size is None else C.integer(chunk_size, "chunk_size")
     start, vocab = coll.vocab_layout(rows, bt, given_chunk)
     # the token chunk must be the same on every rank (each chunk is one round of collectives):
     # its default depends on the global vocabulary only; the vocabulary block is per rank
-    native = input.dtype in H.DTYPES and _cpu_backend(backend)
+    cpu = _cpu_backend(backend)
+    scaling = bool(use_token_scaling)
+    native = cpu and (input.dtype in H.DTYPES or bool(cap or z_scale or scaling or accum == "float64"))
+    if not native and (cap or z_scale or scaling or (accum == "float64" and input.dtype != torch.float64)):
+        raise UnsupportedRequestError(
+            "softcap, lse_square_scale, use_token_scaling and accum_dtype=torch.float64 run on the cpu backend's "
+            "PyTorch-GEMM path "
+            f"(backend='cpu' or None); backend {getattr(backend, 'name', backend)!r} computes G in its "
+            "fused_linear_cross_entropy_grad kernel, which has no soft-capping or z-loss term")
     chunk, _ = resolve_sizes(chunk_size, 1, hidden, vocab, half=native and input.dtype in H.HALF)
     _, block = resolve_sizes(chunk, vocab_chunk_size, hidden, rows)
     if vocab < 1 and bt:
         raise XLossValueError("weight has no rows: the vocabulary must hold at least one class")
-    C.check_class_indices(target, vocab, ignore_index)
     cdt = torch.float64 if input.dtype == torch.float64 else torch.float32
     if class_weight is not None:
         class_weight = C.float_tensor(class_weight, "class_weight")
@@ -280,11 +268,49 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         C.no_grad_required(class_weight, "class_weight", "fused_linear_cross_entropy gives no gradient w.r.t. it")
         class_weight = class_weight.to(cdt).contiguous()
 
-    cfg = _Settings(reduction, ignore_index, ls, chunk, block, start, vocab, coll, backend, native)
+    grad_on = torch.is_grad_enabled()
+    want = (grad_on and input.requires_grad, grad_on and weight.requires_grad,
+            grad_on and bias is not None and bias.requires_grad)
+    args = tuple(Params(reduction, ignore_index, ls, cap, z_scale, chunk, block, start, vocab, group_key(process_group),
+                        native, accum, bool(return_token_accuracy), scaling)) + want + (ops.backend_key(backend),)
     x2 = input.reshape(-1, hidden).contiguous()
-    loss = _FusedLinearCrossEntropy.apply(x2, weight.contiguous(), None if bias is None else bias.contiguous(),
-                                          target.reshape(-1).to(torch.int64), class_weight, cfg)
-    return loss.reshape(target.shape) if reduction == "none" else loss
+    operands = (x2, weight.contiguous(), None if bias is None else bias.contiguous(),
+                target.reshape(-1).to(torch.int64), class_weight)
+    if any(want):
+        out = _FusedLinearCrossEntropy.call(*operands, args)
+    else:
+        out = ops.call(ops.fused_linear_cross_entropy, *operands, *args)
+    loss = out[0].reshape(target.shape) if reduction == "none" else out[0]
+    if not (return_z_loss or return_token_accuracy):
+        return loss
+    z_loss = acc = None
+    if return_z_loss:  # without z-loss, zeros (NaN for the mean over no tokens, as the loss)
+        z_loss = out[1].reshape(loss.shape) if z_scale else loss.detach() * 0.0
+    if return_token_accuracy:
+        acc = out[2].reshape(loss.shape)
+    return FusedLinearCrossEntropyOutput(loss, z_loss, acc)
+
+
+def _refuse_probability_targets(target, input, rows) -> None:
+    """Class-probability targets (``F.cross_entropy``'s float (N, C) target) would need a (tokens ×
+    vocabulary) read in every pass and a different ``mean``; the fused path takes class indices."""
+    if isinstance(target, torch.Tensor) and target.is_floating_point():
+        raise XLossTypeError(
+            f"target has dtype {target.dtype} and shape {C.shape_str(target.shape)}: fused_linear_cross_entropy "
+            "takes class indices (int64/int32/uint8 of input's shape without H); class-probability targets "
+            f"(float (..., {rows})) are not supported — use F.cross_entropy(F.linear(input, weight, bias), target) "
+            "for them, or pass target.argmax(-1) for one-hot targets")
+
+
+def _accum_name(accum_dtype, dtype: torch.dtype) -> str | None:
+    """``accum_dtype`` as the op's string: None (the compute dtype), "float32" or "float64"."""
+    if accum_dtype is None:
+        return None
+    if not isinstance(accum_dtype, torch.dtype) or accum_dtype not in C.FLOAT_DTYPES:
+        raise XLossTypeError(f"accum_dtype must be None or a torch floating dtype; got {accum_dtype!r}")
+    if accum_dtype == torch.float64 and dtype != torch.float64:
+        return "float64"
+    return None  # float32 or narrower: the float32 (float64) accumulators already are at least that
 
 
 def _cpu_backend(backend) -> bool:
@@ -293,27 +319,40 @@ def _cpu_backend(backend) -> bool:
 
 
 class FusedLinearCrossEntropyLoss(torch.nn.Module):
-    """:func:`fused_linear_cross_entropy` as a module: ``loss_fn(input, weight, target, bias=None)``.
+    """:func:`fused_linear_cross_entropy` as a module: ``loss_fn(input, weight, target, bias=None)``
+    (input first; :class:`xloss.torch.LigerCompatFusedLinearCrossEntropyLoss` takes Liger-Kernel's
+    weight-first order).
 
     The projection's parameters stay with the caller's model (e.g. ``lm_head.weight``), so the
     module holds only the settings (and ``class_weight`` as a buffer).
     """
 
     def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
-                 chunk_size=None, backend=None, *, class_weight=None, vocab_chunk_size=None, process_group=None):
+                 chunk_size=None, backend=None, *, class_weight=None, vocab_chunk_size=None, process_group=None,
+                 softcap=None, lse_square_scale: float = 0.0, return_z_loss: bool = False, accum_dtype=None,
+                 return_token_accuracy: bool = False, use_token_scaling: bool = False):
         super().__init__()
         self.ignore_index, self.reduction, self.label_smoothing = ignore_index, C.reduction(reduction), label_smoothing
         self.chunk_size, self.vocab_chunk_size, self.backend = chunk_size, vocab_chunk_size, backend
         self.process_group = process_group
+        self.softcap, self.lse_square_scale, self.accum_dtype = softcap, lse_square_scale, accum_dtype
+        self.return_z_loss, self.return_token_accuracy = return_z_loss, return_token_accuracy
+        self.use_token_scaling = use_token_scaling
         self.register_buffer("class_weight", class_weight)
 
     def forward(self, input, weight, target, bias=None):
         return fused_linear_cross_entropy(input, weight, target, bias, self.ignore_index, self.reduction,
                                           self.label_smoothing, self.chunk_size, self.backend,
                                           class_weight=self.class_weight, vocab_chunk_size=self.vocab_chunk_size,
-                                          process_group=self.process_group)
+                                          process_group=self.process_group, softcap=self.softcap,
+                                          lse_square_scale=self.lse_square_scale, return_z_loss=self.return_z_loss,
+                                          accum_dtype=self.accum_dtype,
+                                          return_token_accuracy=self.return_token_accuracy,
+                                          use_token_scaling=self.use_token_scaling)
 
     def extra_repr(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in (("softcap", self.softcap),
+                                                      ("lse_square_scale", self.lse_square_scale)) if v)
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
                 f"label_smoothing={self.label_smoothing}, "
-                f"chunk_size={self.chunk_size}, backend={self.backend!r}")
+                f"chunk_size={self.chunk_size}, backend={self.backend!r}{extra}")

@@ -39,6 +39,7 @@ from .chunking import spans
 from .distributed import Collectives
 
 _KERNEL = "fused_linear_cross_entropy_grad"
+NO_INDEX = torch.iinfo(torch.int64).max  # "no maximum here" in the first-maximum search
 _NUMPY_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
                torch.float64: "float64"}
 
@@ -60,6 +61,11 @@ class Shard:
     block: int
     coll: Collectives
     backend: object  # what the caller passed as backend=
+    softcap: float = 0.0  # logits -> softcap * tanh(logits / softcap); 0: off (torch GEMM path only)
+    z_scale: float = 0.0  # z-loss: + z_scale * lse**2 per token not ignored (torch GEMM path only)
+    accum: torch.dtype | None = None  # dtype of the weight/bias gradient accumulators; None: compute dtype
+    accuracy: bool = False  # find each row's first maximum (token accuracy)
+    token_scaling: bool = False  # each token's loss times its (constant) target probability (torch GEMM path only)
 
     @property
     def cdt(self) -> torch.dtype:
@@ -159,6 +165,7 @@ class RowStats:
     target_logit: torch.Tensor  # z_it (0 where ignored)
     smooth: torch.Tensor  # sum_j w_j z_ij (only with label smoothing)
     blocks: list | None  # with keep: the chunk's blocks, turned into softmax in place
+    first: torch.Tensor | None = None  # with sh.accuracy: global index of the row's first maximum (int64)
 
 
 def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowStats:
@@ -168,6 +175,7 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
     the softmax. Otherwise each block is dropped after an online max/sum update, so the
     transient is one block."""
     c, cdt = x_c.shape[0], sh.cdt
+    first = torch.full((c,), NO_INDEX) if sh.accuracy else None
     m = torch.full((c,), float("-inf"), dtype=cdt)
     s = torch.zeros(c, dtype=cdt)
     zt = torch.zeros(c, dtype=cdt)
@@ -183,6 +191,9 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
                 smooth += z.sum(1)
             else:
                 smooth += torch.mv(z, sh.class_weight[sh.start + v0:sh.start + v1])
+        if first is not None and z.shape[1]:  # a later block's maximum counts only when larger
+            bmax, barg = z.max(1)
+            first = torch.where(bmax > m, barg + (sh.start + v0), first)
         if keep:
             blocks.append(z)
             torch.maximum(m, z.amax(1), out=m)
@@ -190,6 +201,11 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
             m_new = torch.maximum(m, z.amax(1))
             s.mul_(torch.exp(m - m_new)).add_(z.sub_(m_new[:, None]).exp_().sum(1))
             m = m_new
+    if first is not None and sh.coll.active:  # the lowest index among the ranks holding the global maximum
+        m_global = m.clone()
+        sh.coll.max_(m_global)
+        first = torch.where(m == m_global, first, NO_INDEX)
+        sh.coll.min_(first)
     if keep:
         sh.coll.max_(m)
         for z in blocks:
@@ -207,7 +223,7 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
         inv = 1.0 / s[:, None]
         for z in blocks:
             z.mul_(inv)
-    return RowStats(m, s, zt, smooth, blocks)
+    return RowStats(m, s, zt, smooth, blocks, first)
 
 
 def token_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
@@ -218,6 +234,24 @@ def token_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
     if ls:
         loss = (1.0 - ls) * loss + (ls / sh.vocab) * (sh.w_sum * lse - st.smooth)
     return torch.where(tg.valid, loss, 0.0)
+
+
+def z_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
+    """Per-token z-loss ``z_scale * lse**2`` (0 for ignored tokens; not class-weighted, as Liger-Kernel)."""
+    lse = st.logits_max + torch.log(st.sum_exp)
+    return torch.where(tg.valid, sh.z_scale * lse * lse, 0.0)
+
+
+def token_scale(tg: Targets, st: RowStats) -> torch.Tensor:
+    """Liger-Kernel's ``use_token_scaling`` factor: the target's softmax probability (0 where ignored),
+    a constant for autograd."""
+    return torch.where(tg.valid, torch.exp(st.target_logit - st.logits_max) / st.sum_exp, 0.0)
+
+
+def correct(sh: Shard, tg: Targets, st: RowStats, t0: int, t1: int) -> torch.Tensor:
+    """Per token: 1.0 where ``argmax(logits) == target`` (the first maximum, as torch.argmax),
+    0.0 otherwise and for ignored tokens. float32."""
+    return (tg.valid & (st.first == sh.target[t0:t1])).to(torch.float32)
 
 
 # -- gradients --------------------------------------------------------------------------------

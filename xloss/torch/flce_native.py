@@ -24,7 +24,10 @@ accumulate in float32. The numerics, per token chunk of the batch:
   ``dx`` to the float32 all-reduce of the vocabulary-parallel path;
 * ``db``: column sums of the float32 G, accumulated in float32, rounded once.
 
-Widened, every partial is float32 already and is accumulated in float32 directly.
+Widened, every partial is float32 already and is accumulated in float32 directly. float64 operands
+take this path (every product and sum in float64) when a call needs what only it computes:
+soft-capping and z-loss (:func:`xloss.torch.fused_linear_cross_entropy`); ``accum_dtype=float64``
+widens the weight/bias gradient accumulators.
 
 On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
 ``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows``) where Numba is
@@ -40,10 +43,11 @@ from dataclasses import dataclass
 import torch
 
 from .chunking import spans
-from .flce_chunks import RowStats, Shard, Targets, targets_of, token_loss
+from .flce_chunks import NO_INDEX, RowStats, Shard, Targets, targets_of, token_loss, token_scale
 
 HALF = (torch.bfloat16, torch.float16)
-DTYPES = HALF + (torch.float32,)  # what this path serves (float64 goes through the backend kernel)
+DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 goes through the backend kernel)
+# float64 takes this path too when a call needs what only it computes (softcap, z-loss): see NativePass
 _ROW_PASSES = []  # the Numba row passes, loaded once (None where Numba is missing)
 
 
@@ -89,8 +93,8 @@ class NativeGrads:
     """Accumulators: 16-bit results written once where a single GEMM makes them, float32 otherwise."""
 
     dx: torch.Tensor | None  # (BT, H): operand dtype, or float32 when partials are summed (ranks, widened)
-    dw: torch.Tensor | None  # (V_r, H): operand dtype when one chunk on the native path, else float32
-    db: torch.Tensor | None  # (V_r,) float32
+    dw: torch.Tensor | None  # (V_r, H): operand dtype when one chunk on the native path, else the accumulator dtype
+    db: torch.Tensor | None  # (V_r,) the accumulator dtype (float32, or float64 for float64 operands / accum_dtype)
 
 
 class NativePass:
@@ -100,16 +104,19 @@ class NativePass:
         self.sh = sh
         self.dt = sh.x.dtype
         self.native = self.dt in HALF and native_gemm(self.dt)
-        self.odt = self.dt if self.native else torch.float32  # the GEMMs' operand dtype
+        self.cdt = sh.cdt  # float32, or float64 for float64 operands
+        self.odt = self.dt if self.native else self.cdt  # the GEMMs' operand dtype
         bt, h = sh.x.shape
         self.one_chunk = sh.chunk >= bt
         wx, ww, wb = want
-        dx_dt = self.dt if (self.native and not sh.coll.active) else torch.float32
-        dw_dt = self.dt if (self.native and self.one_chunk) else torch.float32
+        # accumulators: accum_dtype where it is wider than the compute dtype
+        acc = sh.accum if sh.accum is not None and sh.accum.itemsize > self.cdt.itemsize else self.cdt
+        dx_dt = self.dt if (self.native and not sh.coll.active) else self.cdt
+        dw_dt = self.dt if (self.native and self.one_chunk and acc == self.cdt) else acc
         alloc = torch.empty if bt else torch.zeros  # every chunk writes its dx rows; the first one dw
         self.gr = NativeGrads(alloc(bt, h, dtype=dx_dt) if wx else None,
                               alloc(sh.rows, h, dtype=dw_dt) if ww else None,
-                              torch.zeros(sh.rows, dtype=torch.float32) if wb else None)
+                              torch.zeros(sh.rows, dtype=acc) if wb else None)
         # the weight (and bias) in the GEMMs' dtype: a view when native, one widened copy otherwise
         self.w = sh.w.to(self.odt)
         self.b = None if sh.b is None else sh.b.to(self.odt)
@@ -125,21 +132,28 @@ class NativePass:
     # -- one chunk -------------------------------------------------------------------------
 
     def logits(self, x_c: torch.Tensor) -> torch.Tensor:
-        """(chunk, V_r) logits in the GEMMs' dtype (rounded once on the native path)."""
-        if self.b is None:
-            return torch.mm(x_c, self.w.T)
-        return torch.addmm(self.b, x_c, self.w.T)
+        """(chunk, V_r) logits in the GEMMs' dtype (rounded once on the native path), soft-capped
+        (``softcap * tanh(z / softcap)``, in the compute dtype, rounded once) when asked."""
+        z = torch.mm(x_c, self.w.T) if self.b is None else torch.addmm(self.b, x_c, self.w.T)
+        cap = self.sh.softcap
+        if cap:
+            if z.dtype == self.cdt:
+                z.div_(cap).tanh_().mul_(cap)
+            else:
+                z.copy_(torch.tanh(z.to(self.cdt) / cap).mul_(cap))
+        return z
 
     def stats(self, z: torch.Tensor, tg: Targets) -> RowStats:
         """Global row max, sum of exponentials, target logit and smoothing sum, in float32."""
         if self.rows is not None:
             return self._stats_row_passes(z, tg)
-        sh, c = self.sh, z.shape[0]
-        m = z.amax(1).float() if z.shape[1] else torch.full((c,), float("-inf"))
+        sh, c, cdt = self.sh, z.shape[0], self.cdt
+        m_loc = z.amax(1).to(cdt) if z.shape[1] else torch.full((c,), float("-inf"), dtype=cdt)
+        m = m_loc.clone() if sh.coll.active else m_loc
         sh.coll.max_(m)
-        s, zt, smooth = torch.zeros(c), torch.zeros(c), torch.zeros(c)
+        s, zt, smooth = (torch.zeros(c, dtype=cdt) for _ in range(3))
         for v0, v1 in spans(sh.rows, sh.block):
-            zf = z[:, v0:v1].to(torch.float32, copy=True)  # z stays: it becomes G later
+            zf = z[:, v0:v1].to(cdt, copy=True)  # z stays: it becomes G later
             hit = tg.in_shard & (tg.local >= v0) & (tg.local < v1)
             col = torch.where(hit, tg.local - v0, 0)
             zt += torch.where(hit, zf.gather(1, col[:, None]).squeeze(1), 0.0)
@@ -148,7 +162,21 @@ class NativePass:
             s += zf.sub_(m[:, None]).exp_().sum(1)
         packed = torch.stack([s, zt, smooth])
         sh.coll.sum_(packed)
-        return RowStats(m, packed[0], packed[1], packed[2], None)
+        return RowStats(m, packed[0], packed[1], packed[2], None, self._first_max(z, m_loc, m))
+
+    def _first_max(self, z: torch.Tensor, m_loc: torch.Tensor, m: torch.Tensor):
+        """Global index of each row's first maximum (token accuracy), or None when not asked."""
+        sh = self.sh
+        if not sh.accuracy:
+            return None
+        if not z.shape[1]:
+            first = torch.full((z.shape[0],), NO_INDEX)
+        else:
+            first = z.argmax(1) + sh.start
+        if sh.coll.active:  # the lowest index among the ranks holding the global maximum
+            first = torch.where(m_loc == m, first, NO_INDEX)
+            sh.coll.min_(first)
+        return first
 
     def _stats_row_passes(self, z: torch.Tensor, tg: Targets) -> RowStats:
         sh, c = self.sh, z.shape[0]
@@ -164,24 +192,34 @@ class NativePass:
             s.mul_(torch.where(torch.isneginf(m_loc), 0.0, torch.exp(m_loc - m)))
         packed = torch.stack([s, zt, smooth])
         sh.coll.sum_(packed)
-        return RowStats(m, packed[0], packed[1], packed[2], None)
+        return RowStats(m, packed[0], packed[1], packed[2], None, self._first_max(z, m_loc, m))
 
-    def gradient_in_place(self, z: torch.Tensor, tg: Targets, g: torch.Tensor, st: RowStats) -> None:
-        """Overwrite the logits z with G (float32 arithmetic, one rounding to the operand dtype);
-        add its column sums to db."""
+    def gradient_in_place(self, z: torch.Tensor, tg: Targets, g: torch.Tensor, st: RowStats,
+                          gz: torch.Tensor | None = None) -> None:
+        """Overwrite the logits z with G (compute-dtype arithmetic, one rounding to the operand dtype);
+        add its column sums to db. ``gz``: the z-loss's per-token upstream gradient (its term is
+        ``2 z_scale lse p``, folded into the coefficient of p); soft-capping multiplies G by
+        ``1 - tanh(z / softcap)**2``, read off the capped logits before they are overwritten."""
         sh, ls, k = self.sh, self.sh.label_smoothing, self.sh.vocab
         a = (1.0 - ls) * tg.w_t + (ls / k) * sh.w_sum if self.cw is not None else torch.ones_like(g)
         hit_scale = g * (1.0 - ls) * tg.w_t
-        if self.rows is not None and self.gr.db is None:
+        p_coef = g * a
+        if sh.z_scale and gz is not None:
+            p_coef = p_coef + (2.0 * sh.z_scale) * (st.logits_max + torch.log(st.sum_exp)) * gz
+        if self.rows is not None and self.gr.db is None and not sh.softcap:
             tcol = torch.where(tg.in_shard, tg.local, -1)
             self.rows.gradient_in_place(_np(z), st.logits_max.contiguous().numpy(),
-                                        (1.0 / st.sum_exp).numpy(), (g * a).numpy(),
+                                        (1.0 / st.sum_exp).numpy(), p_coef.numpy(),
                                         ((ls / k) * g).numpy(), hit_scale.numpy(), tcol.numpy(), self.cw_np)
             return
-        ga = (g * a)[:, None]
+        ga = p_coef[:, None]
         inv = (1.0 / st.sum_exp)[:, None]
+        cdt = self.cdt
         for v0, v1 in spans(sh.rows, sh.block):
-            gf = z[:, v0:v1].float().sub_(  # (in z itself when z is float32: it is overwritten anyway)
+            chain = None
+            if sh.softcap:  # d(capped)/dz = 1 - (capped / softcap)**2
+                chain = z[:, v0:v1].to(cdt).div(sh.softcap).square_().neg_().add_(1.0)
+            gf = z[:, v0:v1].to(cdt).sub_(  # (in z itself when z has the compute dtype: it is overwritten anyway)
                 st.logits_max[:, None]).exp_().mul_(inv).mul_(ga)
             if ls:
                 share = (ls / k) * g[:, None]
@@ -189,6 +227,8 @@ class NativePass:
             rows = (tg.in_shard & (tg.local >= v0) & (tg.local < v1)).nonzero().squeeze(1)
             cols = tg.local[rows] - v0
             gf[rows, cols] -= hit_scale[rows]
+            if chain is not None:
+                gf.mul_(chain)
             if self.gr.db is not None:
                 self.gr.db[v0:v1] += gf.sum(0)
             z[:, v0:v1].copy_(gf if self.native else gf.to(self.dt))  # the one rounding of G
@@ -201,8 +241,8 @@ class NativePass:
         if gr.dw is not None:
             _product_into(gr.dw, z.T, x_c, first=t0 == 0)
 
-    def chunk(self, t0: int, t1: int, g: torch.Tensor | None, st: RowStats | None):
-        """Run tokens [t0, t1): returns (per-token float32 loss or None, stats)."""
+    def chunk(self, t0: int, t1: int, g: torch.Tensor | None, st: RowStats | None, gz: torch.Tensor | None = None):
+        """Run tokens [t0, t1): returns (per-token compute-dtype loss or None, stats, targets)."""
         sh = self.sh
         tg = targets_of(sh, t0, t1)
         x_c = sh.x[t0:t1].to(self.odt)
@@ -212,9 +252,24 @@ class NativePass:
             st = self.stats(z, tg)
             loss = token_loss(sh, tg, st)
         if g is not None:
-            self.gradient_in_place(z, tg, torch.where(tg.valid, g, 0.0), st)
+            g = torch.where(tg.valid, g, 0.0)
+            gz = None if gz is None else torch.where(tg.valid, gz, 0.0)
+            if sh.token_scaling:  # the loss is scaled by a constant per token: so is its gradient
+                if st.target_logit is None:  # backward: the target logits again, from this chunk's logits
+                    st.target_logit = self._target_logit(z, tg)
+                s = token_scale(tg, st)
+                g, gz = g * s, None if gz is None else gz * s
+            self.gradient_in_place(z, tg, g, st, gz)
             self.products(z, x_c, t0, t1)
-        return loss, st
+        return loss, st, tg
+
+    def _target_logit(self, z: torch.Tensor, tg: Targets) -> torch.Tensor:
+        """Each token's (soft-capped) target logit from the chunk's logits, summed over the ranks."""
+        zt = torch.zeros(z.shape[0], dtype=self.cdt)
+        if z.shape[1]:
+            zt = torch.where(tg.in_shard, z.gather(1, tg.local[:, None]).squeeze(1).to(self.cdt), 0.0)
+        self.sh.coll.sum_(zt)
+        return zt
 
     def finish(self):
         """(dx, dw, db) in the operand dtype: the float32 parts summed over the ranks and rounded once."""
@@ -227,8 +282,11 @@ class NativePass:
 def _product_into(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, first: bool) -> None:
     """``acc (=|+=) a @ b``. A 16-bit ``acc`` is written by one GEMM; a float32 ``acc`` takes a 16-bit
     product as hi + lo (see the module docstring) and a float32 product directly."""
-    if a.dtype == torch.float32:
+    if acc.dtype == a.dtype and a.dtype in (torch.float32, torch.float64):
         torch.mm(a, b, out=acc) if first else acc.addmm_(a, b)
+    elif a.dtype in (torch.float32, torch.float64):  # a wider accumulator (accum_dtype)
+        p = torch.mm(a, b)
+        acc.copy_(p) if first else acc.add_(p)
     elif acc.dtype == a.dtype:
         torch.mm(a, b, out=acc)
     else:
@@ -241,19 +299,40 @@ def _product_into(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, first: bo
         acc.add_(lo)
 
 
-def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None):
-    """The whole batch. ``g_all``: per-token upstream gradient (float32, BT) or None for no gradients;
-    ``stats``: saved (row max, sum of exponentials) to skip the statistics (backward), or None.
-    Returns (per-token float32 losses or None, (row max, sum exp), (dx, dw, db))."""
+@dataclass
+class PerToken:
+    """What the forward pass leaves per token (compute dtype, BT each; z/correct None unless asked)."""
+
+    loss: torch.Tensor
+    z: torch.Tensor | None
+    correct: torch.Tensor | None
+
+
+def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all: torch.Tensor | None = None):
+    """The whole batch. ``g_all``: per-token upstream gradient of the cross entropy (compute dtype, BT)
+    or None for no gradients; ``gz_all``: that of the z-loss (when ``sh.z_scale``); ``stats``: saved
+    (row max, sum of exponentials) to skip the statistics (backward), or None.
+    Returns (PerToken or None, (row max, sum exp), (dx, dw, db))."""
+    from .flce_chunks import correct, z_loss
+
     hp = NativePass(sh, want if g_all is not None else (False, False, False))
-    bt = sh.x.shape[0]
-    losses = None if stats is not None else torch.zeros(bt)
-    row_max = torch.empty(bt) if stats is None else stats[0]
-    sum_exp = torch.empty(bt) if stats is None else stats[1]
+    bt, cdt = sh.x.shape[0], sh.cdt
+    out = None
+    if stats is None:
+        out = PerToken(torch.zeros(bt, dtype=cdt), torch.zeros(bt, dtype=cdt) if sh.z_scale else None,
+                       torch.zeros(bt) if sh.accuracy else None)
+    row_max = torch.empty(bt, dtype=cdt) if stats is None else stats[0]
+    sum_exp = torch.empty(bt, dtype=cdt) if stats is None else stats[1]
     for t0, t1 in spans(bt, sh.chunk):
         st = None if stats is None else RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
-        loss, st = hp.chunk(t0, t1, None if g_all is None else g_all[t0:t1], st)
+        loss, st, tg = hp.chunk(t0, t1, None if g_all is None else g_all[t0:t1], st,
+                                None if gz_all is None else gz_all[t0:t1])
         if loss is not None:
-            losses[t0:t1] = loss
+            scale = token_scale(tg, st) if sh.token_scaling else None
+            out.loss[t0:t1] = loss if scale is None else loss * scale
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
-    return losses, (row_max, sum_exp), hp.finish()
+            if out.z is not None:
+                out.z[t0:t1] = z_loss(sh, tg, st) if scale is None else z_loss(sh, tg, st) * scale
+            if out.correct is not None:
+                out.correct[t0:t1] = correct(sh, tg, st, t0, t1)
+    return out, (row_max, sum_exp), hp.finish()

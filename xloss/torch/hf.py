@@ -14,8 +14,10 @@ nothing), ``ignore_index=-100``, the mean over the tokens not ignored, or the su
 ``num_items_in_batch`` when the Trainer passes it (gradient accumulation). Without labels, or
 in eval mode, the stock ``forward`` runs unchanged (logits, generation, evaluation metrics).
 
-Models whose head does more than ``lm_head(hidden)`` (logit soft-capping, logit scaling) are
-refused rather than given a different loss.
+A head soft-capped by ``config.final_logit_softcapping`` (Gemma-2 and kin:
+``cap * tanh(lm_head(hidden) / cap)``) is fused with ``softcap=cap`` (the ``cpu`` backend or the
+default; other backends are refused when patching). Heads that do anything else after
+``lm_head(hidden)`` (logit scaling, ...) are refused rather than given a different loss.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ import types
 import torch
 
 from ..errors import XLossTypeError, XLossValueError
-from .flce import fused_linear_cross_entropy
+from .flce import _cpu_backend, fused_linear_cross_entropy
 
 _STOCK = "_xloss_stock_forward"
 # config attributes that change the logits after lm_head: the fused loss would differ from stock
-_HEAD_TRANSFORMS = ("final_logit_softcapping", "logit_softcapping", "logit_scale", "logits_scaling",
-                    "output_multiplier_scale")
+_HEAD_TRANSFORMS = ("logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+_SOFTCAP = "final_logit_softcapping"  # cap * tanh(logits / cap): fused with softcap=cap
 _NOT_FOR_BASE = ("labels", "logits_to_keep", "return_dict")
 
 
@@ -43,13 +45,22 @@ def _head(model) -> torch.nn.Linear:
     return head
 
 
-def _check_config(model) -> None:
+def _check_config(model, backend):
+    """The head's soft-cap (None when off); refuses heads the fused loss cannot reproduce."""
     cfg = getattr(model, "config", None)
     for name in _HEAD_TRANSFORMS:
         value = getattr(cfg, name, None)
         if value not in (None, 0, 0.0, 1, 1.0, False):
             raise XLossValueError(f"{type(model).__name__} sets config.{name}={value!r}: its logits are not just "
                                   "lm_head(hidden), so the fused loss would not be the model's loss")
+    cap = getattr(cfg, _SOFTCAP, None)
+    if cap in (None, 0, 0.0):
+        return None
+    if not _cpu_backend(backend):
+        raise XLossValueError(f"{type(model).__name__} sets config.{_SOFTCAP}={cap!r}: the soft-capped fused loss "
+                              "runs on the cpu backend (backend='cpu' or None), not on backend "
+                              f"{getattr(backend, 'name', backend)!r}")
+    return float(cap)
 
 
 def _output_class(model):
@@ -71,7 +82,7 @@ def apply_to_causal_lm(model, *, backend=None, chunk_size=None):
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "base_model"):
         raise XLossTypeError(f"model must be a transformers PreTrainedModel; got {type(model).__name__}")
     _head(model)
-    _check_config(model)
+    softcap = _check_config(model, backend)
     stock = model.__dict__.get(_STOCK) or model.forward
     signature = inspect.signature(stock)
     var_kw = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
@@ -94,7 +105,7 @@ def apply_to_causal_lm(model, *, backend=None, chunk_size=None):
         loss = fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), head.weight,
                                           shift_labels.reshape(-1).to(hidden.device), head.bias, ignore_index=-100,
                                           reduction="mean" if n_items is None else "sum", chunk_size=chunk_size,
-                                          backend=backend)
+                                          backend=backend, softcap=softcap)
         if n_items is not None:
             loss = loss / (n_items.to(loss.device) if torch.is_tensor(n_items) else n_items)
         fields = {"loss": loss, "logits": None}

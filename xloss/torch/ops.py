@@ -30,6 +30,7 @@ from .. import api
 from ..backend import Backend
 from ..errors import XLossTypeError, XLossValueError
 from . import _checks as C
+from . import flce_passes as FP
 
 # -- Backend instances as op arguments ------------------------------------------------------
 
@@ -194,13 +195,83 @@ def _(grad, input, target, weight, total_weight, ignore_index, reduction, backen
     return torch.empty_like(input)
 
 
+# -- fused linear cross entropy ------------------------------------------------------------
+# The settings cross flattened (flce_passes.Params, then the wanted gradients): op arguments
+# are primitive values. The bodies are in flce_passes.
+
+
+@custom_op("xloss::fused_linear_cross_entropy", mutates_args=())
+def fused_linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: torch.Tensor,
+                               class_weight: torch.Tensor | None, reduction: str, ignore_index: int,
+                               label_smoothing: float, softcap: float, z_scale: float, chunk: int, block: int,
+                               start: int, vocab: int, group: str | None, native: bool, accum: str | None,
+                               accuracy: bool, token_scaling: bool, want_dx: bool, want_dw: bool, want_db: bool,
+                               backend: str | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                          torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db)`` (:func:`xloss.torch.flce_passes.forward`)."""
+    p = FP.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
+                  native, accum, accuracy, token_scaling)
+    return FP.forward(x, w, b, target, class_weight, p, (want_dx, want_dw, want_db), backend_of(backend))
+
+
+@fused_linear_cross_entropy.register_fake
+def _(x, w, b, target, class_weight, reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block,
+      start, vocab, group, native, accum, accuracy, token_scaling, want_dx, want_dw, want_db, backend):
+    bt = x.shape[0]
+    shape = (bt,) if reduction == "none" else ()
+    ldt, cdt = FP.loss_dtype(x.dtype), _compute_dtype(x.dtype)
+    pre = reduction != "none" and (want_dx or want_dw or want_db)
+    grads = [x.new_empty(shape if pre and wanted else (0,)) for shape, wanted in
+             ((x.shape, want_dx), (w.shape, want_dw), ((w.shape[0],), want_db))]
+    return (x.new_empty(shape, dtype=ldt), x.new_empty(shape if z_scale else (0,), dtype=ldt),
+            x.new_empty(shape if accuracy else (0,), dtype=torch.float32),
+            x.new_empty((bt,), dtype=cdt), x.new_empty((bt,), dtype=cdt), *grads)
+
+
+@custom_op("xloss::fused_linear_cross_entropy_backward", mutates_args=())
+def fused_linear_cross_entropy_backward(grad: torch.Tensor, x: torch.Tensor | None, w: torch.Tensor | None,
+                                        b: torch.Tensor | None, target: torch.Tensor,
+                                        class_weight: torch.Tensor | None, row_max: torch.Tensor | None,
+                                        sum_exp: torch.Tensor | None, dx: torch.Tensor | None,
+                                        dw: torch.Tensor | None, db: torch.Tensor | None,
+                                        reduction: str, ignore_index: int, label_smoothing: float, softcap: float,
+                                        z_scale: float, chunk: int, block: int, start: int, vocab: int,
+                                        group: str | None, native: bool, accum: str | None, accuracy: bool,
+                                        token_scaling: bool, want_dx: bool,
+                                        want_dw: bool, want_db: bool, backend: str | None
+                                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dx, dw, db)``, empty where not wanted (:func:`xloss.torch.flce_passes.backward`). The
+    forward's row statistics are given where the backward recomputes, its gradients where it scales
+    them (scalar reductions)."""
+    p = FP.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
+                  native, accum, accuracy, token_scaling)
+    return FP.backward(grad, x, w, b, target, class_weight, row_max, sum_exp, dx, dw, db, p,
+                       (want_dx, want_dw, want_db), backend_of(backend))
+
+
+@fused_linear_cross_entropy_backward.register_fake
+def _(grad, x, w, b, target, class_weight, row_max, sum_exp, dx, dw, db, reduction, *rest):
+    want = rest[-4:-1]
+    # the saved operands give the shapes where they were saved, the precomputed gradients otherwise;
+    # every gradient has the operands' dtype
+    if x is not None and w is not None:
+        full, like = (x.shape, w.shape, (w.shape[0],)), x
+    else:
+        full, like = (dx.shape, dw.shape, db.shape), dx
+    return tuple(like.new_empty(shape if wanted else (0,)) for shape, wanted in zip(full, want))
+
+
 #: Every op this module defines, by name (what a device backend registers kernels for).
 OPS = {op._name: op for op in (sigmoid_focal_loss, sigmoid_focal_loss_with_grad, binary_cross_entropy,
-                               binary_cross_entropy_backward, nll_loss_forward, nll_loss_backward)}
+                               binary_cross_entropy_backward, nll_loss_forward, nll_loss_backward,
+                               fused_linear_cross_entropy, fused_linear_cross_entropy_backward)}
 
 
 _BODIES = {op: op._init_fn for op in OPS.values()}  # the Python functions the ops were made from
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+# where each op takes tensors (FLCE has 5 tensors among 22 arguments): call() looks only there
+_TENSOR_AT = {op: tuple(i for i, a in enumerate(op._opoverload._schema.arguments) if "Tensor" in str(a.type))
+              for op in OPS.values()}
 
 
 def call(op, *args):
@@ -209,7 +280,8 @@ def call(op, *args):
     (torch.compile, export), torch.func, dispatch-mode (fake tensors), tensor-subclass and
     other-device calls go through the op."""
     if (torch.compiler.is_compiling() or C._functorch_active() or torch._C._len_torch_dispatch_stack()
-            or any(isinstance(a, torch.Tensor) and (type(a) not in _PLAIN or a.device.type != "cpu") for a in args)):
+            or any(args[i] is not None and (type(args[i]) not in _PLAIN or args[i].device.type != "cpu")
+                   for i in _TENSOR_AT[op])):
         return op(*args)
     return _BODIES[op](*args)
 
