@@ -124,6 +124,34 @@ def test_sharded_forward_equals_cross_entropy(emu, abi, layout, dt, tdt, shards)
             np.testing.assert_allclose(got["lossOut"], loss, rtol=0, atol=0)
 
 
+def test_forward_outputs_feed_the_backward_operator(session):
+    """The shards' targetMaskOut (bit-packed, padding set) and maskedTargetOut, with the all-reduced max and
+    sum, are aclnnFusedLinearCrossEntropyLossGrad's recompute-mode inputs: its gradients summed over the
+    shards equal autograd's of F.cross_entropy (sum) on the full logits."""
+    s = session
+    bt, h, v = 11, 16, 30
+    x, w, t = _problem(11, bt, h, v, np.float16)
+    shards = flce.vocab_shards(v, 3)
+    outs = [run_shard(s, x, w[a:b], t, a, b, logits=False) for a, b in shards]
+    m, se, _ = flce.all_reduce_online_max_sum([_as_ref(o) for o in outs])
+    grad = np.ones(bt, np.float32)
+    dx, dw = np.zeros((bt, h)), []
+    for (a, b), o in zip(shards, outs):
+        ig, igb = s.empty((bt, h), np.float16)
+        wg, wgb = s.empty((b - a, h), np.float16)
+        s.run("aclnnFusedLinearCrossEntropyLossGrad", s.put(grad)[0], s.put(x)[0], s.put(w[a:b])[0],
+              s.put(o["targetMaskOut"])[0], s.put(o["maskedTargetOut"])[0], 0.0, s.put(m.astype(np.float32))[0],
+              s.put(se.astype(np.float32))[0], s.ffi.NULL, ig, wg)
+        dx += s.download(igb, (bt, h), np.float16)
+        dw.append(s.download(wgb, (b - a, h), np.float16).astype(np.float64))
+    xt = torch.tensor(x.astype(np.float64), requires_grad=True)
+    wt = torch.tensor(w.astype(np.float64), requires_grad=True)
+    F.cross_entropy(xt @ wt.T, torch.from_numpy(t), reduction="sum").backward()
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-2, atol=2e-3 * np.abs(xt.grad.numpy()).max())
+    np.testing.assert_allclose(np.concatenate(dw), wt.grad.numpy(), rtol=1e-2,
+                               atol=2e-3 * np.abs(wt.grad.numpy()).max())
+
+
 def test_without_logits_the_statistics_are_the_same(session):
     x, w, t = _problem(9, 10, 8, 12, np.float16)
     with_logits = run_shard(session, x, w, t, 3, 12)

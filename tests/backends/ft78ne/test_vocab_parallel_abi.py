@@ -115,6 +115,36 @@ def test_sharded_forward_equals_cross_entropy_for_every_core_mask(emu, dt, chip,
         np.testing.assert_array_equal(c["loss"], losses[0])
 
 
+def test_forward_outputs_feed_fusedlinearcrossentropylossgrad(emu):
+    """target_mask (one byte per token) and masked_target of each shard, with the all-reduced max and sum, are
+    fusedlinearcrossentropylossgrad's recompute inputs: its gradients equal autograd's of F.cross_entropy."""
+    bt, h, v = 10, 6, 17
+    x, w, t = _problem(4, bt, h, v, np.float32)
+    shards = flce.vocab_shards(v, 3)
+    outs = []
+    for a_, b_ in shards:
+        a = ms_arrays(x, w[a_:b_], t, logits=False)
+        assert ms_call(emu, a, a_, b_, chip=FT78NE)[0] == "FT78NE_OK"
+        outs.append(a)
+    m, se, _ = flce.all_reduce_online_max_sum([_as_ref(o) for o in outs])
+    m, se, grad = m.astype(np.float32), se.astype(np.float32), np.ones(bt, np.float32)
+    dx, dw = np.zeros((bt, h)), []
+    for (a_, b_), o in zip(shards, outs):
+        ig, wg = np.zeros((bt, h), np.float32), np.zeros((b_ - a_, h), np.float32)
+        wsh = np.ascontiguousarray(w[a_:b_])
+        st = emu.call("fp_fusedlinearcrossentropylossgrad_s", bt, h, b_ - a_, emu.p(grad), emu.p(x), emu.p(wsh),
+                      emu.p(o["tmask"]), emu.p(o["mt"]), emu.p(m), emu.p(se), emu.ffi.NULL, emu.p(ig), emu.p(wg), 0,
+                      0xFF, chip=FT78NE)
+        assert st[0] == "FT78NE_OK", st
+        dx += ig
+        dw.append(wg)
+    xt = torch.tensor(x.astype(np.float64), requires_grad=True)
+    wt = torch.tensor(w.astype(np.float64), requires_grad=True)
+    F.cross_entropy(xt @ wt.T, torch.from_numpy(t.astype(np.int64)), reduction="sum").backward()
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(dw), wt.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_logits_not_defined_gives_the_same_statistics_and_is_not_accessed(emu):
     x, w, t = _problem(5, 9, 7, 10, np.float32)
     a = ms_arrays(x, w, t)
