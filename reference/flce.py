@@ -240,3 +240,81 @@ def cross_entropy_extras_grad_logits(logits, target, grad, *, ignore_index=-100,
     if softcap:
         G *= 1.0 - (u / softcap) ** 2
     return G
+
+
+# ==== vocabulary-parallel forward ==========================================================================
+# CANN ops-nn's aclnnFusedLinearOnlineMaxSum (one shard, before the all-reduce) and
+# aclnnFusedCrossEntropyLossWithMaxSum (after it). Unlike online_max_sum above, the shard's predicted logit is
+# relative to the shard's own max (subRes[b][maskedTarget[b]]), and the mask comes bit-packed with the padding
+# bits of its last byte set. A shard holds targets vocab_start <= t < vocab_end (ops-nn's kernel and golden
+# script: "target >= vocabEndIndex" is masked; its doc page's formula writes ">").
+
+
+class OnlineMaxSumOut(NamedTuple):
+    """aclnnFusedLinearOnlineMaxSum's outputs, in its order (float64; the mask uint8; masked_target int64)."""
+
+    logits_max_local: np.ndarray  # (BT,)
+    sum_exp_logits_local: np.ndarray  # (BT,) sum(exp(logits - logits_max_local))
+    predicted_logits_local: np.ndarray  # (BT,) logits[target - start] - logits_max_local, 0 where masked
+    target_mask: np.ndarray  # ((BT + 7) // 8,) uint8, bit i%8 of byte i//8 set: token i's target not here
+    masked_target: np.ndarray  # (BT,) target - start, 0 where masked
+    vocab_parallel_logits: np.ndarray  # (BT, V) input @ weight.T
+
+
+def pack_target_mask(mask):
+    """bool (BT,) -> uint8 ((BT+7)//8,), LSB first, the padding bits of the last byte set (CANN's targetMaskOut)."""
+    mask = np.asarray(mask, dtype=bool).reshape(-1)
+    pad = -mask.size % 8
+    return pack_mask(np.concatenate([mask, np.ones(pad, bool)]))
+
+
+def fused_linear_online_max_sum(input, weight, target, vocab_start, vocab_end=None):
+    """One vocabulary shard's statistics: the shard holds global rows [vocab_start, vocab_end) of the
+    vocabulary, its weight rows ``weight`` (V, H); vocab_end defaults to vocab_start + V."""
+    logits = as_f64(input) @ as_f64(weight).T
+    bt, v = logits.shape
+    vocab_end = vocab_start + v if vocab_end is None else vocab_end
+    if v == 0 or vocab_start < 0 or not vocab_start <= vocab_end <= vocab_start + v:
+        raise ValueError(f"need V > 0 and 0 <= vocab_start <= vocab_end <= vocab_start + V; got V={v}, "
+                         f"vocab_start={vocab_start}, vocab_end={vocab_end}")
+    target = np.asarray(target).reshape(-1).astype(np.int64)
+    masked = (target < vocab_start) | (target >= vocab_end)
+    masked_target = np.where(masked, 0, target - vocab_start)
+    row_max = logits.max(axis=1) if bt else np.zeros(0)
+    sub = logits - row_max[:, None]
+    predicted = np.where(masked, 0.0, sub[np.arange(bt), masked_target])
+    return OnlineMaxSumOut(row_max, np.exp(sub).sum(axis=1), predicted, pack_target_mask(masked), masked_target,
+                           logits)
+
+
+def all_reduce_online_max_sum(shards):
+    """The caller's all-reduce over the shards' :class:`OnlineMaxSumOut` (ours: CANN leaves it to the caller):
+    the global max (MAX), the sums rescaled to it (SUM), and the predicted logits moved from each shard's max
+    to the global one (SUM; one shard holds each target). Returns (logits_max, sum_exp_logits, predicted_logits)."""
+    global_max, global_sum = combine_max_sum([s.logits_max_local for s in shards],
+                                             [s.sum_exp_logits_local for s in shards])
+    predicted = np.zeros_like(global_max)
+    for s in shards:
+        here = ~mask_as_bool(s.target_mask, global_max.size)
+        predicted += np.where(here, s.predicted_logits_local + s.logits_max_local - global_max, 0.0)
+    return global_max, global_sum, predicted
+
+
+def fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_logits, label_smoothing=0.0,
+                                          vocab_parallel_logits=None):
+    """aclnnFusedCrossEntropyLossWithMaxSum: (loss (BT,), softmax (BT, V) or None). loss = log(sum_exp) -
+    predicted; softmax = exp(vocab_parallel_logits - logits_max) / sum_exp. label_smoothing must be 0."""
+    if label_smoothing != 0:
+        raise ValueError(f"label_smoothing must be 0 (the only value CANN supports); got {label_smoothing}")
+    m, s = as_f64(logits_max).reshape(-1), as_f64(sum_exp_logits).reshape(-1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        loss = np.log(s) - as_f64(predicted_logits).reshape(-1)
+        if vocab_parallel_logits is None:
+            return loss, None
+        return loss, np.exp(as_f64(vocab_parallel_logits) - m[:, None]) / s[:, None]
+
+
+def vocab_shards(v, shards):
+    """``shards`` contiguous, non-empty [start, end) ranges covering a vocabulary of v rows."""
+    bounds = np.linspace(0, v, shards + 1).astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]

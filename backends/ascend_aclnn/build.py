@@ -5,7 +5,7 @@ dependency), loaded through cffi and linkable from C.
   tensor accessors), executors, conversions, and the emulator-only helpers of
   ``xloss_aclnn_emu.h`` (leak counter, the executor interface operator libraries use). No
   ``aclnn*`` operator symbols. Port authors link their operator library against it.
-* ``libxloss_aclnn.so`` — the five operator pairs, built against the runtime's exported API and
+* ``libxloss_aclnn.so`` — the operator pairs, built against the runtime's exported API and
   linked to it (``DT_NEEDED libxloss_aclrt.so``, found next to it through ``RUNPATH $ORIGIN``).
   What the ``ascend`` backend loads by default. Like CANN's ``libopapi.so`` over its runtime, so
   a process holds one runtime, whichever libraries it loads.
@@ -45,7 +45,8 @@ RUNTIME_FILENAME = "libxloss_aclrt.so"
 RUNTIME_LIBRARY = HERE / RUNTIME_FILENAME
 
 RUNTIME_SOURCES = ("runtime.c", "tensor.c", "executor.c", "cast.c")
-OPERATOR_SOURCES = ("view.c", "ops_elementwise.c", "ops_focal_drivingsdk.c", "ops_nll.c", "ops_flce.c")
+OPERATOR_SOURCES = ("view.c", "ops_elementwise.c", "ops_focal_drivingsdk.c", "ops_nll.c", "ops_flce.c",
+                    "ops_vocab_parallel.c")
 
 # FUNC_VISIBILITY makes ACL_FUNC_VISIBILITY export exactly the ABI symbols under -fvisibility=hidden.
 DEFINES = ["-DFUNC_VISIBILITY", "-D_POSIX_C_SOURCE=200809L"]

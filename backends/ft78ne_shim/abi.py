@@ -25,7 +25,11 @@ VENDOR_OPS = ("binarycrossentropygrad", "nlllossgrad")
 #: Ours (no vendor page). A library's symbols of these names are called only when it exports
 #: EXT_MARKER returning EXT_ABI (ft78ne.h, "OURS"): a vendor function of the same name could
 #: have another layout, and calling it with ours would corrupt memory.
-OURS_OPS = ("sigmoidfocalloss", "sigmoidfocallossgrad", "fusedlinearcrossentropylossgrad")
+OURS_OPS = ("sigmoidfocalloss", "sigmoidfocallossgrad", "fusedlinearcrossentropylossgrad", "fusedlinearonlinemaxsum",
+            "fusedcrossentropylosswithmaxsum")
+#: Ours too: the vocabulary-parallel forward (include/fusedlinearonlinemaxsum.h,
+#: include/fusedcrossentropylosswithmaxsum.h), declared in their own headers, not in ft78ne.h.
+VOCAB_PARALLEL_OPS = ("fusedlinearonlinemaxsum", "fusedcrossentropylosswithmaxsum")
 EXT_MARKER = "xloss_ft78ne_ext_abi"
 EXT_ABI = 1
 
@@ -111,7 +115,42 @@ void *ft78ne_emu_private_base(int core);
 size_t ft78ne_emu_private_in_use(int core);
 """
 
-CDEF = VENDOR_CDEF + EMU_CDEF
+VOCAB_PARALLEL_CDEF = """
+void fp_fusedlinearonlinemaxsum_s(int bt, int hidden, int vocab, float *input, float *weight, int *target,
+                                  int vocab_start_index, int vocab_end_index, float *logits_max_local,
+                                  float *sum_exp_logits_local, float *predicted_logits_local,
+                                  unsigned char *target_mask, int *masked_target, float *vocab_parallel_logits,
+                                  int logits_defined, int core_mask);
+void hp_fusedlinearonlinemaxsum_s(int bt, int hidden, int vocab, half *input, half *weight, int *target,
+                                  int vocab_start_index, int vocab_end_index, float *logits_max_local,
+                                  float *sum_exp_logits_local, float *predicted_logits_local,
+                                  unsigned char *target_mask, int *masked_target, half *vocab_parallel_logits,
+                                  int logits_defined, int core_mask);
+void fp_fusedlinearonlinemaxsum_p(int bt, int hidden, int vocab, float *input, float *weight, int *target,
+                                  int vocab_start_index, int vocab_end_index, float *logits_max_local,
+                                  float *sum_exp_logits_local, float *predicted_logits_local,
+                                  unsigned char *target_mask, int *masked_target, float *vocab_parallel_logits,
+                                  int logits_defined);
+void hp_fusedlinearonlinemaxsum_p(int bt, int hidden, int vocab, half *input, half *weight, int *target,
+                                  int vocab_start_index, int vocab_end_index, float *logits_max_local,
+                                  float *sum_exp_logits_local, float *predicted_logits_local,
+                                  unsigned char *target_mask, int *masked_target, half *vocab_parallel_logits,
+                                  int logits_defined);
+void fp_fusedcrossentropylosswithmaxsum_s(int bt, int vocab, float *logits_max, float *sum_exp_logits,
+                                          float *predicted_logits, float *vocab_parallel_logits, float *loss,
+                                          float *softmax, int softmax_defined, int core_mask);
+void hp_fusedcrossentropylosswithmaxsum_s(int bt, int vocab, float *logits_max, float *sum_exp_logits,
+                                          float *predicted_logits, half *vocab_parallel_logits, float *loss,
+                                          float *softmax, int softmax_defined, int core_mask);
+void fp_fusedcrossentropylosswithmaxsum_p(int bt, int vocab, float *logits_max, float *sum_exp_logits,
+                                          float *predicted_logits, float *vocab_parallel_logits, float *loss,
+                                          float *softmax, int softmax_defined);
+void hp_fusedcrossentropylosswithmaxsum_p(int bt, int vocab, float *logits_max, float *sum_exp_logits,
+                                          float *predicted_logits, half *vocab_parallel_logits, float *loss,
+                                          float *softmax, int softmax_defined);
+"""
+
+CDEF = VENDOR_CDEF + VOCAB_PARALLEL_CDEF + EMU_CDEF
 
 #: Status codes of ft78ne_emu_last_error (include/ft78ne_emu.h).
 STATUS = {

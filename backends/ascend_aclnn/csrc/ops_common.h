@@ -55,6 +55,7 @@ struct emu_plan {
     double gamma, alpha;
     int64_t reduction;
     int64_t ignore_index;
+    int64_t vocab_start, vocab_end; /* FusedLinearOnlineMaxSum's shard: targets in [start, end) */
     uint64_t workspace_size;
     emu_kernel run;
 };

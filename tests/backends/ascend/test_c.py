@@ -46,7 +46,8 @@ RUNTIME_SYMBOLS = {
 OPERATOR_SYMBOLS = {f"aclnn{op}{sfx}" for op in ("XlossSigmoidFocalLoss", "XlossSigmoidFocalLossBackward",
                                                  "SigmoidFocalLoss", "SigmoidFocalLossGrad",
                                                  "BinaryCrossEntropyBackward", "NLLLossBackward",
-                                                 "FusedLinearCrossEntropyLossGrad")
+                                                 "FusedLinearCrossEntropyLossGrad", "FusedLinearOnlineMaxSum",
+                                                 "FusedCrossEntropyLossWithMaxSum")
                     for sfx in ("", "GetWorkspaceSize")}
 
 
@@ -60,7 +61,7 @@ def _exports(lib) -> set:
 
 
 def test_two_libraries_export_exactly_the_abi_and_need_no_python():
-    """The runtime exports no operator; the operators export nothing but the ten operator
+    """The runtime exports no operator; the operators export nothing but the operator
     functions and find the runtime next to themselves."""
     ops, rt = ascend_aclnn.emulator_library_path(), ascend_aclnn.emulator_runtime_path()
     assert _exports(rt) == RUNTIME_SYMBOLS
