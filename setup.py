@@ -3,7 +3,8 @@ builds each C backend's emulator as a plain shared library (``lib*.so``) — loa
 cffi's ``dlopen`` and linkable from C, exactly like the vendor library it stands in for.
 
 Each C backend owns its build in ``backends/<name>/build.py``, which defines
-``extensions(sanitize: bool) -> list[setuptools.Extension]`` (or a single ``extension(sanitize)``). ``XLOSS_SANITIZE=1`` builds them with
+``extensions(sanitize: bool) -> list[setuptools.Extension]`` (or a single ``extension(sanitize)``).
+``XLOSS_SANITIZE=1`` builds them with
 AddressSanitizer and UndefinedBehaviorSanitizer.
 """
 

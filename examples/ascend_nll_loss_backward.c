@@ -30,15 +30,15 @@ static int failures = 0;
         }                                 \
     } while (0)
 
-#define CHECK_RET(expr)                                                              \
-    do {                                                                             \
-        int ret_ = (int)(expr);                                                      \
-        if (ret_ != 0) {                                                             \
-            const char *m_ = aclGetRecentErrMsg();                                   \
+#define CHECK_RET(expr)                                                                      \
+    do {                                                                                     \
+        int ret_ = (int)(expr);                                                              \
+        if (ret_ != 0) {                                                                     \
+            const char *m_ = aclGetRecentErrMsg();                                           \
             printf("FAIL: %s returned %d%s%s\n", #expr, ret_, m_ ? ": " : "", m_ ? m_ : ""); \
-            failures++;                                                              \
-            return ret_;                                                             \
-        }                                                                            \
+            failures++;                                                                      \
+            return ret_;                                                                     \
+        }                                                                                    \
     } while (0)
 
 static int64_t shape_size(const int64_t *shape, size_t n)
@@ -50,8 +50,8 @@ static int64_t shape_size(const int64_t *shape, size_t n)
 }
 
 /* aclrtMalloc + H2D copy + aclCreateTensor with contiguous strides (the vendor samples' helper). */
-static int create_tensor(const void *host, size_t elsize, const int64_t *shape, size_t ndim, aclDataType dt,
-                         void **dev, aclTensor **tensor)
+static int create_tensor(const void *host, size_t elsize, const int64_t *shape, size_t ndim, aclDataType dt, void **dev,
+                         aclTensor **tensor)
 {
     size_t bytes = (size_t)shape_size(shape, ndim) * elsize;
     CHECK_RET(aclrtMalloc(dev, bytes ? bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST));
@@ -76,8 +76,7 @@ static int nll_setup(nll_case *c, int64_t reduction)
 {
     const int64_t grad_shape[1] = {reduction == 0 ? 2 : 1}, self_shape[2] = {2, 3}, target_shape[1] = {2},
                   weight_shape[1] = {3}, total_shape[1] = {1};
-    const float grad[2] = {3.1f, 6.5f}, self[6] = {0, 1, 2, 3, 4, 5}, weight[3] = {1.1f, 1.2f, 1.3f},
-                total[1] = {2.4f};
+    const float grad[2] = {3.1f, 6.5f}, self[6] = {0, 1, 2, 3, 4, 5}, weight[3] = {1.1f, 1.2f, 1.3f}, total[1] = {2.4f};
     const int32_t target[2] = {0, 2};
     memset(c, 0, sizeof *c);
     if (create_tensor(grad, 4, grad_shape, 1, ACL_FLOAT, &c->dev[0], &c->grad) ||
@@ -132,11 +131,11 @@ static int documented_flow(aclrtStream stream, int verbose)
         float e5 = reduction == 0 ? -1.3f * 6.5f : -1.3f * (3.1f / 2.4f);
         const float expect[6] = {e0, 0, 0, 0, 0, e5};
         for (int i = 0; i < 6; i++)
-            CHECK(fabsf(out[i] - expect[i]) <= 1e-5f * (1 + fabsf(expect[i])), "reduction %lld out[%d] = %g, expected %g",
-                  (long long)reduction, i, out[i], expect[i]);
+            CHECK(fabsf(out[i] - expect[i]) <= 1e-5f * (1 + fabsf(expect[i])),
+                  "reduction %lld out[%d] = %g, expected %g", (long long)reduction, i, out[i], expect[i]);
         if (verbose)
-            printf("reduction=%lld result: [%g, %g, %g; %g, %g, %g]\n", (long long)reduction, out[0], out[1],
-                   out[2], out[3], out[4], out[5]);
+            printf("reduction=%lld result: [%g, %g, %g; %g, %g, %g]\n", (long long)reduction, out[0], out[1], out[2],
+                   out[3], out[4], out[5]);
         if (ws)
             CHECK(aclrtFree(ws) == ACL_SUCCESS, "free workspace");
         nll_teardown(&c);
@@ -164,8 +163,7 @@ static void accessors(void)
     CHECK(aclGetViewShape(t, &got, &n) == ACLNN_SUCCESS && n == 2 && got[0] == 2 && got[1] == 3, "aclGetViewShape");
     free(got); /* the accessors allocate the arrays they return */
     got = NULL;
-    CHECK(aclGetViewStrides(t, &got, &n) == ACLNN_SUCCESS && n == 2 && got[0] == 1 && got[1] == 4,
-          "aclGetViewStrides");
+    CHECK(aclGetViewStrides(t, &got, &n) == ACLNN_SUCCESS && n == 2 && got[0] == 1 && got[1] == 4, "aclGetViewStrides");
     free(got);
     got = NULL;
     CHECK(aclGetStorageShape(t, &got, &n) == ACLNN_SUCCESS && n == 1 && got[0] == 12, "aclGetStorageShape");
@@ -190,8 +188,8 @@ static void bad_calls(void)
     }
     uint64_t ws = 0;
     aclOpExecutor *ex = NULL;
-    aclnnStatus st = aclnnNLLLossBackwardGetWorkspaceSize(c.grad, c.self, NULL, c.weight, 0, -100, c.total, c.out,
-                                                          &ws, &ex);
+    aclnnStatus st =
+        aclnnNLLLossBackwardGetWorkspaceSize(c.grad, c.self, NULL, c.weight, 0, -100, c.total, c.out, &ws, &ex);
     CHECK(st == ACLNN_ERR_PARAM_NULLPTR, "null target gave %d, expected 161001", st);
     st = aclnnNLLLossBackwardGetWorkspaceSize(c.grad, c.self, c.target, c.weight, 0, -100, NULL, c.out, &ws, &ex);
     CHECK(st == ACLNN_ERR_PARAM_NULLPTR, "null totalWeight gave %d, expected 161001", st);
@@ -220,8 +218,8 @@ static void executors(aclrtStream stream)
     }
     uint64_t ws = 0;
     aclOpExecutor *ex = NULL;
-    aclnnStatus st = aclnnNLLLossBackwardGetWorkspaceSize(c.grad, c.self, c.target, c.weight, 0, -100, c.total, c.out,
-                                                          &ws, &ex);
+    aclnnStatus st =
+        aclnnNLLLossBackwardGetWorkspaceSize(c.grad, c.self, c.target, c.weight, 0, -100, c.total, c.out, &ws, &ex);
     CHECK(st == ACLNN_SUCCESS && ws == 0, "phase one: %d", st);
     CHECK(aclnnNLLLossBackward(NULL, 0, ex, stream) == ACLNN_SUCCESS, "first run");
     st = aclnnNLLLossBackward(NULL, 0, ex, stream);
@@ -278,8 +276,8 @@ static void flce_checks(aclrtStream stream)
     } else {
         uint64_t ws = 0;
         aclOpExecutor *ex = NULL;
-        aclnnStatus st = aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
-            t[0], t[1], t[2], t[3], t[4], 0.1f, NULL, NULL, t[5], t[6], t[7], &ws, &ex);
+        aclnnStatus st = aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], 0.1f, NULL,
+                                                                              NULL, t[5], t[6], t[7], &ws, &ex);
         CHECK(st == ACLNN_ERR_PARAM_INVALID, "labelSmoothing 0.1 gave %d, expected 161002", st);
         st = aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], 0.0f, NULL, NULL, NULL,
                                                                   t[6], t[7], &ws, &ex);

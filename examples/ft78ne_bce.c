@@ -18,7 +18,8 @@
 #define N 1024
 
 /* Deterministic data: probabilities in (0, 1), binary labels, weights in [0.5, 1.5). */
-static void fill(float *x, float *y, float *w, int n) {
+static void fill(float *x, float *y, float *w, int n)
+{
     unsigned s = 12345u;
     for (int i = 0; i < n; i++) {
         s = s * 1103515245u + 12345u;
@@ -29,12 +30,11 @@ static void fill(float *x, float *y, float *w, int n) {
 }
 
 /* The manual's formula in double: dx = dL' * w * (x - y) / (x(1-x) + eps), mean divides dL' by n. */
-static int check(const char *what, const float *x, const float *y, const float *w, float dloss, int n,
-                 const float *dx) {
+static int check(const char *what, const float *x, const float *y, const float *w, float dloss, int n, const float *dx)
+{
     double worst = 0.0;
     for (int i = 0; i < n; i++) {
-        double e = (double)dloss / n * (w ? w[i] : 1.0) * ((double)x[i] - y[i]) /
-                   ((double)x[i] * (1.0 - x[i]) + 1e-12);
+        double e = (double)dloss / n * (w ? w[i] : 1.0) * ((double)x[i] - y[i]) / ((double)x[i] * (1.0 - x[i]) + 1e-12);
         double err = (dx[i] - e) / (e != 0.0 ? e : 1.0);
         if (err < 0)
             err = -err;
@@ -46,14 +46,16 @@ static int check(const char *what, const float *x, const float *y, const float *
     return worst < 1e-5 ? 0 : 1;
 }
 
-static int report(const char *call) {
+static int report(const char *call)
+{
     int code = ft78ne_emu_last_error();
     if (code)
         fprintf(stderr, "%s failed (%d): %s\n", call, code, ft78ne_emu_last_error_message());
     return code;
 }
 
-int main(int argc, char *argv[]) {
+int main(int argc, char *argv[])
+{
     (void)argc;
     (void)argv;
     int failures = 0;

@@ -20,19 +20,22 @@
 #define BATCH 6
 #define CLASSES 4
 
-static half f2h(float f) { /* exact for the small dyadic values used here */
+static half f2h(float f)
+{ /* exact for the small dyadic values used here */
     _Float16 h = (_Float16)f;
     half bits;
     memcpy(&bits, &h, sizeof bits);
     return bits;
 }
-static float h2f(half bits) {
+static float h2f(half bits)
+{
     _Float16 h;
     memcpy(&h, &bits, sizeof h);
     return (float)h;
 }
 
-int main(void) {
+int main(void)
+{
     float logits[BATCH * CLASSES], grad[BATCH * CLASSES], weight[CLASSES] = {1.0f, 2.0f, 0.5f, 1.0f};
     float loss_grad[1] = {1.0f}, total_weight[1];
     int labels[BATCH] = {0, 1, 2, 3, 1, 0};
@@ -57,8 +60,8 @@ int main(void) {
     ft78ne_emu_set_chip(FT78NE_EMU_CHIP_MT7004);
     ft78ne_emu_set_core(0);
     int *p_labels = ft78ne_emu_private_base(0); /* the int buffer first: every buffer stays aligned */
-    half *p_logits = (half *)(p_labels + BATCH), *p_loss_grad = p_logits + BATCH * CLASSES,
-         *p_weight = p_loss_grad + 1, *p_total = p_weight + CLASSES, *p_grad = p_total + 1;
+    half *p_logits = (half *)(p_labels + BATCH), *p_loss_grad = p_logits + BATCH * CLASSES, *p_weight = p_loss_grad + 1,
+         *p_total = p_weight + CLASSES, *p_grad = p_total + 1;
     for (int i = 0; i < BATCH * CLASSES; i++)
         p_logits[i] = f2h(logits[i]);
     p_loss_grad[0] = f2h(0.5f);

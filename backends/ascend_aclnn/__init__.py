@@ -115,7 +115,7 @@ class AscendBackend(Backend):
     def availability(self):
         return (False, self._why) if self._why else (True, "")
 
-    def checked(self) -> "AscendBackend":
+    def checked(self) -> AscendBackend:
         """This backend with ``checked=True``: inputs compared after every operator (guards are
         always checked)."""
         if self.is_checked:

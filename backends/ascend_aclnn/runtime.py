@@ -126,7 +126,7 @@ class AclRuntime:
     backend object costs no library load and adds no exit callback."""
 
     @classmethod
-    def shared(cls, paths: list[str], *, device: int = 0) -> "AclRuntime":
+    def shared(cls, paths: list[str], *, device: int = 0) -> AclRuntime:
         key = (tuple(paths), int(device))
         with _SHARED_LOCK:
             rt = _SHARED.get(key)
@@ -179,7 +179,7 @@ class AclRuntime:
             atexit.register(_finalize, weakref.ref(self), status == C.ACL_SUCCESS)
             self._initialized = True
 
-    def session(self, layout: str = "contiguous", *, checked: bool = False) -> "Session":
+    def session(self, layout: str = "contiguous", *, checked: bool = False) -> Session:
         self.ensure_initialized()
         return Session(self, layout, checked=checked)
 
@@ -276,7 +276,7 @@ class Session:
         self._sigint = _DeferredSigint()
         self._guard_scratch = None  # a host buffer the guard checks reuse
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         self._sigint.__enter__()
         try:
             self.rt.call("aclrtSetDevice", self.rt.device)

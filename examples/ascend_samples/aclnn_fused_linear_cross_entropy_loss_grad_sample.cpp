@@ -106,9 +106,9 @@ int main()
         sumExpHostData[b] = sum;
     }
     std::vector<aclFloat16> inputGradHostData(BT * H, 0), weightGradHostData(V * H, 0);
-    void *gradDeviceAddr = nullptr, *inputDeviceAddr = nullptr, *weightDeviceAddr = nullptr,
-         *maskDeviceAddr = nullptr, *targetDeviceAddr = nullptr, *logitsMaxDeviceAddr = nullptr,
-         *sumExpDeviceAddr = nullptr, *inputGradDeviceAddr = nullptr, *weightGradDeviceAddr = nullptr;
+    void *gradDeviceAddr = nullptr, *inputDeviceAddr = nullptr, *weightDeviceAddr = nullptr, *maskDeviceAddr = nullptr,
+         *targetDeviceAddr = nullptr, *logitsMaxDeviceAddr = nullptr, *sumExpDeviceAddr = nullptr,
+         *inputGradDeviceAddr = nullptr, *weightGradDeviceAddr = nullptr;
     aclTensor *grad = nullptr, *input = nullptr, *weight = nullptr, *targetMask = nullptr, *maskedTarget = nullptr,
               *logitsMax = nullptr, *sumExpLogits = nullptr, *inputGradOut = nullptr, *weightGradOut = nullptr;
     ret = CreateAclTensor(gradHostData, gradShape, &gradDeviceAddr, aclDataType::ACL_FLOAT, &grad);
@@ -125,8 +125,7 @@ int main()
     CHECK_RET(ret == ACL_SUCCESS, return ret);
     ret = CreateAclTensor(sumExpHostData, rowShape, &sumExpDeviceAddr, aclDataType::ACL_FLOAT, &sumExpLogits);
     CHECK_RET(ret == ACL_SUCCESS, return ret);
-    ret = CreateAclTensor(inputGradHostData, inputShape, &inputGradDeviceAddr, aclDataType::ACL_FLOAT16,
-                          &inputGradOut);
+    ret = CreateAclTensor(inputGradHostData, inputShape, &inputGradDeviceAddr, aclDataType::ACL_FLOAT16, &inputGradOut);
     CHECK_RET(ret == ACL_SUCCESS, return ret);
     ret = CreateAclTensor(weightGradHostData, weightShape, &weightGradDeviceAddr, aclDataType::ACL_FLOAT16,
                           &weightGradOut);

@@ -69,8 +69,8 @@ int main()
     std::vector<int64_t> gradOutputShape = {1}, selfShape = {3, 4}, targetShape = {3}, weightShape = {4},
                          totalWeightShape = {1}, outShape = {3, 4};
     std::vector<float> gradOutputHostData = {2.0f};
-    std::vector<float> selfHostData = {-1.2f, -0.3f, -2.5f, -0.9f, -0.1f, -3.0f, -1.1f, -0.7f,
-                                       -0.4f, -0.4f, -0.4f, -0.4f};
+    std::vector<float> selfHostData = {-1.2f, -0.3f, -2.5f, -0.9f, -0.1f, -3.0f,
+                                       -1.1f, -0.7f, -0.4f, -0.4f, -0.4f, -0.4f};
     std::vector<int64_t> targetHostData = {1, 3, -100};
     std::vector<float> weightHostData = {0.5f, 1.5f, 1.0f, 2.0f};
     std::vector<float> totalWeightHostData = {3.5f};  // weight[1] + weight[3]

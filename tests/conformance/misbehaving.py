@@ -74,7 +74,7 @@ class GuardTripped(Wrapper):
     def bce_grad(self, a):
         REF.bce_grad(a)
         if self.is_checked and a.x.size >= 3:
-            raise OutOfBoundsWrite(f"4 bytes after dx changed", buffer="dx", offset=4 * a.x.size, nbytes=4)
+            raise OutOfBoundsWrite("4 bytes after dx changed", buffer="dx", offset=4 * a.x.size, nbytes=4)
 
 
 class OffByOneElement(Wrapper):

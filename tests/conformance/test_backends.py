@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import xloss
 from xloss.backend import Backend, KernelCaps
-from xloss.conformance import DESCRIPTORS, available_backends, request_of, supports, targets
+from xloss.conformance import DESCRIPTORS, available_backends, supports, targets
 from xloss.conformance.execute import call_checked, judge
 from xloss.dtypes import FLOAT_DTYPES
 
@@ -102,7 +102,7 @@ def test_error_inputs_are_refused_before_any_backend_runs(target):
 def test_every_backend_dispatches_through_validation(name):
     """The one error-case run above speaks for every backend because each is called through the same
     validating API: one error input per kernel, on each real backend, shows it."""
-    for kernel, d in DESCRIPTORS.items():
+    for d in DESCRIPTORS.values():
         e = d.error_cases()[0]
         with pytest.raises(e.exc, match=e.match):
             getattr(xloss, e.function)(**e.kwargs, backend=BACKENDS[name])

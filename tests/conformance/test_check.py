@@ -110,7 +110,8 @@ def _xloss(*args, cwd):
 
 def test_cli_reports_a_crash_and_keeps_going(buggy_module, tmp_path):
     out = _xloss("check", "--backend", f"{buggy_module}:CrashesOnMoreThanFourElements", "--kernels", "bce", "nll",
-                 "--max-examples", "15", "--no-large", "--json", str(tmp_path / "r.json"), "--failures-dir", str(tmp_path / "f"),
+                 "--max-examples", "15", "--no-large", "--json", str(tmp_path / "r.json"),
+                 "--failures-dir", str(tmp_path / "f"),
                  cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     report = json.loads((tmp_path / "r.json").read_text())

@@ -102,7 +102,8 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("seeded port bugs found by xloss check")
     head = ("vendor", "port", "first failing target", "found at example", "harness examples", "target s", "sweep s")
-    rows = [head] + [(f["vendor"], f["port"], " ".join(str(p) for p in f["target"] if p is not None), str(f["first_failure"]),
+    rows = [head] + [(f["vendor"], f["port"], " ".join(str(p) for p in f["target"] if p is not None),
+                      str(f["first_failure"]),
                       str(f["examples"]), f"{f['seconds']:.2f}", f"{f['sweep_seconds']:.1f}") for f in _FINDINGS]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for r in rows:

@@ -22,12 +22,12 @@ import pytest
 
 import xloss
 from xloss import cli, reference
-from xloss.errors import InputModified, OutOfBoundsWrite
 from xloss.backends.ascend_aclnn import emulator_library_path, emulator_runtime_path, make_backend
 from xloss.conformance import descriptor, runner
 from xloss.conformance import targets as declared_targets
 from xloss.conformance.casefile import case_from_json
 from xloss.conformance.report import write_failures
+from xloss.errors import InputModified, OutOfBoundsWrite
 
 HERE = Path(__file__).resolve().parent
 MAX_EXAMPLES = 30
@@ -146,7 +146,8 @@ def _numel(case_json) -> int:
 def test_correct_port_passes_everything_it_declares_through_the_cli(ports, port_backend, xloss_cli, tmp_path):
     """Through the CLI (child-process isolation, JSON): every declared target passes; the undeclared
     ones are refused, except BCE's "add" form, which runs but computes the clamp ("wrong if forced")."""
-    out = xloss_cli("check", "--backend", "ascend", "--lib", ports["correct"], "--no-large", "--max-examples", MAX_EXAMPLES,
+    out = xloss_cli("check", "--backend", "ascend", "--lib", ports["correct"], "--no-large",
+                    "--max-examples", MAX_EXAMPLES,
                     "--seed", SEED, "--json", tmp_path / "r.json", "--failures-dir", tmp_path / "f", cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
@@ -300,7 +301,8 @@ def test_stride_bug_is_caught_only_with_layout_strided(variant, ports, port_back
         assert r.status == "pass", (t, r.message)
 
     out = xloss_cli("check", "--backend", "ascend", "--lib", ports[variant], "--option", "layout=strided",
-                    "--kernels", "bce", "--no-large", "--max-examples", MAX_EXAMPLES, "--seed", SEED, "--json", tmp_path / "r.json",
+                    "--kernels", "bce", "--no-large", "--max-examples", MAX_EXAMPLES, "--seed", SEED,
+                    "--json", tmp_path / "r.json",
                     "--failures-dir", tmp_path / "f", cwd=tmp_path)
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +47,7 @@ from xloss.cli import main as xloss_main
 from xloss.conformance import DESCRIPTORS, casefile, runner, targets
 from xloss.conformance.descriptor import Case
 from xloss.conformance.report import table, write_failures
-from xloss.errors import InputModified, OutOfBoundsWrite, PortViolation
+from xloss.errors import InputModified, OutOfBoundsWrite
 
 HERE = Path(__file__).resolve().parent
 

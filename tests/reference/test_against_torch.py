@@ -12,7 +12,6 @@ from xloss import reference as ref
 from xloss.torch.paper import paper_focal_loss
 
 
-
 @pytest.fixture(autouse=True)
 def _float64_default():
     """torch.tensor(python floats) in float64 here, restored afterwards for the other test files."""
@@ -193,7 +192,7 @@ def test_flce_shards_add_up_to_the_whole_vocabulary(problem, shards):
                                      label_smoothing=ls, vocab_size=len(w))
     gi_sum = np.zeros_like(full_gi)
     gw_parts = []
-    for start, w_shard, kw in ref.shard_inputs(x, w, t, shards):
+    for _start, w_shard, kw in ref.shard_inputs(x, w, t, shards):
         gi, gw = ref.flce_grad(g, x, w_shard, label_smoothing=ls, vocab_size=len(w), **kw)
         gi_sum += gi
         gw_parts.append(gw)

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import xloss
-from xloss.conformance import backends_declaring as backends_for
 import xloss.torch as xt
+from xloss.conformance import backends_declaring as backends_for
 
 F64 = torch.float64
 REDUCTIONS = ["none", "mean", "sum"]

@@ -63,7 +63,7 @@ def test_compiled_step_fullgraph_matches_eager_and_torch():
     ref_loss, ref_grads = _grads(_autograd_reference, lin, x, y, t)
     eager_loss, eager_grads = _grads(_losses, lin, x, y, t)
     compiled = torch.compile(_losses, fullgraph=True, backend="eager")
-    for step in range(2):  # the second call reuses the compiled graph
+    for _ in range(2):  # the second call reuses the compiled graph
         loss, grads = _grads(compiled, lin, x, y, t)
         assert torch.equal(loss, eager_loss)
         for a, b, r in zip(grads, eager_grads, ref_grads):
@@ -113,7 +113,7 @@ def test_torch_func_grad_and_jacrev_first_order_and_clear_error_for_second_order
                  lambda z: xt.binary_cross_entropy(torch.sigmoid(z), y, backend="reference"),
                  lambda z: xt.nll_loss(torch.log_softmax(z, 1), t, backend="reference")):
         with pytest.raises(xloss.XLossError, match="does not support second-order gradients"):
-            torch.func.grad(lambda z: torch.func.grad(part)(z).sum())(z)
+            torch.func.grad(lambda z: torch.func.grad(part)(z).sum())(z)  # noqa: B023 (called in this iteration)
 
 
 def test_backend_objects():

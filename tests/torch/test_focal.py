@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import xloss
-from xloss.conformance import backends_declaring as backends_for
 import xloss.torch as xt
+from xloss.conformance import backends_declaring as backends_for
 from xloss.torch.paper import paper_focal_loss as appendix_a1
 
 F64 = torch.float64

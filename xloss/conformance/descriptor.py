@@ -10,7 +10,8 @@ Tolerance model. For each output element the allowed error is
     out_ulps * ulp_dtype(|oracle|)  +  k * eps_c * scale  +  floor
 
 where ``out_ulps = 0.5`` of ``ulp_dtype``, the spacing of the output dtype, is the final
-round-to-nearest every backend must do (truncation fails), ``eps_c`` the epsilon of the compute dtype (float32, or float64 for float64
+round-to-nearest every backend must do (truncation fails), ``eps_c`` the epsilon of the compute dtype
+(float32, or float64 for float64
 inputs; a kernel may substitute the storage dtype's epsilon where the vendor contract rounds
 an intermediate to it, e.g. FLCE's G), ``scale`` the descriptor's magnitude of the terms
 that a careful formulation combines (so cancellation a careful implementation cannot avoid
@@ -21,8 +22,9 @@ a handful of roundings), and ``floor`` a tiny absolute allowance for intermediat
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -128,7 +130,8 @@ def compare(name: str, actual, oracle, allowed, dtype: str) -> Comparison:
         idx = np.unravel_index(int(np.argmax(np.where(bad_special, np.inf, ratio))), o.shape) if o.ndim else ()
         worst = tuple(int(i) for i in idx)
         if not ok and bad_special[idx]:
-            want = "nan" if np.isnan(o[idx]) else f"{float(rounded[idx])} (the exact {float(o[idx])!r} overflows {dtype})"
+            want = ("nan" if np.isnan(o[idx])
+                    else f"{float(rounded[idx])} (the exact {float(o[idx])!r} overflows {dtype})")
             detail = (f"at index {list(worst)}: got {float(a[idx])!r}, expected {want}; "
                       f"{int(over.sum())} of {o.size} elements outside tolerance")
         elif not ok:

@@ -90,8 +90,8 @@ def edge_cases(dtype, mode, caps=None) -> list[Case]:
     add("BT=64, H=32, V=100", 64, 32, 160, 40, 100)
     add("peaked logits", 16, 8, 24, 0, 24, scale=30.0)
     add("label smoothing over a larger vocabulary", 10, 6, 50, 20, 15, label_smoothing=0.1)
-    # (last: the cases above keep their draws of rng) enough tokens for the statistics (error scale, G rounding bias) to tell how often partial sums
-    # of the weight gradient are rounded: 128 chunks of 16 tokens
+    # (last: the cases above keep their draws of rng) enough tokens for the statistics (error scale,
+    # G rounding bias) to tell how often partial sums of the weight gradient are rounded: 128 chunks of 16 tokens
     add("many tokens: BT=2048, H=8, V=64", 2048, 8, 96, 16, 64)
     return cases
 
@@ -137,7 +137,8 @@ def error_cases() -> list[ErrorCase]:
          r"vocab_size .* must be >= this shard's V=5"),
     ]
     out = [ErrorCase("fused_linear_cross_entropy_grad", kw, exc, match, label) for label, kw, exc, match in errs]
-    out.append(ErrorCase("fused_linear_cross_entropy_grad", dict(base, weight_grad_out=np.full((v, h), 7.0, np.float32)),
+    wrong = np.full((v, h), 7.0, np.float32)
+    out.append(ErrorCase("fused_linear_cross_entropy_grad", dict(base, weight_grad_out=wrong),
                          XLossTypeError, r"weight_grad_out must have dtype float16", "weight_grad_out of wrong dtype",
                          "weight_grad_out"))
     out.append(ErrorCase("fused_linear_cross_entropy_grad", dict(base, masked_target=np.array([0, 9, 0, 0]),

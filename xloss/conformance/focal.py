@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from .. import api, reference
-from ..reference._common import as_f64
 from ..errors import XLossTypeError, XLossValueError
 from ..kernels import FOCAL
+from ..reference._common import as_f64
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, upstream_rounding
 

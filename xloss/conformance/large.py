@@ -78,7 +78,8 @@ def _period_case(kernel, dtype, mode, seed, label, reduction, caps=None) -> Case
     grad = V.cast(rng.uniform(-2.0, 2.0, n), dtype) if reduction == "none" else 0.75
     if kernel == FOCAL.name:
         from .focal import _kwargs
-        kw = _kwargs(_logits(rng, n), _targets(rng, n, V.binary_targets_only(caps)), dtype, alpha=0.25, gamma=2.0, reduction=reduction,
+        kw = _kwargs(_logits(rng, n), _targets(rng, n, V.binary_targets_only(caps)), dtype, alpha=0.25, gamma=2.0,
+                     reduction=reduction,
                      grad=grad if mode != "forward" else None, mode=mode)
     else:
         from .bce import _kwargs

@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import api, reference
+from .. import dtypes as xdt
 from ..errors import XLossIndexError, XLossTypeError, XLossValueError
 from ..kernels import NLL_GRAD
-from .. import dtypes as xdt
 from ..reference._common import as_f64
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance
@@ -117,7 +117,8 @@ def error_cases() -> list[ErrorCase]:
         ("bad reduction", dict(base, reduction="batchmean"), XLossValueError, r"reduction must be one of"),
     ]
     out = [ErrorCase("nll_loss_grad", kw, exc, match, label) for label, kw, exc, match in errs]
-    out.append(ErrorCase("nll_loss_grad", dict(base, target=np.array([0, 9, 1, 1]), out=np.full((4, 3), 7.0, np.float32)),
+    wrong = dict(base, target=np.array([0, 9, 1, 1]), out=np.full((4, 3), 7.0, np.float32))
+    out.append(ErrorCase("nll_loss_grad", wrong,
                          XLossIndexError, r"target\[1\] = 9 is out of range", "out-of-range target with out", "out"))
     out.append(ErrorCase("nll_loss_grad", dict(base, out=np.full((3, 3), 7.0, np.float32)), XLossValueError,
                          r"out must have shape \(4, 3\)", "out of wrong shape", "out"))

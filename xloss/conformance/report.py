@@ -13,7 +13,7 @@ import platform
 import re
 from pathlib import Path
 
-from .casefile import FORMAT, case_to_json
+from .casefile import FORMAT
 from .runner import CRASH, DRAWN, FAILING, LARGE, TargetResult
 
 GROUP_TITLES = {DRAWN: "edge and drawn cases", LARGE: "large cases (the sizes a tiling sees; repeated, every "

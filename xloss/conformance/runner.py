@@ -20,8 +20,9 @@ out of bounds or into an input is a ``fail`` naming the buffer.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hyp_seed
@@ -31,12 +32,18 @@ from ..backend import Backend, KernelCaps
 from ..dtypes import FLOAT_DTYPES
 from ..errors import BackendUnavailableError, PortViolation
 from . import DESCRIPTORS, large, supports
-from .shrink import minimise
 from .casefile import case_to_json, outputs_to_json
-from .configs import (MASK_DEPENDENT, NONDETERMINISTIC, REPEATS, across_configurations, checked_configurations,
-                      repeat_runs)
+from .configs import (
+    MASK_DEPENDENT,
+    NONDETERMINISTIC,
+    REPEATS,
+    across_configurations,
+    checked_configurations,
+    repeat_runs,
+)
 from .descriptor import Case
 from .execute import CheckFailure, Disagreement, InputWritten, Mismatch, check_case, describe_failure
+from .shrink import minimise
 
 PASS, FAIL, NOT_IMPLEMENTED, REFUSED, WRONG_IF_FORCED, CRASH = (
     "pass", "fail", "not implemented", "refused", "wrong if forced", "crash")
@@ -102,7 +109,7 @@ class _Stats:
             if c.n and (c.ratio > self.max_ratio or not self.tolerance):
                 self.max_ratio, self.tolerance = max(c.ratio, self.max_ratio), c.tolerance
 
-    def store(self, res: "TargetResult"):
+    def store(self, res: TargetResult):
         res.examples, res.max_abs, res.max_rel, res.max_ulp = self.examples, self.max_abs, self.max_rel, self.max_ulp
         res.max_ratio, res.tolerance = self.max_ratio, self.tolerance
 

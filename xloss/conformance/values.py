@@ -9,8 +9,8 @@ and rounded to the dtype under test; the oracle sees the rounded values.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 from hypothesis import strategies as st

@@ -39,7 +39,8 @@ def device_runs(t: torch.Tensor, name: str, backend=None) -> None:
     ``backend=None``) declares in ``Backend.devices``, naming the device and what runs where.
     Only reached off the CPU, so the registry is consulted on error paths and for device backends."""
     from ..backend import Backend
-    from ..registry import backend as get_backend, backend_names
+    from ..registry import backend as get_backend
+    from ..registry import backend_names
 
     dev = t.device.type
     if isinstance(backend, (str, Backend)):

@@ -1,6 +1,7 @@
 """Binary cross entropy on probabilities, with its backward on an xloss backend.
 
-Both run as ``torch.library`` custom ops (:mod:`xloss.torch.ops`). The forward is PyTorch's formula (``-w (y log x + (1-y) log(1-x))``, each log clamped at
+Both run as ``torch.library`` custom ops (:mod:`xloss.torch.ops`). The forward is PyTorch's formula
+(``-w (y log x + (1-y) log(1-x))``, each log clamped at
 -100) computed in float32 or wider; it saves the inputs, and the backward is
 ``xloss.bce_grad``: ``g * w * (x - y) / max(x(1-x), eps)`` (``eps_mode="clamp"``, PyTorch and
 Ascend) or ``/ (x(1-x) + eps)`` (``"add"``, the FT78NE/MT7004 form).

@@ -16,7 +16,8 @@ Two ways through, chosen by what autograd will need:
 
 float32 and 16-bit operands with the ``cpu`` backend (or the default) take :mod:`.flce_native`:
 the same two ways, with PyTorch's GEMMs called here and fused Numba row passes (16-bit: the
-products on the CPU's native 16-bit GEMMs and G rounded once to the operand dtype); the loss is float32 (as transformers and cut-cross-entropy
+products on the CPU's native 16-bit GEMMs and G rounded once to the operand dtype); the loss is float32
+(as transformers and cut-cross-entropy
 return it), the gradients are in the operands' dtype. Under ``torch.autocast("cpu")`` the
 operands are cast to the autocast dtype first, as ``F.linear`` would cast them.
 

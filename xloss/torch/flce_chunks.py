@@ -268,7 +268,7 @@ class Grads:
     rank1_g: float = 0.0  # sum_i r_i, for R's rank-one part of db
 
     @classmethod
-    def new(cls, sh: Shard, want_dx: bool, want_dw: bool, want_db: bool) -> "Grads":
+    def new(cls, sh: Shard, want_dx: bool, want_dw: bool, want_db: bool) -> Grads:
         """dx and dw are left uninitialised when the kernel calls will cover them (the first call on
         each part copies instead of adding, saving a fill and a read of the (V, H) accumulator)."""
         (bt, h), cdt = sh.x.shape, sh.cdt

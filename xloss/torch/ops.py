@@ -206,8 +206,8 @@ def fused_linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor
                                label_smoothing: float, softcap: float, z_scale: float, chunk: int, block: int,
                                start: int, vocab: int, group: str | None, native: bool, accum: str | None,
                                accuracy: bool, token_scaling: bool, want_dx: bool, want_dw: bool, want_db: bool,
-                               backend: str | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                          torch.Tensor, torch.Tensor, torch.Tensor]:
+                               backend: str | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                             torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db)`` (:func:`xloss.torch.flce_passes.forward`)."""
     p = FP.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
                   native, accum, accuracy, token_scaling)

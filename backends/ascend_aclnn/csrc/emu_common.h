@@ -21,26 +21,46 @@
 static inline const char *emu_dtype_name(aclDataType dt)
 {
     switch (dt) {
-    case ACL_FLOAT: return "FLOAT";
-    case ACL_FLOAT16: return "FLOAT16";
-    case ACL_INT8: return "INT8";
-    case ACL_INT32: return "INT32";
-    case ACL_UINT8: return "UINT8";
-    case ACL_INT16: return "INT16";
-    case ACL_UINT16: return "UINT16";
-    case ACL_UINT32: return "UINT32";
-    case ACL_INT64: return "INT64";
-    case ACL_UINT64: return "UINT64";
-    case ACL_DOUBLE: return "DOUBLE";
-    case ACL_BOOL: return "BOOL";
-    case ACL_STRING: return "STRING";
-    case ACL_COMPLEX64: return "COMPLEX64";
-    case ACL_COMPLEX128: return "COMPLEX128";
-    case ACL_BF16: return "BF16";
-    case ACL_INT4: return "INT4";
-    case ACL_UINT1: return "UINT1";
-    case ACL_COMPLEX32: return "COMPLEX32";
-    default: return "UNKNOWN";
+    case ACL_FLOAT:
+        return "FLOAT";
+    case ACL_FLOAT16:
+        return "FLOAT16";
+    case ACL_INT8:
+        return "INT8";
+    case ACL_INT32:
+        return "INT32";
+    case ACL_UINT8:
+        return "UINT8";
+    case ACL_INT16:
+        return "INT16";
+    case ACL_UINT16:
+        return "UINT16";
+    case ACL_UINT32:
+        return "UINT32";
+    case ACL_INT64:
+        return "INT64";
+    case ACL_UINT64:
+        return "UINT64";
+    case ACL_DOUBLE:
+        return "DOUBLE";
+    case ACL_BOOL:
+        return "BOOL";
+    case ACL_STRING:
+        return "STRING";
+    case ACL_COMPLEX64:
+        return "COMPLEX64";
+    case ACL_COMPLEX128:
+        return "COMPLEX128";
+    case ACL_BF16:
+        return "BF16";
+    case ACL_INT4:
+        return "INT4";
+    case ACL_UINT1:
+        return "UINT1";
+    case ACL_COMPLEX32:
+        return "COMPLEX32";
+    default:
+        return "UNKNOWN";
     }
 }
 
@@ -48,12 +68,29 @@ static inline const char *emu_dtype_name(aclDataType dt)
 static inline size_t emu_dtype_size(aclDataType dt)
 {
     switch (dt) {
-    case ACL_INT8: case ACL_UINT8: case ACL_BOOL: return 1;
-    case ACL_FLOAT16: case ACL_BF16: case ACL_INT16: case ACL_UINT16: return 2;
-    case ACL_FLOAT: case ACL_INT32: case ACL_UINT32: case ACL_COMPLEX32: return 4;
-    case ACL_INT64: case ACL_UINT64: case ACL_DOUBLE: case ACL_COMPLEX64: return 8;
-    case ACL_COMPLEX128: return 16;
-    default: return 0;
+    case ACL_INT8:
+    case ACL_UINT8:
+    case ACL_BOOL:
+        return 1;
+    case ACL_FLOAT16:
+    case ACL_BF16:
+    case ACL_INT16:
+    case ACL_UINT16:
+        return 2;
+    case ACL_FLOAT:
+    case ACL_INT32:
+    case ACL_UINT32:
+    case ACL_COMPLEX32:
+        return 4;
+    case ACL_INT64:
+    case ACL_UINT64:
+    case ACL_DOUBLE:
+    case ACL_COMPLEX64:
+        return 8;
+    case ACL_COMPLEX128:
+        return 16;
+    default:
+        return 0;
     }
 }
 

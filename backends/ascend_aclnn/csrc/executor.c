@@ -37,8 +37,8 @@ static aclnnStatus check_operand(const char *op, uint64_t k, const xlossEmuTenso
 
     size_t elsize = emu_dtype_size(d->dataType);
     if (!elsize) {
-        emu_set_error("%s: %s has data type %s (%d), which has no element size", op, who,
-                      emu_dtype_name(d->dataType), (int)d->dataType);
+        emu_set_error("%s: %s has data type %s (%d), which has no element size", op, who, emu_dtype_name(d->dataType),
+                      (int)d->dataType);
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (d->viewDimsNum > XLOSS_EMU_MAX_DIMS) {
@@ -111,8 +111,8 @@ static aclnnStatus check_operand(const char *op, uint64_t k, const xlossEmuTenso
 
 EMU_EXPORT aclnnStatus xlossEmuCreateExecutor(const char *opName, const xlossEmuTensorDesc *operands,
                                               uint64_t operandNum, const void *plan, uint64_t planSize,
-                                              xlossEmuKernel kernel, uint64_t workspaceSize,
-                                              uint64_t *workspaceSizeOut, aclOpExecutor **executor)
+                                              xlossEmuKernel kernel, uint64_t workspaceSize, uint64_t *workspaceSizeOut,
+                                              aclOpExecutor **executor)
 {
     if (workspaceSizeOut)
         *workspaceSizeOut = 0;
@@ -121,8 +121,12 @@ EMU_EXPORT aclnnStatus xlossEmuCreateExecutor(const char *opName, const xlossEmu
     const char *op = opName ? opName : "xlossEmuCreateExecutor";
     if (!opName || !kernel || !workspaceSizeOut || !executor || (operandNum && !operands) || (planSize && !plan)) {
         emu_set_error("%s: xlossEmuCreateExecutor got a null pointer (%s)", op,
-                      !opName ? "opName" : !kernel ? "kernel" : !workspaceSizeOut ? "workspaceSizeOut" :
-                      !executor ? "executor" : !plan && planSize ? "plan" : "operands");
+                      !opName             ? "opName"
+                      : !kernel           ? "kernel"
+                      : !workspaceSizeOut ? "workspaceSizeOut"
+                      : !executor         ? "executor"
+                      : !plan && planSize ? "plan"
+                                          : "operands");
         return ACLNN_ERR_PARAM_NULLPTR;
     }
     if (operandNum > XLOSS_EMU_MAX_OPERANDS || planSize > XLOSS_EMU_MAX_PLAN) {
@@ -183,7 +187,8 @@ EMU_EXPORT aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor)
     if (!emu_ptrset_has(&emu_executors, executor)) {
         emu_unlock();
         emu_set_error("aclSetAclOpExecutorRepeatable: %p is not a live executor (a single-use executor is "
-                      "released by its run; call this right after phase one)", (void *)executor);
+                      "released by its run; call this right after phase one)",
+                      (void *)executor);
         return ACLNN_ERR_PARAM_INVALID;
     }
     executor->repeatable = 1;
@@ -201,7 +206,8 @@ EMU_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)
     if (!emu_ptrset_remove(&emu_executors, executor)) {
         emu_unlock();
         emu_set_error("aclDestroyAclOpExecutor: %p is not a live executor (already destroyed, or a single-use "
-                      "executor released by its run)", (void *)executor);
+                      "executor released by its run)",
+                      (void *)executor);
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (executor->busy)
@@ -236,7 +242,8 @@ EMU_EXPORT aclnnStatus xlossEmuRunExecutor(const char *opName, void *workspace, 
     if (!emu_ptrset_has(&emu_executors, executor)) {
         emu_unlock();
         emu_set_error("%s: %p is not a live executor (a single-use executor runs once; make it repeatable "
-                      "with aclSetAclOpExecutorRepeatable to run it again)", api, (void *)executor);
+                      "with aclSetAclOpExecutorRepeatable to run it again)",
+                      api, (void *)executor);
         return ACLNN_ERR_INNER; /* CANN's phase two reports an executor it does not know as 561000 */
     }
     if (strncmp(executor->op, opName, XLOSS_EMU_MAX_NAME) != 0) {

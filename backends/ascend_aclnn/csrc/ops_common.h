@@ -98,8 +98,8 @@ const char *emu_shape_str(const emu_view *v, char *buf, size_t n);
 /* Elementwise driver over the shape of `shape_of`: operands broadcast to it (NULL or absent
  * operands give NULL buffers). fn receives chunks of n values and the flat index of the first. */
 typedef void (*emu_ew_fn)(void *ctx, int64_t flat, int64_t n, float *const *in, float *const *out);
-void emu_elementwise(const emu_view *shape_of, const emu_view *const *in, int nin, const emu_view *const *out,
-                     int nout, emu_ew_fn fn, void *ctx);
+void emu_elementwise(const emu_view *shape_of, const emu_view *const *in, int nin, const emu_view *const *out, int nout,
+                     emu_ew_fn fn, void *ctx);
 
 /* 1 if the byte ranges the two views span overlap (a conservative test: interleaved views that
  * share no element still count). Empty views overlap nothing. */
@@ -108,19 +108,19 @@ int emu_views_overlap(const emu_view *a, const emu_view *b);
 /* ---- phase-one checks ------------------------------------------------------------------------ */
 
 /* Return ACLNN_ERR_PARAM_NULLPTR if a required pointer is NULL. */
-#define EMU_REQUIRE(api, ptr, name)                                      \
-    do {                                                                 \
-        if (!(ptr)) {                                                    \
-            emu_set_error("%s: %s is a null pointer", (api), (name));    \
-            return ACLNN_ERR_PARAM_NULLPTR;                              \
-        }                                                                \
+#define EMU_REQUIRE(api, ptr, name)                                   \
+    do {                                                              \
+        if (!(ptr)) {                                                 \
+            emu_set_error("%s: %s is a null pointer", (api), (name)); \
+            return ACLNN_ERR_PARAM_NULLPTR;                           \
+        }                                                             \
     } while (0)
 
-#define EMU_CHECK(expr)                  \
-    do {                                 \
-        aclnnStatus st_ = (expr);        \
-        if (st_ != ACLNN_SUCCESS)        \
-            return st_;                  \
+#define EMU_CHECK(expr)           \
+    do {                          \
+        aclnnStatus st_ = (expr); \
+        if (st_ != ACLNN_SUCCESS) \
+            return st_;           \
     } while (0)
 
 static inline aclnnStatus emu_need_float(const emu_plan *ex, int k)
@@ -150,8 +150,7 @@ static inline aclnnStatus emu_need_ndim(const emu_plan *ex, int k, int ndim)
     const emu_view *v = &ex->t[k];
     if (v->present && v->ndim != ndim) {
         char b[160];
-        emu_set_error("%s: %s must be %d-D; got shape %s", ex->api, ex->names[k], ndim,
-                      emu_shape_str(v, b, sizeof b));
+        emu_set_error("%s: %s must be %d-D; got shape %s", ex->api, ex->names[k], ndim, emu_shape_str(v, b, sizeof b));
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;

@@ -11,7 +11,10 @@ enum { FOCAL_SELF, FOCAL_TARGET, FOCAL_WEIGHT, FOCAL_OUT, FOCAL_GRAD };
 
 #include "focal_math.h"
 
-static inline float alpha_t(float y, float alpha) { return alpha >= 0.0f ? alpha * y + (1.0f - alpha) * (1.0f - y) : 1.0f; }
+static inline float alpha_t(float y, float alpha)
+{
+    return alpha >= 0.0f ? alpha * y + (1.0f - alpha) * (1.0f - y) : 1.0f;
+}
 
 typedef struct {
     float alpha, gamma;
@@ -120,9 +123,9 @@ static aclnnStatus check_focal_attrs(const emu_plan *ex)
 }
 
 EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
-                                                             const aclTensor *weightOptional, double gamma,
-                                                             double alpha, int64_t reduction, aclTensor *out,
-                                                             uint64_t *workspaceSize, aclOpExecutor **executor)
+                                                                  const aclTensor *weightOptional, double gamma,
+                                                                  double alpha, int64_t reduction, aclTensor *out,
+                                                                  uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnXlossSigmoidFocalLossGetWorkspaceSize";
     emu_plan ex;
@@ -150,14 +153,14 @@ EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const aclTenso
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (reduction != EMU_REDUCTION_NONE) /* one float64 partial sum per block of EMU_REDUCE_BLOCK elements */
-        ex.workspace_size = emu_round_up((uint64_t)((ex.t[FOCAL_SELF].numel + EMU_REDUCE_BLOCK - 1) /
-                                                    EMU_REDUCE_BLOCK) * sizeof(double));
+        ex.workspace_size = emu_round_up(
+            (uint64_t)((ex.t[FOCAL_SELF].numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK) * sizeof(double));
     ex.run = focal_forward_run;
     return emu_make_executor(&ex, workspaceSize, executor);
 }
 
 EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-                                             aclrtStream stream)
+                                                  aclrtStream stream)
 {
     return emu_launch("aclnnXlossSigmoidFocalLoss", workspace, workspaceSize, executor, stream);
 }
@@ -191,10 +194,9 @@ EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(
 }
 
 EMU_EXPORT aclnnStatus aclnnXlossSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
-                                                     aclOpExecutor *executor, aclrtStream stream)
+                                                          aclOpExecutor *executor, aclrtStream stream)
 {
-    return emu_launch("aclnnXlossSigmoidFocalLossBackward", workspace, workspaceSize, executor,
-                      stream);
+    return emu_launch("aclnnXlossSigmoidFocalLossBackward", workspace, workspaceSize, executor, stream);
 }
 
 /* ---- binary cross entropy backward ----------------------------------------------------------- */
@@ -251,9 +253,8 @@ EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(
     return emu_make_executor(&ex, workspaceSize, executor);
 }
 
-EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyBackward(void *workspace, uint64_t workspaceSize,
-                                                       aclOpExecutor *executor, aclrtStream stream)
+EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                                       aclrtStream stream)
 {
-    return emu_launch("aclnnBinaryCrossEntropyBackward", workspace, workspaceSize, executor,
-                      stream);
+    return emu_launch("aclnnBinaryCrossEntropyBackward", workspace, workspaceSize, executor, stream);
 }

@@ -59,9 +59,8 @@ static float dot_f32(const float *a, const float *b, int64_t n)
 static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
 {
     const emu_view *grad = &ex->t[FL_GRAD], *input = &ex->t[FL_INPUT], *weight = &ex->t[FL_WEIGHT],
-                   *mask = &ex->t[FL_MASK], *mt = &ex->t[FL_MT], *sm = &ex->t[FL_SOFTMAX],
-                   *lmax = &ex->t[FL_LMAX], *sexp = &ex->t[FL_SUMEXP], *igrad = &ex->t[FL_IGRAD],
-                   *wgrad = &ex->t[FL_WGRAD];
+                   *mask = &ex->t[FL_MASK], *mt = &ex->t[FL_MT], *sm = &ex->t[FL_SOFTMAX], *lmax = &ex->t[FL_LMAX],
+                   *sexp = &ex->t[FL_SUMEXP], *igrad = &ex->t[FL_IGRAD], *wgrad = &ex->t[FL_WGRAD];
     int64_t bt = input->dims[0], h = input->dims[1], v = weight->dims[0];
     aclDataType dt = input->dtype;
 
@@ -247,6 +246,5 @@ EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
 EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize,
                                                             aclOpExecutor *executor, aclrtStream stream)
 {
-    return emu_launch("aclnnFusedLinearCrossEntropyLossGrad", workspace, workspaceSize, executor,
-                      stream);
+    return emu_launch("aclnnFusedLinearCrossEntropyLossGrad", workspace, workspaceSize, executor, stream);
 }

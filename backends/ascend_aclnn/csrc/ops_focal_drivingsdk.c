@@ -69,8 +69,7 @@ static aclnnStatus ds_grad_run(const emu_plan *ex, char *ws, uint64_t ws_size)
 
 static aclnnStatus ds_phase_one(const char *api, const char *op, const aclTensor *logit, const aclTensor *target,
                                 const aclTensor *weight, double gamma, double alpha, aclTensor *out,
-                                const char *out_name, uint64_t *workspaceSize, aclOpExecutor **executor,
-                                emu_kernel run)
+                                const char *out_name, uint64_t *workspaceSize, aclOpExecutor **executor, emu_kernel run)
 {
     emu_plan ex;
     emu_phase_one_start(&ex, api, op, workspaceSize, executor);
@@ -106,8 +105,8 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *lo
                                                              aclTensor *out, uint64_t *workspaceSize,
                                                              aclOpExecutor **executor)
 {
-    return ds_phase_one("aclnnSigmoidFocalLossGetWorkspaceSize", "aclnnSigmoidFocalLoss", logit, target, weight,
-                        gamma, alpha, out, "out", workspaceSize, executor, ds_forward_run);
+    return ds_phase_one("aclnnSigmoidFocalLossGetWorkspaceSize", "aclnnSigmoidFocalLoss", logit, target, weight, gamma,
+                        alpha, out, "out", workspaceSize, executor, ds_forward_run);
 }
 
 EMU_EXPORT aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
@@ -121,8 +120,8 @@ EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossGradGetWorkspaceSize(const aclTensor
                                                                  aclTensor *gradInput, uint64_t *workspaceSize,
                                                                  aclOpExecutor **executor)
 {
-    return ds_phase_one("aclnnSigmoidFocalLossGradGetWorkspaceSize", "aclnnSigmoidFocalLossGrad", logit, target,
-                        weight, gamma, alpha, gradInput, "gradInput", workspaceSize, executor, ds_grad_run);
+    return ds_phase_one("aclnnSigmoidFocalLossGradGetWorkspaceSize", "aclnnSigmoidFocalLossGrad", logit, target, weight,
+                        gamma, alpha, gradInput, "gradInput", workspaceSize, executor, ds_grad_run);
 }
 
 EMU_EXPORT aclnnStatus aclnnSigmoidFocalLossGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,

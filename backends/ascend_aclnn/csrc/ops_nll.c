@@ -17,7 +17,8 @@ static aclnnStatus nll_run(const emu_plan *ex, char *ws, uint64_t ws_size)
         int64_t t = emu_load_i64(target, two_d ? emu_at1(target, i) : target->offset);
         if (t != ex->ignore_index && (t < 0 || t >= classes)) {
             emu_set_error("aclnnNLLLossBackward: target[%lld] = %lld is outside [0, %lld) and is not ignoreIndex "
-                          "%lld", (long long)i, (long long)t, (long long)classes, (long long)ex->ignore_index);
+                          "%lld",
+                          (long long)i, (long long)t, (long long)classes, (long long)ex->ignore_index);
             return ACLNN_ERR_RUNTIME_ERROR;
         }
     }

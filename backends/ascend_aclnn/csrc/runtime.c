@@ -211,10 +211,7 @@ static uint64_t g_device_gen = 1; /* bumped when the device context goes away */
 static _Thread_local int32_t tls_device = -1;
 static _Thread_local uint64_t tls_gen;
 
-static int thread_has_device_locked(void)
-{
-    return tls_device >= 0 && tls_gen == g_device_gen && g_device_refs > 0;
-}
+static int thread_has_device_locked(void) { return tls_device >= 0 && tls_gen == g_device_gen && g_device_refs > 0; }
 
 int emu_runtime_ready_locked(void) { return g_initialized && thread_has_device_locked(); }
 
@@ -550,11 +547,16 @@ EMU_EXPORT aclError aclrtFree(void *devPtr)
 static const char *kind_name(aclrtMemcpyKind k)
 {
     switch (k) {
-    case ACL_MEMCPY_HOST_TO_HOST: return "HOST_TO_HOST";
-    case ACL_MEMCPY_HOST_TO_DEVICE: return "HOST_TO_DEVICE";
-    case ACL_MEMCPY_DEVICE_TO_HOST: return "DEVICE_TO_HOST";
-    case ACL_MEMCPY_DEVICE_TO_DEVICE: return "DEVICE_TO_DEVICE";
-    default: return "?";
+    case ACL_MEMCPY_HOST_TO_HOST:
+        return "HOST_TO_HOST";
+    case ACL_MEMCPY_HOST_TO_DEVICE:
+        return "HOST_TO_DEVICE";
+    case ACL_MEMCPY_DEVICE_TO_HOST:
+        return "DEVICE_TO_HOST";
+    case ACL_MEMCPY_DEVICE_TO_DEVICE:
+        return "DEVICE_TO_DEVICE";
+    default:
+        return "?";
     }
 }
 
@@ -566,8 +568,8 @@ static aclError memcpy_side_locked(const char *what, const void *p, size_t count
     *pin = NULL;
     emu_alloc *a = emu_find_alloc_locked(p, device ? count : 0);
     if (device && !a) {
-        emu_set_error("aclrtMemcpy(%s): %s %p..+%zu is not inside one live device allocation", kind_name(kind),
-                      what, p, count);
+        emu_set_error("aclrtMemcpy(%s): %s %p..+%zu is not inside one live device allocation", kind_name(kind), what, p,
+                      count);
         return ACL_ERROR_INVALID_PARAM;
     }
     if (!device && a) {
@@ -661,12 +663,18 @@ EMU_EXPORT int64_t xlossEmuLiveAllocations(int32_t kind)
             str = (int64_t)emu_streams.len;
     emu_unlock();
     switch (kind) {
-    case XLOSS_EMU_LIVE_DEVICE_MEMORY: return mem;
-    case XLOSS_EMU_LIVE_TENSORS: return ten;
-    case XLOSS_EMU_LIVE_EXECUTORS: return exe;
-    case XLOSS_EMU_LIVE_STREAMS: return str;
-    case XLOSS_EMU_LIVE_ALL: return mem + ten + exe + str;
-    default: return -1;
+    case XLOSS_EMU_LIVE_DEVICE_MEMORY:
+        return mem;
+    case XLOSS_EMU_LIVE_TENSORS:
+        return ten;
+    case XLOSS_EMU_LIVE_EXECUTORS:
+        return exe;
+    case XLOSS_EMU_LIVE_STREAMS:
+        return str;
+    case XLOSS_EMU_LIVE_ALL:
+        return mem + ten + exe + str;
+    default:
+        return -1;
     }
 }
 

@@ -11,9 +11,18 @@
 static int format_known(aclFormat f)
 {
     switch (f) {
-    case ACL_FORMAT_NCHW: case ACL_FORMAT_NHWC: case ACL_FORMAT_ND: case ACL_FORMAT_NC1HWC0:
-    case ACL_FORMAT_FRACTAL_Z: case ACL_FORMAT_NC1HWC0_C04: case ACL_FORMAT_HWCN: case ACL_FORMAT_NDHWC:
-    case ACL_FORMAT_FRACTAL_NZ: case ACL_FORMAT_NCDHW: case ACL_FORMAT_NDC1HWC0: case ACL_FRACTAL_Z_3D:
+    case ACL_FORMAT_NCHW:
+    case ACL_FORMAT_NHWC:
+    case ACL_FORMAT_ND:
+    case ACL_FORMAT_NC1HWC0:
+    case ACL_FORMAT_FRACTAL_Z:
+    case ACL_FORMAT_NC1HWC0_C04:
+    case ACL_FORMAT_HWCN:
+    case ACL_FORMAT_NDHWC:
+    case ACL_FORMAT_FRACTAL_NZ:
+    case ACL_FORMAT_NCDHW:
+    case ACL_FORMAT_NDC1HWC0:
+    case ACL_FRACTAL_Z_3D:
         return 1;
     default:
         return 0;
@@ -211,19 +220,19 @@ EMU_EXPORT aclnnStatus aclGetStorageShape(const aclTensor *tensor, int64_t **sto
     return copy_dims("aclGetStorageShape", tensor, DIMS_STORAGE, storageDims, storageDimsNum);
 }
 
-#define SCALAR_GETTER(fn, type, arg, field)                                  \
-    EMU_EXPORT aclnnStatus fn(const aclTensor *tensor, type *arg)            \
-    {                                                                        \
-        if (!tensor || !arg) {                                               \
-            emu_set_error(#fn ": %s is NULL", !tensor ? "tensor" : #arg);    \
-            return ACLNN_ERR_PARAM_NULLPTR;                                  \
-        }                                                                    \
-        aclnnStatus st = lock_live(#fn, tensor);                             \
-        if (st == ACLNN_SUCCESS) {                                           \
-            *arg = tensor->field;                                            \
-            emu_unlock();                                                    \
-        }                                                                    \
-        return st;                                                           \
+#define SCALAR_GETTER(fn, type, arg, field)                               \
+    EMU_EXPORT aclnnStatus fn(const aclTensor *tensor, type *arg)         \
+    {                                                                     \
+        if (!tensor || !arg) {                                            \
+            emu_set_error(#fn ": %s is NULL", !tensor ? "tensor" : #arg); \
+            return ACLNN_ERR_PARAM_NULLPTR;                               \
+        }                                                                 \
+        aclnnStatus st = lock_live(#fn, tensor);                          \
+        if (st == ACLNN_SUCCESS) {                                        \
+            *arg = tensor->field;                                         \
+            emu_unlock();                                                 \
+        }                                                                 \
+        return st;                                                        \
     }
 
 SCALAR_GETTER(aclGetViewOffset, int64_t, offset, offset)

@@ -46,7 +46,8 @@ aclnnStatus emu_operand(emu_plan *p, int k, const char *name, const aclTensor *t
     }
     if (!plain_format(d.format)) {
         emu_set_error("%s: %s has format %d; only ND-like formats (ND, NCHW, NHWC, NCDHW, NDHWC, HWCN) are "
-                      "supported", p->api, name, (int)d.format);
+                      "supported",
+                      p->api, name, (int)d.format);
         return ACLNN_ERR_PARAM_INVALID;
     }
     v->present = 1;
@@ -90,8 +91,7 @@ aclnnStatus emu_make_executor(const emu_plan *p, uint64_t *workspaceSize, aclOpE
         d->data = v->data;
         d->name = p->names[k];
     }
-    return xlossEmuCreateExecutor(p->op, descs, n, p, sizeof *p, run_plan, p->workspace_size, workspaceSize,
-                                  executor);
+    return xlossEmuCreateExecutor(p->op, descs, n, p, sizeof *p, run_plan, p->workspace_size, workspaceSize, executor);
 }
 
 aclnnStatus emu_launch(const char *op, void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
@@ -216,9 +216,12 @@ int64_t emu_load_i64(const emu_view *v, int64_t index)
         memcpy(&x, p, 4);
         return x;
     }
-    case ACL_UINT8: return *(const uint8_t *)p;
-    case ACL_BOOL: return *(const uint8_t *)p != 0;
-    default: return 0;
+    case ACL_UINT8:
+        return *(const uint8_t *)p;
+    case ACL_BOOL:
+        return *(const uint8_t *)p != 0;
+    default:
+        return 0;
     }
 }
 
@@ -282,8 +285,8 @@ const char *emu_shape_str(const emu_view *v, char *buf, size_t n)
 
 #define EMU_CHUNK 256
 
-void emu_elementwise(const emu_view *shape_of, const emu_view *const *in, int nin, const emu_view *const *out,
-                     int nout, emu_ew_fn fn, void *ctx)
+void emu_elementwise(const emu_view *shape_of, const emu_view *const *in, int nin, const emu_view *const *out, int nout,
+                     emu_ew_fn fn, void *ctx)
 {
     if (shape_of->numel == 0)
         return;

@@ -214,7 +214,8 @@ FT78NE_API int ft78ne_emu_set_private_capacity(size_t bytes) {
             pthread_mutex_unlock(&g_mu);
             return emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
                             "ft78ne_emu_set_private_capacity: core %d's private memory holds %d allocation(s) and "
-                            "%d running call(s); free them first", c, n, busy);
+                            "%d running call(s); free them first",
+                            c, n, busy);
         }
     }
     for (int c = 0; c < FT78NE_NUM_CORES; c++) {
@@ -241,7 +242,8 @@ static void *private_alloc(const char *fn, int core, size_t bytes) {
     if (!p)
         emu_fail(a ? FT78NE_ERR_CAPACITY : FT78NE_ERR_NO_MEMORY,
                  "%s: %zu bytes do not fit in core %d's private memory (%s; capacity %zu bytes, largest free gap %zu "
-                 "bytes)", fn, bytes, core, why, cap, gap);
+                 "bytes)",
+                 fn, bytes, core, why, cap, gap);
     return p;
 }
 
@@ -255,15 +257,17 @@ static int private_free(const char *fn, int core, void *ptr) {
     int rc = g_arena[core].base ? free_locked(&g_arena[core], ptr) : -1;
     pthread_mutex_unlock(&g_mu);
     if (rc)
-        return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: %p is not a live allocation in core %d's private memory",
-                        fn, ptr, core);
+        return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: %p is not a live allocation in core %d's private memory", fn,
+                        ptr, core);
     return FT78NE_OK;
 }
 
 FT78NE_API void *ft78ne_emu_private_alloc(int core, size_t bytes) {
     return private_alloc("ft78ne_emu_private_alloc", core, bytes);
 }
-FT78NE_API int ft78ne_emu_private_free(int core, void *ptr) { return private_free("ft78ne_emu_private_free", core, ptr); }
+FT78NE_API int ft78ne_emu_private_free(int core, void *ptr) {
+    return private_free("ft78ne_emu_private_free", core, ptr);
+}
 
 FT78NE_API void *ft78ne_emu_private_base(int core) {
     ensure_init();

@@ -21,8 +21,14 @@ EMU_INLINE void bce_body(const bce_job *j, size_t lo, size_t hi, emu_dtype dt) {
         emu_st(j->dx, i, (float)(d * g), dt); /* exact in double for none/sum */
     }
 }
-static void bce_task_f(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; bce_body(ctx, lo, hi, EMU_FLOAT); }
-static void bce_task_h(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; bce_body(ctx, lo, hi, EMU_HALF); }
+static void bce_task_f(void *ctx, size_t lo, size_t hi, int rank) {
+    (void)rank;
+    bce_body(ctx, lo, hi, EMU_FLOAT);
+}
+static void bce_task_h(void *ctx, size_t lo, size_t hi, int rank) {
+    (void)rank;
+    bce_body(ctx, lo, hi, EMU_HALF);
+}
 
 static void bce_run(emu_call *c, int input_size, int reduction, const void *x, const void *y, const void *w,
                     const void *dl, void *dx, int weight_defined) {
@@ -42,7 +48,11 @@ static void bce_run(emu_call *c, int input_size, int reduction, const void *x, c
         {"input_x", x, nb, es, EMU_IN},
         {"input_y", y, nb, es, EMU_IN},
         {"weight", w, weight_defined ? nb : 0, es, EMU_IN},
-        {"dloss", dl, n == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? nb : es, es, EMU_IN},
+        {"dloss", dl,
+         n == 0                               ? 0
+         : reduction == FT78NE_REDUCTION_NONE ? nb
+                                              : es,
+         es, EMU_IN},
         {"dx", dx, nb, es, EMU_OUT_INPLACE},
     };
     if (emu_check_buffers(c, bufs, (int)(sizeof bufs / sizeof *bufs)))
@@ -64,22 +74,18 @@ static void bce(const char *fn, emu_dtype dt, int is_private, int core_mask, int
 }
 
 FT78NE_API void fp_binarycrossentropygrad_s(int input_size, int reduction, float *input_x, float *input_y,
-                                            float *weight, float *dloss, float *dx, int weight_defined,
-                                            int core_mask) {
-    bce(__func__, EMU_FLOAT, 0, core_mask, input_size, reduction, input_x, input_y, weight, dloss, dx,
-        weight_defined);
+                                            float *weight, float *dloss, float *dx, int weight_defined, int core_mask) {
+    bce(__func__, EMU_FLOAT, 0, core_mask, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined);
 }
-FT78NE_API void hp_binarycrossentropygrad_s(int input_size, int reduction, half *input_x, half *input_y,
-                                            half *weight, half *dloss, half *dx, int weight_defined,
-                                            int core_mask) {
-    bce(__func__, EMU_HALF, 0, core_mask, input_size, reduction, input_x, input_y, weight, dloss, dx,
-        weight_defined);
+FT78NE_API void hp_binarycrossentropygrad_s(int input_size, int reduction, half *input_x, half *input_y, half *weight,
+                                            half *dloss, half *dx, int weight_defined, int core_mask) {
+    bce(__func__, EMU_HALF, 0, core_mask, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined);
 }
 FT78NE_API void fp_binarycrossentropygrad_p(int input_size, int reduction, float *input_x, float *input_y,
                                             float *weight, float *dloss, float *dx, int weight_defined) {
     bce(__func__, EMU_FLOAT, 1, 0, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined);
 }
-FT78NE_API void hp_binarycrossentropygrad_p(int input_size, int reduction, half *input_x, half *input_y,
-                                            half *weight, half *dloss, half *dx, int weight_defined) {
+FT78NE_API void hp_binarycrossentropygrad_p(int input_size, int reduction, half *input_x, half *input_y, half *weight,
+                                            half *dloss, half *dx, int weight_defined) {
     bce(__func__, EMU_HALF, 1, 0, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined);
 }

@@ -25,8 +25,9 @@ static int current_chip(void) {
 FT78NE_API int ft78ne_emu_set_chip(int chip) {
     emu_clear();
     if (chip != FT78NE_EMU_CHIP_FT78NE && chip != FT78NE_EMU_CHIP_MT7004)
-        return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "ft78ne_emu_set_chip: chip must be %d (FT78NE) or %d (MT7004), got %d",
-                        FT78NE_EMU_CHIP_FT78NE, FT78NE_EMU_CHIP_MT7004, chip);
+        return emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
+                        "ft78ne_emu_set_chip: chip must be %d (FT78NE) or %d (MT7004), got %d", FT78NE_EMU_CHIP_FT78NE,
+                        FT78NE_EMU_CHIP_MT7004, chip);
     t_chip = chip;
     return FT78NE_OK;
 }
@@ -47,7 +48,8 @@ void *emu_private_scratch(const emu_call *c, size_t bytes) {
     if (!p)
         emu_fail(FT78NE_ERR_CAPACITY,
                  "%s: needs %zu bytes of private scratch on core %d, but its private memory (%zu bytes) has at most "
-                 "%zu contiguous bytes free (%s)", c->fn, bytes, c->core, cap, gap, why);
+                 "%zu contiguous bytes free (%s)",
+                 c->fn, bytes, c->core, cap, gap, why);
     return p;
 }
 
@@ -106,8 +108,8 @@ int emu_check_buffers(emu_call *c, const emu_buf *bufs, int n) {
                             bufs[i].name, bufs[i].bytes);
     for (int i = 0; i < n; i++) /* the DSP (and C) need naturally aligned elements */
         if (bufs[i].bytes && (uintptr_t)bufs[i].ptr % bufs[i].align)
-            return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: %s (%p) is not aligned to its %zu-byte elements",
-                            c->fn, bufs[i].name, bufs[i].ptr, bufs[i].align);
+            return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: %s (%p) is not aligned to its %zu-byte elements", c->fn,
+                            bufs[i].name, bufs[i].ptr, bufs[i].align);
     if (c->is_private) {
         uintptr_t base;
         size_t cap;
@@ -139,10 +141,11 @@ int emu_check_buffers(emu_call *c, const emu_buf *bufs, int n) {
             if (o->role == EMU_OUT_INPLACE && b->role == EMU_IN && o->ptr == b->ptr && o->bytes == b->bytes)
                 continue;
             return emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
-                            "%s: output %s [%p, +%zu bytes) overlaps %s %s [%p, +%zu bytes)%s", c->fn, o->name,
-                            o->ptr, o->bytes, b->role == EMU_IN ? "input" : "output", b->name, b->ptr, b->bytes,
+                            "%s: output %s [%p, +%zu bytes) overlaps %s %s [%p, +%zu bytes)%s", c->fn, o->name, o->ptr,
+                            o->bytes, b->role == EMU_IN ? "input" : "output", b->name, b->ptr, b->bytes,
                             o->role == EMU_OUT_INPLACE && b->role == EMU_IN ? " (only an exactly equal input may be "
-                                                                              "overwritten in place)" : "");
+                                                                              "overwritten in place)"
+                                                                            : "");
         }
     }
     c->bufs = bufs;

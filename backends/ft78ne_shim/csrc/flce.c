@@ -95,8 +95,8 @@ static void flce_run(emu_call *c, int bt, int hidden, int vocab, const float *gr
     const char *fn = c->fn;
     emu_dtype dt = c->dt;
     if (bt < 0 || hidden < 0 || vocab < 0) {
-        emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: bt, hidden and vocab must be >= 0, got bt=%d hidden=%d vocab=%d",
-                 fn, bt, hidden, vocab);
+        emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: bt, hidden and vocab must be >= 0, got bt=%d hidden=%d vocab=%d", fn,
+                 bt, hidden, vocab);
         return;
     }
     size_t n = (size_t)bt, h = (size_t)hidden, v = (size_t)vocab, es = emu_size(dt), fs = sizeof(float);
@@ -122,15 +122,29 @@ static void flce_run(emu_call *c, int bt, int hidden, int vocab, const float *gr
     for (size_t i = 0; i < n; i++) { /* the rows whose target is in this shard index G */
         if (!target_mask[i] && (masked_target[i] < 0 || masked_target[i] >= vocab)) {
             emu_fail(FT78NE_ERR_INDEX,
-                     "%s: masked_target[%zu] = %d is out of range [0, vocab=%d) for a token whose target_mask is 0",
-                     fn, i, masked_target[i], vocab);
+                     "%s: masked_target[%zu] = %d is out of range [0, vocab=%d) for a token whose target_mask is 0", fn,
+                     i, masked_target[i], vocab);
             return;
         }
     }
     if (!h)
         return; /* both outputs are empty */
-    flce_job j = {n, h, v, grad, logits_max, sum_exp_logits, softmax, input, weight, target_mask, masked_target,
-                  input_grad, weight_grad, softmax_defined != 0, c->is_private && accumulate != 0, NULL};
+    flce_job j = {n,
+                  h,
+                  v,
+                  grad,
+                  logits_max,
+                  sum_exp_logits,
+                  softmax,
+                  input,
+                  weight,
+                  target_mask,
+                  masked_target,
+                  input_grad,
+                  weight_grad,
+                  softmax_defined != 0,
+                  c->is_private && accumulate != 0,
+                  NULL};
     /* row accumulators: private memory for _p (it is that core's memory), host memory for _s */
     size_t bytes = (size_t)emu_max_ranks(c) * h * fs;
     j.scratch = c->is_private ? emu_private_scratch(c, bytes) : malloc(bytes);
@@ -149,8 +163,8 @@ static void flce_run(emu_call *c, int bt, int hidden, int vocab, const float *gr
 
 static void flce(const char *fn, emu_dtype dt, int is_private, int core_mask, int bt, int hidden, int vocab,
                  const float *grad, const void *input, const void *weight, const unsigned char *target_mask,
-                 const int *masked_target, const float *logits_max, const float *sum_exp_logits,
-                 const float *softmax, void *input_grad, void *weight_grad, int softmax_defined, int accumulate) {
+                 const int *masked_target, const float *logits_max, const float *sum_exp_logits, const float *softmax,
+                 void *input_grad, void *weight_grad, int softmax_defined, int accumulate) {
     emu_call c;
     if (!emu_begin(&c, fn, dt, is_private, core_mask))
         flce_run(&c, bt, hidden, vocab, grad, input, weight, target_mask, masked_target, logits_max, sum_exp_logits,

@@ -49,8 +49,8 @@ static int check_scalars(const char *fn, int input_size, int reduction, float al
     if (input_size < 0)
         return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: input_size must be >= 0, got %d", fn, input_size);
     if (!emu_reduction_valid(reduction))
-        return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: reduction must be 0 (none), 1 (mean) or 2 (sum), got %d",
-                        fn, reduction);
+        return emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: reduction must be 0 (none), 1 (mean) or 2 (sum), got %d", fn,
+                        reduction);
     if (!isfinite(alpha) || alpha > 1.0f)
         return emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
                         "%s: alpha must be in [0, 1] (negative disables the class weighting), got %g", fn,
@@ -92,8 +92,14 @@ EMU_INLINE void fwd_body(fwd_job *j, size_t lo, size_t hi, emu_dtype dt) {
         }
     }
 }
-static void fwd_task_f(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; fwd_body(ctx, lo, hi, EMU_FLOAT); }
-static void fwd_task_h(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; fwd_body(ctx, lo, hi, EMU_HALF); }
+static void fwd_task_f(void *ctx, size_t lo, size_t hi, int rank) {
+    (void)rank;
+    fwd_body(ctx, lo, hi, EMU_FLOAT);
+}
+static void fwd_task_h(void *ctx, size_t lo, size_t hi, int rank) {
+    (void)rank;
+    fwd_body(ctx, lo, hi, EMU_HALF);
+}
 
 static void focal_fwd_run(emu_call *c, int input_size, int reduction, float alpha, float gamma, const void *x,
                           const void *y, void *loss) {
@@ -158,8 +164,14 @@ EMU_INLINE void grad_body(const grad_job *j, size_t lo, size_t hi, emu_dtype dt)
         emu_st(j->dx, i, (float)(focal_grad1(&f, y, j->gamma) * g), dt); /* exact in double for none/sum */
     }
 }
-static void grad_task_f(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; grad_body(ctx, lo, hi, EMU_FLOAT); }
-static void grad_task_h(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; grad_body(ctx, lo, hi, EMU_HALF); }
+static void grad_task_f(void *ctx, size_t lo, size_t hi, int rank) {
+    (void)rank;
+    grad_body(ctx, lo, hi, EMU_FLOAT);
+}
+static void grad_task_h(void *ctx, size_t lo, size_t hi, int rank) {
+    (void)rank;
+    grad_body(ctx, lo, hi, EMU_HALF);
+}
 
 static void focal_grad_run(emu_call *c, int input_size, int reduction, float alpha, float gamma, const void *x,
                            const void *y, const void *dl, void *dx) {
@@ -170,7 +182,11 @@ static void focal_grad_run(emu_call *c, int input_size, int reduction, float alp
     emu_buf bufs[] = {
         {"input_x", x, nb, es, EMU_IN},
         {"input_y", y, nb, es, EMU_IN},
-        {"dloss", dl, n == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? nb : es, es, EMU_IN},
+        {"dloss", dl,
+         n == 0                               ? 0
+         : reduction == FT78NE_REDUCTION_NONE ? nb
+                                              : es,
+         es, EMU_IN},
         {"dx", dx, nb, es, EMU_OUT_INPLACE},
     };
     if (emu_check_buffers(c, bufs, 4))
@@ -208,16 +224,16 @@ FT78NE_API void hp_sigmoidfocalloss_p(int input_size, int reduction, float alpha
                                       half *input_y, half *loss) {
     focal_fwd(__func__, EMU_HALF, 1, 0, input_size, reduction, alpha, gamma, input_x, input_y, loss);
 }
-FT78NE_API void fp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma,
-                                          float *input_x, float *input_y, float *dloss, float *dx, int core_mask) {
+FT78NE_API void fp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma, float *input_x,
+                                          float *input_y, float *dloss, float *dx, int core_mask) {
     focal_grad(__func__, EMU_FLOAT, 0, core_mask, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx);
 }
 FT78NE_API void hp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma, half *input_x,
                                           half *input_y, half *dloss, half *dx, int core_mask) {
     focal_grad(__func__, EMU_HALF, 0, core_mask, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx);
 }
-FT78NE_API void fp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma,
-                                          float *input_x, float *input_y, float *dloss, float *dx) {
+FT78NE_API void fp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma, float *input_x,
+                                          float *input_y, float *dloss, float *dx) {
     focal_grad(__func__, EMU_FLOAT, 1, 0, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx);
 }
 FT78NE_API void hp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma, half *input_x,

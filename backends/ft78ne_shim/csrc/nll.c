@@ -23,11 +23,17 @@ EMU_INLINE void nll_body(const nll_job *j, size_t lo, size_t hi, emu_dtype dt) {
         emu_st(j->dx, r * j->classes + t, (float)(emu_ld(j->w, t, dt) * -g), dt); /* PyTorch's order: w * (-g) */
     }
 }
-static void nll_task_f(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; nll_body(ctx, lo, hi, EMU_FLOAT); }
-static void nll_task_h(void *ctx, size_t lo, size_t hi, int rank) { (void)rank; nll_body(ctx, lo, hi, EMU_HALF); }
+static void nll_task_f(void *ctx, size_t lo, size_t hi, int rank) {
+    (void)rank;
+    nll_body(ctx, lo, hi, EMU_FLOAT);
+}
+static void nll_task_h(void *ctx, size_t lo, size_t hi, int rank) {
+    (void)rank;
+    nll_body(ctx, lo, hi, EMU_HALF);
+}
 
-static void nll_run(emu_call *c, const void *dl, const int *labels, const void *w, const void *total_weight,
-                    void *dx, int batch, int class_num, int reduction) {
+static void nll_run(emu_call *c, const void *dl, const int *labels, const void *w, const void *total_weight, void *dx,
+                    int batch, int class_num, int reduction) {
     const char *fn = c->fn;
     emu_dtype dt = c->dt;
     if (batch < 0 || class_num < 0) {
@@ -36,8 +42,8 @@ static void nll_run(emu_call *c, const void *dl, const int *labels, const void *
         return;
     }
     if (!emu_nll_reduction_valid(reduction)) {
-        emu_fail(FT78NE_ERR_INVALID_ARGUMENT,
-                 "%s: reduction_type must be 0 (none), 1 (sum) or 2 (mean), got %d", fn, reduction);
+        emu_fail(FT78NE_ERR_INVALID_ARGUMENT, "%s: reduction_type must be 0 (none), 1 (sum) or 2 (mean), got %d", fn,
+                 reduction);
         return;
     }
     size_t n = (size_t)batch, k = (size_t)class_num, es = emu_size(dt), dx_bytes;
@@ -45,7 +51,11 @@ static void nll_run(emu_call *c, const void *dl, const int *labels, const void *
         return;
     /* every label must be a class, so with rows there are classes and weight is read */
     emu_buf bufs[] = {
-        {"loss_grad", dl, n == 0 ? 0 : reduction == FT78NE_NLL_REDUCTION_NONE ? n * es : es, es, EMU_IN},
+        {"loss_grad", dl,
+         n == 0                                   ? 0
+         : reduction == FT78NE_NLL_REDUCTION_NONE ? n * es
+                                                  : es,
+         es, EMU_IN},
         {"labels", labels, n * sizeof(int), sizeof(int), EMU_IN},
         {"weight", w, n ? k * es : 0, es, EMU_IN},
         {"total_weight", total_weight, reduction == FT78NE_NLL_REDUCTION_MEAN && n ? es : 0, es, EMU_IN},

@@ -74,15 +74,13 @@ typedef uint16_t half;
 
 /* ---- binarycrossentropygrad (vendor manual, verbatim) ---------------------------------- */
 FT78NE_API void fp_binarycrossentropygrad_s(int input_size, int reduction, float *input_x, float *input_y,
-                                            float *weight, float *dloss, float *dx, int weight_defined,
-                                            int core_mask);
-FT78NE_API void hp_binarycrossentropygrad_s(int input_size, int reduction, half *input_x, half *input_y,
-                                            half *weight, half *dloss, half *dx, int weight_defined,
-                                            int core_mask);
+                                            float *weight, float *dloss, float *dx, int weight_defined, int core_mask);
+FT78NE_API void hp_binarycrossentropygrad_s(int input_size, int reduction, half *input_x, half *input_y, half *weight,
+                                            half *dloss, half *dx, int weight_defined, int core_mask);
 FT78NE_API void fp_binarycrossentropygrad_p(int input_size, int reduction, float *input_x, float *input_y,
                                             float *weight, float *dloss, float *dx, int weight_defined);
-FT78NE_API void hp_binarycrossentropygrad_p(int input_size, int reduction, half *input_x, half *input_y,
-                                            half *weight, half *dloss, half *dx, int weight_defined);
+FT78NE_API void hp_binarycrossentropygrad_p(int input_size, int reduction, half *input_x, half *input_y, half *weight,
+                                            half *dloss, half *dx, int weight_defined);
 
 /* ---- nlllossgrad (vendor manual, verbatim): logits_grad is batch x class_num ----------- */
 FT78NE_API void fp_nlllossgrad_s(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
@@ -95,46 +93,50 @@ FT78NE_API void hp_nlllossgrad_p(half *logits, half *loss_grad, int *labels, hal
                                  half *logits_grad, int batch, int class_num, int reduction_type);
 
 /* ---- OURS: sigmoidfocalloss (no vendor page): loss has input_size elements (none) or one (mean/sum) ----------- */
-/* OURS */ FT78NE_API void fp_sigmoidfocalloss_s(int input_size, int reduction, float alpha, float gamma, float *input_x,
-                                      float *input_y, float *loss, int core_mask);
+/* OURS */ FT78NE_API void fp_sigmoidfocalloss_s(int input_size, int reduction, float alpha, float gamma,
+                                                 float *input_x, float *input_y, float *loss, int core_mask);
 /* OURS */ FT78NE_API void hp_sigmoidfocalloss_s(int input_size, int reduction, float alpha, float gamma, half *input_x,
-                                      half *input_y, half *loss, int core_mask);
-/* OURS */ FT78NE_API void fp_sigmoidfocalloss_p(int input_size, int reduction, float alpha, float gamma, float *input_x,
-                                      float *input_y, float *loss);
+                                                 half *input_y, half *loss, int core_mask);
+/* OURS */ FT78NE_API void fp_sigmoidfocalloss_p(int input_size, int reduction, float alpha, float gamma,
+                                                 float *input_x, float *input_y, float *loss);
 /* OURS */ FT78NE_API void hp_sigmoidfocalloss_p(int input_size, int reduction, float alpha, float gamma, half *input_x,
-                                      half *input_y, half *loss);
+                                                 half *input_y, half *loss);
 
 /* ---- OURS: sigmoidfocallossgrad (no vendor page) ------------------------------------------------------------- */
 /* OURS */ FT78NE_API void fp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma,
-                                          float *input_x, float *input_y, float *dloss, float *dx, int core_mask);
-/* OURS */ FT78NE_API void hp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma, half *input_x,
-                                          half *input_y, half *dloss, half *dx, int core_mask);
+                                                     float *input_x, float *input_y, float *dloss, float *dx,
+                                                     int core_mask);
+/* OURS */ FT78NE_API void hp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma,
+                                                     half *input_x, half *input_y, half *dloss, half *dx,
+                                                     int core_mask);
 /* OURS */ FT78NE_API void fp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma,
-                                          float *input_x, float *input_y, float *dloss, float *dx);
-/* OURS */ FT78NE_API void hp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma, half *input_x,
-                                          half *input_y, half *dloss, half *dx);
+                                                     float *input_x, float *input_y, float *dloss, float *dx);
+/* OURS */ FT78NE_API void hp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma,
+                                                     half *input_x, half *input_y, half *dloss, half *dx);
 
 /* ---- OURS: fusedlinearcrossentropylossgrad (no vendor page): input (bt, hidden), weight (vocab, hidden) ---------- */
-/* OURS */ FT78NE_API void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int vocab, float *grad, float *input,
-                                                     float *weight, unsigned char *target_mask, int *masked_target,
-                                                     float *logits_max, float *sum_exp_logits, float *softmax,
-                                                     float *input_grad, float *weight_grad, int softmax_defined,
-                                                     int core_mask);
+/* OURS */ FT78NE_API void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int vocab, float *grad,
+                                                                float *input, float *weight, unsigned char *target_mask,
+                                                                int *masked_target, float *logits_max,
+                                                                float *sum_exp_logits, float *softmax,
+                                                                float *input_grad, float *weight_grad,
+                                                                int softmax_defined, int core_mask);
 /* OURS */ FT78NE_API void hp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int vocab, float *grad, half *input,
-                                                     half *weight, unsigned char *target_mask, int *masked_target,
-                                                     float *logits_max, float *sum_exp_logits, float *softmax,
-                                                     half *input_grad, half *weight_grad, int softmax_defined,
-                                                     int core_mask);
-/* OURS */ FT78NE_API void fp_fusedlinearcrossentropylossgrad_p(int bt, int hidden, int vocab, float *grad, float *input,
-                                                     float *weight, unsigned char *target_mask, int *masked_target,
-                                                     float *logits_max, float *sum_exp_logits, float *softmax,
-                                                     float *input_grad, float *weight_grad, int softmax_defined,
-                                                     int accumulate);
+                                                                half *weight, unsigned char *target_mask,
+                                                                int *masked_target, float *logits_max,
+                                                                float *sum_exp_logits, float *softmax, half *input_grad,
+                                                                half *weight_grad, int softmax_defined, int core_mask);
+/* OURS */ FT78NE_API void fp_fusedlinearcrossentropylossgrad_p(int bt, int hidden, int vocab, float *grad,
+                                                                float *input, float *weight, unsigned char *target_mask,
+                                                                int *masked_target, float *logits_max,
+                                                                float *sum_exp_logits, float *softmax,
+                                                                float *input_grad, float *weight_grad,
+                                                                int softmax_defined, int accumulate);
 /* OURS */ FT78NE_API void hp_fusedlinearcrossentropylossgrad_p(int bt, int hidden, int vocab, float *grad, half *input,
-                                                     half *weight, unsigned char *target_mask, int *masked_target,
-                                                     float *logits_max, float *sum_exp_logits, float *softmax,
-                                                     half *input_grad, half *weight_grad, int softmax_defined,
-                                                     int accumulate);
+                                                                half *weight, unsigned char *target_mask,
+                                                                int *masked_target, float *logits_max,
+                                                                float *sum_exp_logits, float *softmax, half *input_grad,
+                                                                half *weight_grad, int softmax_defined, int accumulate);
 
 /* ---- OURS: the extension marker --------------------------------------------------------
  * A library that implements the OURS layouts above exports this and returns XLOSS_FT78NE_EXT_ABI.

@@ -10,7 +10,8 @@ an operator the variant lacks is "not implemented" (nothing fills it in).
 
 The runtime is the one the installed ``ascend`` backend loads (``emulator_runtime_path()``; in an
 editable install, the checkout's, built if missing); with ``--sanitize`` a sanitized runtime is built
-into the output folder and the ports link that one. Objects are compiled once; an operator source is recompiled for a variant only if one of
+into the output folder and the ports link that one. Objects are compiled once; an operator source is
+recompiled for a variant only if one of
 the variant's switches appears in it (or in ``port.h``, which all of them include)::
 
     python tests/ports/ascend/build.py --out DIR [--sanitize] [VARIANT ...]   # default: every variant

@@ -45,19 +45,19 @@ typedef enum { PORT_ROUND_RINT, PORT_ROUND_TRUNC } port_round;
 #define ELEMENTWISE_OUT_ROUND PORT_ROUND_RINT
 #endif
 
-#define PORT_NOT_NULL(api, ptr, name)                                   \
-    do {                                                                \
-        if (!(ptr)) {                                                   \
+#define PORT_NOT_NULL(api, ptr, name)                                     \
+    do {                                                                  \
+        if (!(ptr)) {                                                     \
             xlossEmuSetErrMsg("%s: %s is a null pointer", (api), (name)); \
-            return ACLNN_ERR_PARAM_NULLPTR;                             \
-        }                                                               \
+            return ACLNN_ERR_PARAM_NULLPTR;                               \
+        }                                                                 \
     } while (0)
 
-#define PORT_TRY(expr)                    \
-    do {                                  \
-        aclnnStatus st_ = (expr);         \
-        if (st_ != ACLNN_SUCCESS)         \
-            return st_;                   \
+#define PORT_TRY(expr)            \
+    do {                          \
+        aclnnStatus st_ = (expr); \
+        if (st_ != ACLNN_SUCCESS) \
+            return st_;           \
     } while (0)
 
 /* Start of every phase one: a failed call leaves no stale workspace size or executor behind. */

@@ -106,6 +106,5 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(
 ACL_FUNC_VISIBILITY aclnnStatus aclnnBinaryCrossEntropyBackward(void *workspace, uint64_t workspaceSize,
                                                                 aclOpExecutor *executor, aclrtStream stream)
 {
-    return xlossEmuRunExecutor("aclnnBinaryCrossEntropyBackward", workspace,
-                           workspaceSize, executor, stream);
+    return xlossEmuRunExecutor("aclnnBinaryCrossEntropyBackward", workspace, workspaceSize, executor, stream);
 }

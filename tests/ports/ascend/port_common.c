@@ -36,7 +36,7 @@ aclnnStatus port_describe(const char *api, const char *name, const aclTensor *t,
         xlossEmuSetErrMsg("%s: %s is not a valid aclTensor", api, name);
     } else if (nd > PORT_MAX_DIMS || ns != nd) {
         xlossEmuSetErrMsg("%s: %s has %llu dimensions; at most %d are supported", api, name, (unsigned long long)nd,
-                     PORT_MAX_DIMS);
+                          PORT_MAX_DIMS);
         st = ACLNN_ERR_PARAM_INVALID;
     } else if (!plain_format(fmt)) {
         xlossEmuSetErrMsg("%s: %s has format %d; only ND-like formats are supported", api, name, (int)fmt);
@@ -84,22 +84,30 @@ aclnnStatus port_create_executor(const char *opName, const port_tensor *operands
         d->data = t->base;
         d->name = names[i];
     }
-    return xlossEmuCreateExecutor(opName, descs, k, plan, planSize, kernel, workspaceSize, workspaceSizeOut,
-                                  executor);
+    return xlossEmuCreateExecutor(opName, descs, k, plan, planSize, kernel, workspaceSize, workspaceSizeOut, executor);
 }
 
 const char *port_dtype_name(aclDataType dt)
 {
     switch (dt) {
-    case ACL_FLOAT: return "FLOAT";
-    case ACL_FLOAT16: return "FLOAT16";
-    case ACL_BF16: return "BF16";
-    case ACL_DOUBLE: return "DOUBLE";
-    case ACL_INT64: return "INT64";
-    case ACL_INT32: return "INT32";
-    case ACL_UINT8: return "UINT8";
-    case ACL_BOOL: return "BOOL";
-    default: return "another dtype";
+    case ACL_FLOAT:
+        return "FLOAT";
+    case ACL_FLOAT16:
+        return "FLOAT16";
+    case ACL_BF16:
+        return "BF16";
+    case ACL_DOUBLE:
+        return "DOUBLE";
+    case ACL_INT64:
+        return "INT64";
+    case ACL_INT32:
+        return "INT32";
+    case ACL_UINT8:
+        return "UINT8";
+    case ACL_BOOL:
+        return "BOOL";
+    default:
+        return "another dtype";
     }
 }
 
@@ -127,7 +135,8 @@ aclnnStatus port_need_float(const char *api, const char *name, const port_tensor
 aclnnStatus port_need_dtype(const char *api, const char *name, const port_tensor *t, aclDataType dt)
 {
     if (t->present && t->dtype != dt) {
-        xlossEmuSetErrMsg("%s: %s has dtype %s; expected %s", api, name, port_dtype_name(t->dtype), port_dtype_name(dt));
+        xlossEmuSetErrMsg("%s: %s has dtype %s; expected %s", api, name, port_dtype_name(t->dtype),
+                          port_dtype_name(dt));
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;
@@ -145,7 +154,7 @@ aclnnStatus port_need_broadcast(const char *api, const char *name, const port_te
     if (!ok) {
         char s1[160], s2[160];
         xlossEmuSetErrMsg("%s: %s of shape %s does not broadcast to %s", api, name, port_shape(t, s1, sizeof s1),
-                     port_shape(to, s2, sizeof s2));
+                          port_shape(to, s2, sizeof s2));
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;
@@ -159,7 +168,7 @@ aclnnStatus port_need_same_shape(const char *api, const char *name, const port_t
     if (!ok) {
         char s1[160], s2[160];
         xlossEmuSetErrMsg("%s: %s has shape %s; expected %s", api, name, port_shape(t, s1, sizeof s1),
-                     port_shape(as, s2, sizeof s2));
+                          port_shape(as, s2, sizeof s2));
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;
@@ -303,9 +312,12 @@ int64_t port_load_int(const port_tensor *t, int64_t at)
         memcpy(&v, p + at * 4, 4);
         return v;
     }
-    case ACL_UINT8: return (uint8_t)p[at];
-    case ACL_BOOL: return p[at] != 0;
-    default: return 0;
+    case ACL_UINT8:
+        return (uint8_t)p[at];
+    case ACL_BOOL:
+        return p[at] != 0;
+    default:
+        return 0;
     }
 }
 

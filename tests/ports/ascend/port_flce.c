@@ -61,7 +61,10 @@ static int token_masked(const port_tensor *m, int64_t i)
     return (int)((port_load_int(m, m->offset + (i / 8) * m->strides[0]) >> (i % 8)) & 1); /* UINT8, LSB first */
 }
 
-static int64_t local_target(const port_tensor *mt, int64_t i) { return port_load_int(mt, mt->offset + i * mt->strides[0]); }
+static int64_t local_target(const port_tensor *mt, int64_t i)
+{
+    return port_load_int(mt, mt->offset + i * mt->strides[0]);
+}
 
 static float load2(const port_tensor *t, int64_t i, int64_t j)
 {
@@ -71,8 +74,8 @@ static float load2(const port_tensor *t, int64_t i, int64_t j)
 static aclnnStatus flce_kernel(const void *vplan, void *workspace, uint64_t workspaceSize)
 {
     const flce_plan *p = vplan;
-    const port_tensor *input = &p->t[L_INPUT], *weight = &p->t[L_WEIGHT], *mask = &p->t[L_MASK],
-                      *mt = &p->t[L_MT], *igrad = &p->t[L_IGRAD], *wgrad = &p->t[L_WGRAD];
+    const port_tensor *input = &p->t[L_INPUT], *weight = &p->t[L_WEIGHT], *mask = &p->t[L_MASK], *mt = &p->t[L_MT],
+                      *igrad = &p->t[L_IGRAD], *wgrad = &p->t[L_WGRAD];
     int64_t bt = input->dims[0], h = input->dims[1], v = weight->dims[0];
     aclDataType dt = input->dtype;
 
@@ -81,7 +84,7 @@ static aclnnStatus flce_kernel(const void *vplan, void *workspace, uint64_t work
         int64_t t;
         if (!token_masked(mask, i) && ((t = local_target(mt, i)) < 0 || t >= v)) {
             xlossEmuSetErrMsg("aclnnFusedLinearCrossEntropyLossGrad: maskedTarget[%lld] = %lld is outside [0, %lld)",
-                         (long long)i, (long long)t, (long long)v);
+                              (long long)i, (long long)t, (long long)v);
             return ACLNN_ERR_RUNTIME_ERROR;
         }
     }
@@ -106,7 +109,8 @@ static aclnnStatus flce_kernel(const void *vplan, void *workspace, uint64_t work
                 grow[r] = load2(&p->t[L_SOFTMAX], i, r);
         } else {
             const port_tensor *lm = &p->t[L_LMAX], *se = &p->t[L_SUMEXP];
-            float m = port_load(lm, lm->offset + i * lm->strides[0]), s = port_load(se, se->offset + i * se->strides[0]);
+            float m = port_load(lm, lm->offset + i * lm->strides[0]),
+                  s = port_load(se, se->offset + i * se->strides[0]);
             for (int64_t r0 = 0; r0 < v; r0 += FLCE_VOCAB_TILE) {
                 int64_t r1 = r0 + FLCE_VOCAB_TILE < v ? r0 + FLCE_VOCAB_TILE : v;
                 for (int64_t r = r0; r < r1; r++) {
@@ -168,17 +172,17 @@ static aclnnStatus flce_kernel(const void *vplan, void *workspace, uint64_t work
 
 /* ---- phase one -------------------------------------------------------------------------------- */
 
-static aclnnStatus need_shape(const char *api, const char *name, const port_tensor *t, int ndim, int64_t d0,
-                              int64_t d1)
+static aclnnStatus need_shape(const char *api, const char *name, const port_tensor *t, int ndim, int64_t d0, int64_t d1)
 {
     if (!t->present || (t->ndim == ndim && t->dims[0] == d0 && (ndim == 1 || t->dims[1] == d1)))
         return ACLNN_SUCCESS;
     char s[160];
     if (ndim == 1)
-        xlossEmuSetErrMsg("%s: %s must have shape (%lld,); got %s", api, name, (long long)d0, port_shape(t, s, sizeof s));
+        xlossEmuSetErrMsg("%s: %s must have shape (%lld,); got %s", api, name, (long long)d0,
+                          port_shape(t, s, sizeof s));
     else
         xlossEmuSetErrMsg("%s: %s must have shape (%lld, %lld); got %s", api, name, (long long)d0, (long long)d1,
-                     port_shape(t, s, sizeof s));
+                          port_shape(t, s, sizeof s));
     return ACLNN_ERR_PARAM_INVALID;
 }
 
@@ -189,15 +193,28 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspace
     aclTensor *weightGradOut, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize";
-    static const char *const names[L_COUNT] = {"grad", "input", "weight", "targetMask", "maskedTarget",
-                                               "logitsMaxOptional", "sumExpLogitsOptional", "softmaxOptional",
-                                               "inputGradOut", "weightGradOut"};
+    static const char *const names[L_COUNT] = {"grad",
+                                               "input",
+                                               "weight",
+                                               "targetMask",
+                                               "maskedTarget",
+                                               "logitsMaxOptional",
+                                               "sumExpLogitsOptional",
+                                               "softmaxOptional",
+                                               "inputGradOut",
+                                               "weightGradOut"};
     port_phase_one_start(workspaceSize, executor);
     /* the row statistics are required in recompute mode, and ignored when softmax is given */
-    const aclTensor *tensors[L_COUNT] = {grad, input, weight, targetMask, maskedTarget,
+    const aclTensor *tensors[L_COUNT] = {grad,
+                                         input,
+                                         weight,
+                                         targetMask,
+                                         maskedTarget,
                                          softmaxOptional ? NULL : logitsMaxOptional,
                                          softmaxOptional ? NULL : sumExpLogitsOptional,
-                                         softmaxOptional, inputGradOut, weightGradOut};
+                                         softmaxOptional,
+                                         inputGradOut,
+                                         weightGradOut};
     for (int k = L_GRAD; k <= L_MT; k++)
         PORT_NOT_NULL(api, tensors[k], names[k]);
     if (!softmaxOptional) {
@@ -231,7 +248,7 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspace
     aclDataType mdt = p.t[L_MASK].dtype, tdt = p.t[L_MT].dtype;
     if ((mdt != ACL_BOOL && mdt != ACL_UINT8) || (tdt != ACL_INT32 && tdt != ACL_INT64)) {
         xlossEmuSetErrMsg("%s: targetMask must be BOOL or UINT8 and maskedTarget INT32 or INT64; got %s and %s", api,
-                     port_dtype_name(mdt), port_dtype_name(tdt));
+                          port_dtype_name(mdt), port_dtype_name(tdt));
         return ACLNN_ERR_PARAM_INVALID;
     }
     const port_tensor *g = &p.t[L_GRAD], *x = &p.t[L_INPUT], *w = &p.t[L_WEIGHT], *m = &p.t[L_MASK];
@@ -253,7 +270,7 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspace
     } else if (m->ndim != 1 || m->dims[0] < (bt + 7) / 8) {
         char s[160];
         xlossEmuSetErrMsg("%s: a bit-packed targetMask needs %lld bytes for BT=%lld; got %s", api,
-                     (long long)((bt + 7) / 8), (long long)bt, port_shape(m, s, sizeof s));
+                          (long long)((bt + 7) / 8), (long long)bt, port_shape(m, s, sizeof s));
         return ACLNN_ERR_PARAM_INVALID;
     }
     flce_layout l;
@@ -261,8 +278,8 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspace
         xlossEmuSetErrMsg("%s: V=%lld, H=%lld is too large", api, (long long)v, (long long)h);
         return ACLNN_ERR_PARAM_INVALID;
     }
-    return port_create_executor("aclnnFusedLinearCrossEntropyLossGrad", p.t, names, L_COUNT, &p, sizeof p,
-                                flce_kernel, l.total, workspaceSize, executor);
+    return port_create_executor("aclnnFusedLinearCrossEntropyLossGrad", p.t, names, L_COUNT, &p, sizeof p, flce_kernel,
+                                l.total, workspaceSize, executor);
 }
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize,

@@ -21,7 +21,10 @@ typedef struct {
     int64_t reduction;
 } focal_plan;
 
-static float class_weight(float y, float alpha) { return alpha < 0.0f ? 1.0f : alpha * y + (1.0f - alpha) * (1.0f - y); }
+static float class_weight(float y, float alpha)
+{
+    return alpha < 0.0f ? 1.0f : alpha * y + (1.0f - alpha) * (1.0f - y);
+}
 
 static float weight_at(const focal_plan *p, const port_walk *w, int64_t flat)
 {
@@ -151,11 +154,9 @@ static aclnnStatus check_operands(const char *api, focal_plan *p, double gamma, 
     return ACLNN_SUCCESS;
 }
 
-ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
-                                                                      const aclTensor *weightOptional, double gamma,
-                                                                      double alpha, int64_t reduction,
-                                                                      aclTensor *out, uint64_t *workspaceSize,
-                                                                      aclOpExecutor **executor)
+ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(
+    const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, double gamma, double alpha,
+    int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnXlossSigmoidFocalLossGetWorkspaceSize";
     port_phase_one_start(workspaceSize, executor);
@@ -176,7 +177,7 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const
     } else if (!port_one_element(&p.t[F_OUT])) {
         char s[160];
         xlossEmuSetErrMsg("%s: out must have shape () or (1,) for reduction %lld; got %s", api, (long long)reduction,
-                     port_shape(&p.t[F_OUT], s, sizeof s));
+                          port_shape(&p.t[F_OUT], s, sizeof s));
         return ACLNN_ERR_PARAM_INVALID;
     }
     int64_t tiles = (p.t[F_SELF].numel + FOCAL_TILE - 1) / FOCAL_TILE;
@@ -186,10 +187,9 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const
 }
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLoss(void *workspace, uint64_t workspaceSize,
-                                                      aclOpExecutor *executor, aclrtStream stream)
+                                                           aclOpExecutor *executor, aclrtStream stream)
 {
-    return xlossEmuRunExecutor("aclnnXlossSigmoidFocalLoss", workspace, workspaceSize, executor,
-                           stream);
+    return xlossEmuRunExecutor("aclnnXlossSigmoidFocalLoss", workspace, workspaceSize, executor, stream);
 }
 
 #ifndef PORT_OMIT_FOCAL_BACKWARD
@@ -219,10 +219,9 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSi
 }
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
-                                                              aclOpExecutor *executor, aclrtStream stream)
+                                                                   aclOpExecutor *executor, aclrtStream stream)
 {
-    return xlossEmuRunExecutor("aclnnXlossSigmoidFocalLossBackward", workspace,
-                           workspaceSize, executor, stream);
+    return xlossEmuRunExecutor("aclnnXlossSigmoidFocalLossBackward", workspace, workspaceSize, executor, stream);
 }
 #endif
 #endif /* PORT_FOCAL_DRIVINGSDK */

@@ -89,8 +89,7 @@ static aclnnStatus ds_phase_one(const char *api, const char *op, const aclTensor
 ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *logit, const aclTensor *target,
                                                                       const aclTensor *weight, double gamma,
                                                                       double alpha, aclTensor *out,
-                                                                      uint64_t *workspaceSize,
-                                                                      aclOpExecutor **executor)
+                                                                      uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     return ds_phase_one("aclnnSigmoidFocalLossGetWorkspaceSize", "aclnnSigmoidFocalLoss", logit, target, weight, gamma,
                         alpha, out, "out", 0, workspaceSize, executor);
@@ -102,15 +101,12 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t 
     return xlossEmuRunExecutor("aclnnSigmoidFocalLoss", workspace, workspaceSize, executor, stream);
 }
 
-ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGradGetWorkspaceSize(const aclTensor *logit,
-                                                                          const aclTensor *target,
-                                                                          const aclTensor *weight, double gamma,
-                                                                          double alpha, aclTensor *gradInput,
-                                                                          uint64_t *workspaceSize,
-                                                                          aclOpExecutor **executor)
+ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGradGetWorkspaceSize(
+    const aclTensor *logit, const aclTensor *target, const aclTensor *weight, double gamma, double alpha,
+    aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
-    return ds_phase_one("aclnnSigmoidFocalLossGradGetWorkspaceSize", "aclnnSigmoidFocalLossGrad", logit, target,
-                        weight, gamma, alpha, gradInput, "gradInput", 1, workspaceSize, executor);
+    return ds_phase_one("aclnnSigmoidFocalLossGradGetWorkspaceSize", "aclnnSigmoidFocalLossGrad", logit, target, weight,
+                        gamma, alpha, gradInput, "gradInput", 1, workspaceSize, executor);
 }
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGrad(void *workspace, uint64_t workspaceSize,

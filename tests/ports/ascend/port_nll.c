@@ -32,7 +32,7 @@ static aclnnStatus nll_kernel(const void *vplan, void *workspace, uint64_t works
         int64_t t = target_of(p, i);
         if (t != p->ignore_index && (t < 0 || t >= classes)) {
             xlossEmuSetErrMsg("aclnnNLLLossBackward: target[%lld] = %lld is outside [0, %lld) and is not ignoreIndex",
-                         (long long)i, (long long)t, (long long)classes);
+                              (long long)i, (long long)t, (long long)classes);
             return ACLNN_ERR_RUNTIME_ERROR;
         }
     }
@@ -45,16 +45,16 @@ static aclnnStatus nll_kernel(const void *vplan, void *workspace, uint64_t works
         memset(out->base + (size_t)out->offset * es, 0, port_align32((uint64_t)(rows * classes) * es));
     } else
 #endif
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < classes; j++) {
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < classes; j++) {
 #ifdef BUG_NLL_ZERO_FILL_SHORT
-            /* BUG: the zero-fill stops one element short (an off-by-one in its count): the last
+                /* BUG: the zero-fill stops one element short (an off-by-one in its count): the last
              * element of out keeps whatever the device memory held - right only on zeroed memory. */
-            if (i == rows - 1 && j == classes - 1)
-                break;
+                if (i == rows - 1 && j == classes - 1)
+                    break;
 #endif
-            port_store(out, out->offset + i * rstride + j * cstride, 0.0f, PORT_ROUND_RINT);
-        }
+                port_store(out, out->offset + i * rstride + j * cstride, 0.0f, PORT_ROUND_RINT);
+            }
 
     int per_row = p->reduction == 0 && two_d;
     float g = per_row || grad->numel == 0 ? 0.0f : port_load(grad, grad->offset);
@@ -78,13 +78,11 @@ static aclnnStatus nll_kernel(const void *vplan, void *workspace, uint64_t works
     return ACLNN_SUCCESS;
 }
 
-ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gradOutput,
-                                                                     const aclTensor *self, const aclTensor *target,
-                                                                     const aclTensor *weight, int64_t reduction,
-                                                                     int64_t ignoreIndex,
+ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+                                                                     const aclTensor *target, const aclTensor *weight,
+                                                                     int64_t reduction, int64_t ignoreIndex,
                                                                      const aclTensor *totalWeight, aclTensor *out,
-                                                                     uint64_t *workspaceSize,
-                                                                     aclOpExecutor **executor)
+                                                                     uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnNLLLossBackwardGetWorkspaceSize";
     static const char *const names[6] = {"gradOutput", "self", "target", "weight", "totalWeight", "out"};
@@ -119,18 +117,18 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTe
     int64_t classes = s->dims[s->ndim - 1];
     if (s->ndim == 2 ? !(t->ndim == 1 && t->dims[0] == s->dims[0]) : t->ndim != 0) {
         xlossEmuSetErrMsg("%s: target of shape %s does not match self of shape %s", api, port_shape(t, a, sizeof a),
-                     port_shape(s, b, sizeof b));
+                          port_shape(s, b, sizeof b));
         return ACLNN_ERR_PARAM_INVALID;
     }
     int grad_ok = reduction == 0 && s->ndim == 2 ? g->ndim == 1 && g->dims[0] == s->dims[0] : port_one_element(g);
     if (!grad_ok) {
         xlossEmuSetErrMsg("%s: gradOutput of shape %s does not fit reduction %lld with self %s", api,
-                     port_shape(g, a, sizeof a), (long long)reduction, port_shape(s, b, sizeof b));
+                          port_shape(g, a, sizeof a), (long long)reduction, port_shape(s, b, sizeof b));
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (!(w->ndim == 1 && w->dims[0] == classes)) {
         xlossEmuSetErrMsg("%s: weight must have shape (%lld,); got %s", api, (long long)classes,
-                     port_shape(w, a, sizeof a));
+                          port_shape(w, a, sizeof a));
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (!port_one_element(&p.t[N_TOTAL])) {
@@ -144,9 +142,8 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTe
                                 executor);
 }
 
-ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackward(void *workspace, uint64_t workspaceSize,
-                                                     aclOpExecutor *executor, aclrtStream stream)
+ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                                     aclrtStream stream)
 {
-    return xlossEmuRunExecutor("aclnnNLLLossBackward", workspace, workspaceSize, executor,
-                           stream);
+    return xlossEmuRunExecutor("aclnnNLLLossBackward", workspace, workspaceSize, executor, stream);
 }

@@ -17,14 +17,20 @@ static void bce(const char *fn, int is_half, int is_private, int n, int reductio
     if (port_check_reduction(fn, reduction))
         return;
     if (n > 0 && (!x || !y || !dloss || !dx || (weighted && !w))) {
-        port_fail(FT78NE_ERR_NULL_POINTER, fn, "NULL buffer (input_x, input_y, dloss, dx, or weight with "
-                                               "weight_defined)");
+        port_fail(FT78NE_ERR_NULL_POINTER, fn,
+                  "NULL buffer (input_x, input_y, dloss, dx, or weight with "
+                  "weight_defined)");
         return;
     }
     if (is_private) {
         size_t elem = is_half ? sizeof(half) : sizeof(float), nb = (size_t)n * elem;
-        port_buf bufs[] = {{"input_x", x, nb}, {"input_y", y, nb}, {"weight", w, weighted ? nb : 0},
-                           {"dloss", dloss, n == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? nb : elem},
+        port_buf bufs[] = {{"input_x", x, nb},
+                           {"input_y", y, nb},
+                           {"weight", w, weighted ? nb : 0},
+                           {"dloss", dloss,
+                            n == 0                               ? 0
+                            : reduction == FT78NE_REDUCTION_NONE ? nb
+                                                                 : elem},
                            {"dx", dx, nb}};
         if (port_check_private(fn, bufs, 5))
             return;
@@ -79,14 +85,12 @@ static void bce(const char *fn, int is_half, int is_private, int n, int reductio
 }
 
 FT78NE_API void fp_binarycrossentropygrad_s(int input_size, int reduction, float *input_x, float *input_y,
-                                            float *weight, float *dloss, float *dx, int weight_defined,
-                                            int core_mask) {
+                                            float *weight, float *dloss, float *dx, int weight_defined, int core_mask) {
     bce(__func__, 0, 0, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined, core_mask);
 }
 
-FT78NE_API void hp_binarycrossentropygrad_s(int input_size, int reduction, half *input_x, half *input_y,
-                                            half *weight, half *dloss, half *dx, int weight_defined,
-                                            int core_mask) {
+FT78NE_API void hp_binarycrossentropygrad_s(int input_size, int reduction, half *input_x, half *input_y, half *weight,
+                                            half *dloss, half *dx, int weight_defined, int core_mask) {
     bce(__func__, 1, 0, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined, core_mask);
 }
 
@@ -95,7 +99,7 @@ FT78NE_API void fp_binarycrossentropygrad_p(int input_size, int reduction, float
     bce(__func__, 0, 1, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined, 0);
 }
 
-FT78NE_API void hp_binarycrossentropygrad_p(int input_size, int reduction, half *input_x, half *input_y,
-                                            half *weight, half *dloss, half *dx, int weight_defined) {
+FT78NE_API void hp_binarycrossentropygrad_p(int input_size, int reduction, half *input_x, half *input_y, half *weight,
+                                            half *dloss, half *dx, int weight_defined) {
     bce(__func__, 1, 1, input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined, 0);
 }

@@ -7,7 +7,8 @@ folder from ``backends/ft78ne_shim``), which gives their ``_p`` functions the ar
     python tests/ports/ft78ne/build.py --out /tmp/ports                # every variant
     python tests/ports/ft78ne/build.py --out /tmp/ports last_slice     # some
     xloss check --backend mt7004 --lib /tmp/ports/libport_last_slice.so --option core_mask=0x07
-    xloss check --backend mt7004 --lib /tmp/ports/libport_flce_accumulate_ignored.so:/tmp/ports/libxloss_ft78ne_private.so \
+    xloss check --backend mt7004 \
+        --lib /tmp/ports/libport_flce_accumulate_ignored.so:/tmp/ports/libxloss_ft78ne_private.so \
         --option memory=private --option private_bytes=8192 --kernels flce
 
 Standard library only; the compiler is ``$CC`` or gcc.

@@ -30,12 +30,16 @@ static void flce(const char *fn, int is_private, int bt, int hidden, int vocab, 
     }
     if (is_private) {
         size_t f = sizeof(float), n = (size_t)bt, x = n * (size_t)hidden * f, w = (size_t)vocab * (size_t)hidden * f;
-        port_buf bufs[] = {{"grad", grad, n * f}, {"input", input, x}, {"weight", weight, w},
-                           {"target_mask", target_mask, n}, {"masked_target", masked_target, n * sizeof(int)},
+        port_buf bufs[] = {{"grad", grad, n * f},
+                           {"input", input, x},
+                           {"weight", weight, w},
+                           {"target_mask", target_mask, n},
+                           {"masked_target", masked_target, n * sizeof(int)},
                            {"logits_max", logits_max, softmax_defined ? 0 : n * f},
                            {"sum_exp_logits", sum_exp_logits, softmax_defined ? 0 : n * f},
                            {"softmax", softmax, softmax_defined ? n * (size_t)vocab * f : 0},
-                           {"input_grad", input_grad, x}, {"weight_grad", weight_grad, w}};
+                           {"input_grad", input_grad, x},
+                           {"weight_grad", weight_grad, w}};
         if (port_check_private(fn, bufs, 10))
             return;
     }

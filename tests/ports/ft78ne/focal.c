@@ -59,8 +59,8 @@ static void focal_loss(const char *fn, int is_half, int is_private, int n, int r
     }
     if (is_private) {
         size_t elem = is_half ? sizeof(half) : sizeof(float), nb = (size_t)n * elem;
-        port_buf bufs[] = {{"input_x", x, nb}, {"input_y", y, nb},
-                           {"loss", loss, reduction == FT78NE_REDUCTION_NONE ? nb : elem}};
+        port_buf bufs[] = {
+            {"input_x", x, nb}, {"input_y", y, nb}, {"loss", loss, reduction == FT78NE_REDUCTION_NONE ? nb : elem}};
         if (port_check_private(fn, bufs, 3))
             return;
     }
@@ -111,8 +111,12 @@ static void focal_grad(const char *fn, int is_half, int is_private, int n, int r
     }
     if (is_private) {
         size_t elem = is_half ? sizeof(half) : sizeof(float), nb = (size_t)n * elem;
-        port_buf bufs[] = {{"input_x", x, nb}, {"input_y", y, nb},
-                           {"dloss", dloss, n == 0 ? 0 : reduction == FT78NE_REDUCTION_NONE ? nb : elem},
+        port_buf bufs[] = {{"input_x", x, nb},
+                           {"input_y", y, nb},
+                           {"dloss", dloss,
+                            n == 0                               ? 0
+                            : reduction == FT78NE_REDUCTION_NONE ? nb
+                                                                 : elem},
                            {"dx", dx, nb}};
         if (port_check_private(fn, bufs, 4))
             return;
@@ -147,8 +151,8 @@ FT78NE_API void hp_sigmoidfocalloss_s(int input_size, int reduction, float alpha
     focal_loss(__func__, 1, 0, input_size, reduction, alpha, gamma, input_x, input_y, loss, core_mask);
 }
 
-FT78NE_API void fp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma,
-                                          float *input_x, float *input_y, float *dloss, float *dx, int core_mask) {
+FT78NE_API void fp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma, float *input_x,
+                                          float *input_y, float *dloss, float *dx, int core_mask) {
     focal_grad(__func__, 0, 0, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx, core_mask);
 }
 
@@ -167,8 +171,8 @@ FT78NE_API void hp_sigmoidfocalloss_p(int input_size, int reduction, float alpha
     focal_loss(__func__, 1, 1, input_size, reduction, alpha, gamma, input_x, input_y, loss, 0);
 }
 
-FT78NE_API void fp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma,
-                                          float *input_x, float *input_y, float *dloss, float *dx) {
+FT78NE_API void fp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma, float *input_x,
+                                          float *input_y, float *dloss, float *dx) {
     focal_grad(__func__, 0, 1, input_size, reduction, alpha, gamma, input_x, input_y, dloss, dx, 0);
 }
 

@@ -35,12 +35,14 @@ static void nll(const char *fn, int is_half, int is_private, const void *logits,
         return;
     }
     if (is_private) {
-        port_buf bufs[] = {
-            {"loss_grad", loss_grad, batch == 0 ? 0 : reduction == NLL_NONE ? (size_t)batch * elem : elem},
-            {"labels", labels, (size_t)batch * sizeof(int)},
-            {"weight", weight, batch ? (size_t)class_num * elem : 0},
-            {"total_weight", total_weight, reduction == NLL_MEAN && batch > 0 ? elem : 0},
-            {"logits_grad", logits_grad, cells * elem}};
+        port_buf bufs[] = {{"loss_grad", loss_grad,
+                            batch == 0              ? 0
+                            : reduction == NLL_NONE ? (size_t)batch * elem
+                                                    : elem},
+                           {"labels", labels, (size_t)batch * sizeof(int)},
+                           {"weight", weight, batch ? (size_t)class_num * elem : 0},
+                           {"total_weight", total_weight, reduction == NLL_MEAN && batch > 0 ? elem : 0},
+                           {"logits_grad", logits_grad, cells * elem}};
         if (port_check_private(fn, bufs, 5))
             return;
     }
@@ -83,24 +85,24 @@ static void nll(const char *fn, int is_half, int is_private, const void *logits,
 
 FT78NE_API void fp_nlllossgrad_s(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
                                  float *logits_grad, int batch, int class_num, int reduction_type, int core_mask) {
-    nll(__func__, 0, 0, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num,
-        reduction_type, core_mask);
+    nll(__func__, 0, 0, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num, reduction_type,
+        core_mask);
 }
 
 FT78NE_API void hp_nlllossgrad_s(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,
                                  half *logits_grad, int batch, int class_num, int reduction_type, int core_mask) {
-    nll(__func__, 1, 0, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num,
-        reduction_type, core_mask);
+    nll(__func__, 1, 0, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num, reduction_type,
+        core_mask);
 }
 
 FT78NE_API void fp_nlllossgrad_p(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
                                  float *logits_grad, int batch, int class_num, int reduction_type) {
-    nll(__func__, 0, 1, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num,
-        reduction_type, 0);
+    nll(__func__, 0, 1, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num, reduction_type,
+        0);
 }
 
 FT78NE_API void hp_nlllossgrad_p(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,
                                  half *logits_grad, int batch, int class_num, int reduction_type) {
-    nll(__func__, 1, 1, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num,
-        reduction_type, 0);
+    nll(__func__, 1, 1, logits, loss_grad, labels, weight, total_weight, logits_grad, batch, class_num, reduction_type,
+        0);
 }

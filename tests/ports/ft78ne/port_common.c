@@ -34,8 +34,7 @@ int port_fail(int code, const char *fn, const char *fmt, ...) {
 
 int port_cores(const char *fn, int core_mask) {
     if (core_mask <= 0 || core_mask > FT78NE_CORE_MASK_ALL) {
-        port_fail(FT78NE_ERR_CORE_MASK, fn, "core_mask 0x%x must select cores 0..7 (0x01..0xff)",
-                  (unsigned)core_mask);
+        port_fail(FT78NE_ERR_CORE_MASK, fn, "core_mask 0x%x must select cores 0..7 (0x01..0xff)", (unsigned)core_mask);
         return 0;
     }
     return __builtin_popcount((unsigned)core_mask);

@@ -24,8 +24,7 @@ typedef int32_t aclnnStatus;
  * storage base (storageDims elements). Returns NULL on failure. */
 ACL_FUNC_VISIBILITY aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDataType dataType,
                                                const int64_t *stride, int64_t offset, aclFormat format,
-                                               const int64_t *storageDims, uint64_t storageDimsNum,
-                                               void *tensorData);
+                                               const int64_t *storageDims, uint64_t storageDimsNum, void *tensorData);
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyTensor(const aclTensor *tensor);
 
 /* Tensor accessors (CANN's public aclnn API). A NULL argument is 161001. The three shape getters

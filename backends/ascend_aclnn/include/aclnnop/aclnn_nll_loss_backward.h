@@ -11,12 +11,13 @@ extern "C" {
 /* gradOutput: (N) for reduction 0 with self (N, C), else one element; self: (N, C) or (C);
  * target: (N) or (), INT64/INT32/UINT8; weight: (C); totalWeight: one element; out: self's shape.
  * gradOutput, self, weight, totalWeight and out share one dtype (FLOAT, FLOAT16, BF16). */
-ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(
-    const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weight,
-    int64_t reduction, int64_t ignoreIndex, const aclTensor *totalWeight, aclTensor *out, uint64_t *workspaceSize,
-    aclOpExecutor **executor);
-ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackward(void *workspace, uint64_t workspaceSize,
-                                                     aclOpExecutor *executor, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+                                                                     const aclTensor *target, const aclTensor *weight,
+                                                                     int64_t reduction, int64_t ignoreIndex,
+                                                                     const aclTensor *totalWeight, aclTensor *out,
+                                                                     uint64_t *workspaceSize, aclOpExecutor **executor);
+ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                                     aclrtStream stream);
 
 #ifdef __cplusplus
 }

@@ -12,12 +12,9 @@
 extern "C" {
 #endif
 
-ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGradGetWorkspaceSize(const aclTensor *logit,
-                                                                          const aclTensor *target,
-                                                                          const aclTensor *weight, double gamma,
-                                                                          double alpha, aclTensor *gradInput,
-                                                                          uint64_t *workspaceSize,
-                                                                          aclOpExecutor **executor);
+ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGradGetWorkspaceSize(
+    const aclTensor *logit, const aclTensor *target, const aclTensor *weight, double gamma, double alpha,
+    aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor);
 ACL_FUNC_VISIBILITY aclnnStatus aclnnSigmoidFocalLossGrad(void *workspace, uint64_t workspaceSize,
                                                           aclOpExecutor *executor, aclrtStream stream);
 

@@ -13,8 +13,7 @@ extern "C" {
  * count for reduction 1 (mean). */
 ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(
     const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional,
-    double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize,
-    aclOpExecutor **executor);
+    double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
 ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize,
                                                                    aclOpExecutor *executor, aclrtStream stream);
 

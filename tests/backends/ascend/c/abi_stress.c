@@ -28,11 +28,11 @@
 
 static int failures;
 static int accepted, ran_ok; /* fuzz statistics: phase ones accepted, runs that succeeded */
-#define FAIL(...)                 \
-    do {                          \
+#define FAIL(...)                     \
+    do {                              \
         printf("FAIL: " __VA_ARGS__); \
-        printf("\n");             \
-        failures++;               \
+        printf("\n");                 \
+        failures++;                   \
     } while (0)
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
@@ -84,8 +84,8 @@ static void read_back(const aclTensor *t, const char *where)
 static void *bufs[NBUF];
 static size_t buf_size[NBUF];
 
-static const aclDataType dtypes[] = {ACL_FLOAT, ACL_FLOAT16, ACL_BF16, ACL_INT64, ACL_INT32, ACL_UINT8,
-                                     ACL_BOOL, ACL_DOUBLE,  ACL_INT8, ACL_STRING, (aclDataType)99};
+static const aclDataType dtypes[] = {ACL_FLOAT, ACL_FLOAT16, ACL_BF16, ACL_INT64,  ACL_INT32,      ACL_UINT8,
+                                     ACL_BOOL,  ACL_DOUBLE,  ACL_INT8, ACL_STRING, (aclDataType)99};
 static const aclFormat formats[] = {ACL_FORMAT_ND, ACL_FORMAT_NCHW, ACL_FORMAT_ND, ACL_FORMAT_FRACTAL_NZ,
                                     (aclFormat)99};
 
@@ -124,10 +124,17 @@ static aclTensor *random_tensor(const int64_t *hint, int hint_nd, aclDataType pr
     void *data = base;
     if (dirty) {
         switch (rnd() % 12) {
-        case 0: data = NULL; break;
-        case 1: data = (char *)base + 4; break; /* misaligned */
-        case 2: data = host; break;             /* not device memory */
-        default: break;
+        case 0:
+            data = NULL;
+            break;
+        case 1:
+            data = (char *)base + 4;
+            break; /* misaligned */
+        case 2:
+            data = host;
+            break;             /* not device memory */
+        default:
+            break;
         }
     }
     aclTensor *t = aclCreateTensor(dims, (uint64_t)nd, dt, strides, offset, fmt, storage, 1, data);
@@ -150,17 +157,18 @@ static void fuzz_one(aclrtStream stream)
     aclOpExecutor *ex = NULL;
     aclnnStatus st;
     int64_t red = rnd() % 10 ? pick(0, 2) : pick(-1, 3);
-        switch (op) {
+    switch (op) {
     case 0:
     case 1:
     case 2: /* focal forward / backward, BCE backward over a (n, c) shape */
         for (int i = 0; i < 5; i++)
             t[i] = (clean || rnd() % 15) ? random_tensor(s2, 2, fdt) : NULL;
         if (op == 0)
-            st = aclnnXlossSigmoidFocalLossGetWorkspaceSize(t[0], t[1], t[2], rnd() % 4 ? 2.0 : -1.0, 0.25, red, t[3], &ws,
-                                                       &ex);
+            st = aclnnXlossSigmoidFocalLossGetWorkspaceSize(t[0], t[1], t[2], rnd() % 4 ? 2.0 : -1.0, 0.25, red, t[3],
+                                                            &ws, &ex);
         else if (op == 1)
-            st = aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(t[4], t[0], t[1], t[2], 0.5, -1.0, red, t[3], &ws, &ex);
+            st = aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(t[4], t[0], t[1], t[2], 0.5, -1.0, red, t[3], &ws,
+                                                                    &ex);
         else
             st = aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(t[4], t[0], t[1], t[2], red, t[3], &ws, &ex);
         break;
@@ -190,8 +198,8 @@ static void fuzz_one(aclrtStream stream)
         }
         t[8] = random_tensor(s_in, 2, hdt);
         t[9] = random_tensor(s_w, 2, hdt);
-        st = aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], rnd() % 10 ? 0.0f : 0.5f,
-                                                                  t[5], t[6], t[7], t[8], t[9], &ws, &ex);
+        st = aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
+            t[0], t[1], t[2], t[3], t[4], rnd() % 10 ? 0.0f : 0.5f, t[5], t[6], t[7], t[8], t[9], &ws, &ex);
     }
     }
     if (!known_status(st))
@@ -258,8 +266,8 @@ static void *worker(void *p)
         uint64_t ws = 0;
         aclOpExecutor *ex = NULL;
         /* the shared block may already be freed: then phase one refuses (161002) */
-        aclnnStatus st = aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(tx, tx, ts ? ts : tx, NULL, 2.0, 0.25, 0, to,
-                                                                       &ws, &ex);
+        aclnnStatus st =
+            aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(tx, tx, ts ? ts : tx, NULL, 2.0, 0.25, 0, to, &ws, &ex);
         if (st == ACLNN_SUCCESS) {
             aclSetAclOpExecutorRepeatable(ex);
             for (int k = 0; k < 5; k++) {
