@@ -28,9 +28,9 @@ extern "C" {
 /* Status codes of the last call (ft78ne_emu_last_error). */
 #define FT78NE_OK 0
 #define FT78NE_ERR_NULL_POINTER 1     /* a buffer that is read or written is NULL */
-#define FT78NE_ERR_INVALID_ARGUMENT \
-    2 /* size < 0, reduction not 0/1/2, alpha/gamma out of range, too large,
-                                       * a misaligned buffer, an output overlapping another buffer */
+/* FT78NE_ERR_INVALID_ARGUMENT: size < 0, reduction not 0/1/2, alpha/gamma out of range, too large, a misaligned
+ * buffer, an output overlapping another buffer */
+#define FT78NE_ERR_INVALID_ARGUMENT 2
 #define FT78NE_ERR_CORE_MASK 3        /* core_mask is 0 or names a core outside 0..7 */
 #define FT78NE_ERR_NOT_PRIVATE 4      /* a _p buffer is not inside the calling core's private memory */
 #define FT78NE_ERR_CAPACITY 5         /* a _p call (or an allocation) needs more private memory than there is */
