@@ -147,48 +147,53 @@ def _blocks(x, y, w, w_rep, w_period, ones, g, g_full, g_scale, alpha, gamma, ni
                 wsrc = ones
                 wk = load(w, wi)
             go = pos if g_full else 0
-            # store_loss and the pow form become compile-time constants in each inlined copy of the
-            # loop: with store_loss a run-time flag, LLVM left the sum-only loop scalar (3x slower)
-            if store_loss:
-                if form == POW_SQUARE:
-                    acc += _run(x, y, pos, end - pos, wsrc, wo, wk, g, go, gk, alpha, gamma, nint, half, POW_SQUARE,
-                                loss_out, True, grad_out, want_loss, want_grad)
-                elif form == POW_CHAIN:
-                    acc += _run(x, y, pos, end - pos, wsrc, wo, wk, g, go, gk, alpha, gamma, nint, half, POW_CHAIN,
-                                loss_out, True, grad_out, want_loss, want_grad)
-                else:
-                    acc += _run(x, y, pos, end - pos, wsrc, wo, wk, g, go, gk, alpha, gamma, nint, half, POW_GENERAL,
-                                loss_out, True, grad_out, want_loss, want_grad)
-            elif form == POW_SQUARE:
+            if form == POW_SQUARE:
                 acc += _run(x, y, pos, end - pos, wsrc, wo, wk, g, go, gk, alpha, gamma, nint, half, POW_SQUARE,
-                            loss_out, False, grad_out, want_loss, want_grad)
+                            loss_out, store_loss, grad_out, want_loss, want_grad)
             elif form == POW_CHAIN:
                 acc += _run(x, y, pos, end - pos, wsrc, wo, wk, g, go, gk, alpha, gamma, nint, half, POW_CHAIN,
-                            loss_out, False, grad_out, want_loss, want_grad)
+                            loss_out, store_loss, grad_out, want_loss, want_grad)
             else:
                 acc += _run(x, y, pos, end - pos, wsrc, wo, wk, g, go, gk, alpha, gamma, nint, half, POW_GENERAL,
-                            loss_out, False, grad_out, want_loss, want_grad)
+                            loss_out, store_loss, grad_out, want_loss, want_grad)
             pos = end
         partials[b] = acc
 
 
 # The entry points: forward only, and gradient with the loss (the gradient needs every factor
-# of the loss, so the gradient-only mode runs this one too: a few multiplies per element).
+# of the loss, so the gradient-only mode runs this one too: a few multiplies per element), each in
+# two forms: every loss stored (``reduction="none"``) or only the per-block sums (``_total``: sum,
+# mean, or no loss wanted). ``store_loss`` must be a compile-time constant of each kernel: as a
+# run-time flag LLVM unswitched the loop and left the sum-only copy scalar (3-4x slower than
+# ``none``), and one kernel per form keeps what a caller compiles to the forms it uses.
 # Arrays are flat and share one storage type (see .access); ``w``/``ones``/``g`` follow the
 # walk described in .layout (``g`` is ``ones`` when the upstream gradient is the scalar
 # ``g_scale``). ``partials`` has one float64 slot per block.
 
 @njit(**_KERNEL)
-def focal_forward(x, y, w, w_rep, w_period, ones, alpha, gamma, nint, half, form, loss_out, store_loss, partials):
+def focal_forward(x, y, w, w_rep, w_period, ones, alpha, gamma, nint, half, form, loss_out, partials):
     _blocks(x, y, w, w_rep, w_period, ones, ones, False, 1.0, alpha, gamma, nint, half, form,
-            loss_out, store_loss, loss_out, partials, True, False)
+            loss_out, True, loss_out, partials, True, False)
+
+
+@njit(**_KERNEL)
+def focal_forward_total(x, y, w, w_rep, w_period, ones, alpha, gamma, nint, half, form, unused, partials):
+    _blocks(x, y, w, w_rep, w_period, ones, ones, False, 1.0, alpha, gamma, nint, half, form,
+            unused, False, unused, partials, True, False)
 
 
 @njit(**_KERNEL)
 def focal_both(x, y, w, w_rep, w_period, ones, g, g_full, g_scale, alpha, gamma, nint, half, form,
-               loss_out, store_loss, grad_out, partials):
+               loss_out, grad_out, partials):
     _blocks(x, y, w, w_rep, w_period, ones, g, g_full, g_scale, alpha, gamma, nint, half, form,
-            loss_out, store_loss, grad_out, partials, True, True)
+            loss_out, True, grad_out, partials, True, True)
+
+
+@njit(**_KERNEL)
+def focal_both_total(x, y, w, w_rep, w_period, ones, g, g_full, g_scale, alpha, gamma, nint, half, form,
+                     unused, grad_out, partials):
+    _blocks(x, y, w, w_rep, w_period, ones, g, g_full, g_scale, alpha, gamma, nint, half, form,
+            unused, False, grad_out, partials, True, True)
 
 
 # --- driver ----------------------------------------------------------------------------
@@ -213,8 +218,8 @@ def run(a) -> None:
     common = (x, y, w.values, w.rep, w.period, ones)
     pow_args = (a.alpha, a.gamma, nint, half, form)
     if a.grad_out is None:
-        args = (*common, *pow_args, loss_out, store_loss, partials)
-        kernel = focal_forward
+        args = (*common, *pow_args, loss_out, partials)
+        kernel = focal_forward if store_loss else focal_forward_total
     else:
         grad_out = storage_view(a.grad_out).reshape(-1)
         if isinstance(a.grad, np.ndarray):
@@ -222,8 +227,8 @@ def run(a) -> None:
         else:
             g, g_full, g_scale = ones, False, a.grad / n if mean else a.grad
         store = store_loss and a.loss_out is not None
-        args = (*common, g, g_full, g_scale, *pow_args, loss_out, store, grad_out, partials)
-        kernel = focal_both
+        args = (*common, g, g_full, g_scale, *pow_args, loss_out, grad_out, partials)
+        kernel = focal_both if store else focal_both_total
     with threads_for(n):
         kernel(*args)
     if a.loss_out is not None and not store_loss:

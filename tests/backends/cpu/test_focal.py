@@ -196,10 +196,11 @@ def test_cpu_is_the_default_backend_and_declares_every_dtype(cpu):
 @pytest.mark.parametrize("form", [POW_SQUARE, POW_CHAIN, POW_GENERAL])
 @pytest.mark.parametrize("store_loss", [True, False], ids=["none", "sum"])
 def test_the_focal_loop_vectorizes_for_every_pow_form(form, store_loss):
-    """Parameters at run time, as in the kernels, and ``store_loss`` a constant, as each of the kernel's
-    copies of the loop has it: LLVM must still emit packed divisions (the sigmoid's and r's; the
-    general form's float64 log too). With ``store_loss`` a run-time flag the sum-only copy stayed
-    scalar, 3-4x slower than ``reduction="none"``, while a packed division elsewhere hid it."""
+    """Parameters at run time, as in the kernels, and ``store_loss`` a constant, as each kernel
+    (``focal_forward``/``_total``, ``focal_both``/``_total``) has it: LLVM must still emit packed
+    divisions (the sigmoid's and r's; the general form's float64 log too). With ``store_loss`` a
+    run-time flag the sum-only copy stayed scalar, 3-4x slower than ``reduction="none"``, while a
+    packed division elsewhere hid it."""
     from numba import njit
 
     from xloss.backends.cpu_onednn import focal
