@@ -6,7 +6,7 @@ float64 whatever the input dtype. They do not validate arguments: :mod:`xloss` d
 in front of every backend.
 """
 
-from .bce import EPS_MODES, bce_denominator, bce_grad, binary_cross_entropy
+from .bce import bce_denominator, bce_grad, binary_cross_entropy
 from .flce import (
     ShardStats,
     combine_max_sum,
@@ -28,11 +28,11 @@ from .focal import (
     sigmoid_focal_loss_grad,
     sigmoid_pair,
 )
-from .nll import check_targets, nll_loss_grad, nll_total_weight
+from .nll import nll_loss_grad, nll_total_weight
 
 __all__ = [
-    "EPS_MODES", "ShardStats", "bce_denominator", "bce_grad", "bce_with_logits", "binary_cross_entropy",
-    "check_targets", "combine_max_sum", "cross_entropy", "flce_grad", "flce_grad_logits", "flce_probabilities",
+    "ShardStats", "bce_denominator", "bce_grad", "bce_with_logits", "binary_cross_entropy",
+    "combine_max_sum", "cross_entropy", "flce_grad", "flce_grad_logits", "flce_probabilities",
     "focal_loss_eq3", "focal_loss_grad_a3", "mask_as_bool", "nll_loss_grad", "nll_total_weight",
     "online_max_sum", "pack_mask", "shard_inputs", "sigmoid_focal_loss", "sigmoid_focal_loss_grad",
     "sigmoid_pair", "unpack_mask",

@@ -12,27 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import XLossIndexError
 from ._common import as_f64
 
 
-def check_targets(target, classes, ignore_index):
-    """Raise :class:`XLossIndexError` naming the first row whose target is outside [0, C)."""
-    t = np.asarray(target).reshape(-1).astype(np.int64)
-    bad = (t != ignore_index) & ((t < 0) | (t >= classes))
-    if bad.any():
-        row = int(np.argmax(bad))
-        where = f"target[{row}]" if np.ndim(target) else "target"
-        raise XLossIndexError(
-            f"{where} = {int(t[row])} is out of range: class indices must lie in [0, {classes}) "
-            f"or equal ignore_index={ignore_index}"
-        )
-    return t
+def _indices(target):
+    """The targets as a flat int64 array. Pure math: the API validates them first (each in [0, C) or
+    ``ignore_index``, :func:`xloss.validation.class_indices`); an out-of-range one fails NumPy's indexing."""
+    return np.asarray(target).reshape(-1).astype(np.int64)
 
 
 def nll_total_weight(target, classes, weight=None, ignore_index=-100):
     """The default ``total_weight``: sum of ``weight[target]`` over rows not ignored."""
-    t = check_targets(target, classes, ignore_index)
+    t = _indices(target)
     w = np.ones(classes) if weight is None else as_f64(weight)
     valid = t != ignore_index
     return float(w[t[valid]].sum())
@@ -42,7 +33,7 @@ def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_i
     """d NLL / d self times the upstream gradient (float64), shape of ``self``."""
     shape = np.shape(self)
     classes = shape[-1]
-    t = check_targets(target, classes, ignore_index)
+    t = _indices(target)
     w = np.ones(classes) if weight is None else as_f64(weight)
     valid = t != ignore_index
     rows = np.nonzero(valid)[0]

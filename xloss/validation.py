@@ -17,12 +17,11 @@ import numbers
 
 import numpy as np
 
-from . import reference
 from .containers import output_view, to_numpy
 from .dtypes import FLOAT_DTYPES, compute_dtype, float_name
-from .errors import XLossTypeError, XLossValueError
+from .errors import XLossIndexError, XLossTypeError, XLossValueError
 from .kernel_args import BCEArgs, FLCEArgs, FocalArgs, NLLArgs
-from .kernels import REDUCTIONS
+from .kernels import BCE_GRAD, REDUCTIONS
 from .memory import ensure_fits, one_call
 
 _FLOAT_NAMES = ", ".join(FLOAT_DTYPES)
@@ -232,12 +231,24 @@ def bce_args(x, y, grad, *, weight, reduction, eps, eps_mode, out=None) -> BCEAr
     eps = real_number(eps, "eps")
     if eps < 0:
         raise XLossValueError(f"eps must be >= 0; got {eps}")
-    if eps_mode not in reference.EPS_MODES:
+    if eps_mode not in BCE_GRAD.axes["eps_mode"]:
         raise XLossValueError(f"eps_mode must be 'clamp' (max(x(1-x), eps)) or 'add' (x(1-x) + eps); got {eps_mode!r}")
     weight = None if weight is None else broadcast_weight(weight, "weight", x.shape, dt)
     g = upstream_grad(grad, reduction, x.shape, dt)
     inputs = {"x": x_raw, "y": y_raw, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
     return BCEArgs(x, y, weight, g, reduction, eps, eps_mode, output(out, "out", x.shape, dt, inputs))
+
+
+def class_indices(target: np.ndarray, classes: int, ignore_index: int) -> None:
+    """Refuse, with :class:`XLossIndexError` naming the first such row, a target outside [0, C) that is
+    not ``ignore_index``."""
+    t = target.reshape(-1).astype(np.int64, copy=False)
+    bad = (t != ignore_index) & ((t < 0) | (t >= classes))
+    if bad.any():
+        row = int(np.argmax(bad))
+        where = f"target[{row}]" if target.ndim else "target"
+        raise XLossIndexError(f"{where} = {int(t[row])} is out of range: class indices must lie in [0, {classes}) "
+                              f"or equal ignore_index={ignore_index}")
 
 
 @one_call
@@ -257,7 +268,7 @@ def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weigh
     t = contiguous(t, "target")
     reduction = reduction_name(reduction)
     ignore_index = integer(ignore_index, "ignore_index")
-    reference.check_targets(t, classes, ignore_index)
+    class_indices(t, classes, ignore_index)
     weight = None if weight is None else operand(weight, "weight", dt, (classes,))
     if total_weight is not None:
         total_weight = real_number(total_weight, "total_weight")

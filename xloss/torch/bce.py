@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..reference import EPS_MODES
+from ..kernels import BCE_GRAD
 from ..validation import real_number
 from . import _checks as C
 from . import ops
@@ -66,7 +66,7 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
             raise C.XLossValueError(f"weight of shape {C.shape_str(weight.shape)} does not broadcast to input "
                                     f"{C.shape_str(input.shape)}")
     reduction = C.reduction(reduction)
-    if eps_mode not in EPS_MODES:
+    if eps_mode not in BCE_GRAD.axes["eps_mode"]:
         raise C.XLossValueError(f"eps_mode must be 'clamp' (max(x(1-x), eps)) or 'add' (x(1-x) + eps); "
                                 f"got {eps_mode!r}")
     eps = real_number(eps, "eps")
