@@ -82,6 +82,21 @@ void emu_store_f64(const emu_view *v, int64_t index, double value); /* one round
 int64_t emu_load_i64(const emu_view *v, int64_t index);            /* INT64, INT32, UINT8, BOOL */
 float emu_round_to(aclDataType dt, float value);                     /* value rounded through dt */
 
+/* a . b in 8 float32 partial sums combined in a fixed tree: the one logit product of the FLCE backward's
+ * recompute and the vocabulary-parallel forward, so both see the same logits bit for bit */
+static inline float emu_dot_f32(const float *a, const float *b, int64_t n)
+{
+    float s[8] = {0};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += a[k + j] * b[k + j];
+    float t = 0.0f;
+    for (; k < n; k++)
+        t += a[k] * b[k];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + t;
+}
+
 static inline int64_t emu_at1(const emu_view *v, int64_t i) { return v->offset + i * v->strides[0]; }
 static inline int64_t emu_at2(const emu_view *v, int64_t i, int64_t j)
 {

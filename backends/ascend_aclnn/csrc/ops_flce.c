@@ -43,19 +43,6 @@ static inline int mask_bit(const emu_view *m, int64_t i)
     return (int)((emu_load_i64(m, emu_at1(m, i / 8)) >> (i % 8)) & 1); /* UINT8, LSB first */
 }
 
-static float dot_f32(const float *a, const float *b, int64_t n)
-{
-    float s[8] = {0};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8)
-        for (int j = 0; j < 8; j++)
-            s[j] += a[k + j] * b[k + j];
-    float t = 0.0f;
-    for (; k < n; k++)
-        t += a[k] * b[k];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + t;
-}
-
 static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
 {
     const emu_view *grad = &ex->t[FL_GRAD], *input = &ex->t[FL_INPUT], *weight = &ex->t[FL_WEIGHT],
@@ -87,7 +74,7 @@ static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
         } else {
             float m = emu_load_f32(lmax, emu_at1(lmax, i)), se = emu_load_f32(sexp, emu_at1(sexp, i));
             for (int64_t r = 0; r < v; r++)
-                grow[r] = expf(dot_f32(xrow, wf + r * h, h) - m) / se;
+                grow[r] = expf(emu_dot_f32(xrow, wf + r * h, h) - m) / se;
         }
         if (!mask_bit(mask, i)) {
             /* CANN does not check maskedTarget's range (the adapter does); the emulator never indexes

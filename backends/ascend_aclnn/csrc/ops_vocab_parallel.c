@@ -43,20 +43,6 @@ static int ms_workspace(int64_t v, int64_t h, ms_layout *l)
     return l->total > (uint64_t)INT64_MAX ? -1 : 0;
 }
 
-/* input_i . weight_v in 8 float32 partial sums combined in a fixed tree */
-static float ms_dot(const float *a, const float *b, int64_t n)
-{
-    float s[8] = {0};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8)
-        for (int j = 0; j < 8; j++)
-            s[j] += a[k + j] * b[k + j];
-    float t = 0.0f;
-    for (; k < n; k++)
-        t += a[k] * b[k];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + t;
-}
-
 static void store_int(const emu_view *v, int64_t index, int64_t value)
 {
     char *p = v->data + index * (int64_t)v->elsize;
@@ -93,7 +79,7 @@ static aclnnStatus ms_run(const emu_plan *ex, char *ws, uint64_t ws_size)
         emu_gather_f32(input, emu_at2(input, i, 0), input->strides[1], h, xrow);
         float m = -INFINITY;
         for (int64_t r = 0; r < v; r++) {
-            row[r] = ms_dot(xrow, wf + r * h, h);
+            row[r] = emu_dot_f32(xrow, wf + r * h, h);
             m = row[r] > m ? row[r] : m;
         }
         float s = 0.0f;

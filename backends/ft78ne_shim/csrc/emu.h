@@ -116,6 +116,20 @@ EMU_INLINE void emu_st(void *p, size_t i, float v, emu_dtype dt) {
     else
         ((float *)p)[i] = v;
 }
+/* x[i] . w[r] (rows of h elements) in 8 float32 partial sums combined in a fixed tree: the same order in
+ * every call, pass and core, and shorter error chains than one running sum. The one logit product of the
+ * FLCE backward and the vocabulary-parallel forward, so both see the same logits bit for bit. */
+EMU_INLINE float emu_dot_rows(const void *x, const void *w, size_t i, size_t r, size_t h, emu_dtype dt) {
+    float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    size_t k = 0, xi = i * h, wi = r * h;
+    for (; k + 8 <= h; k += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += emu_ld(x, xi + k + (size_t)l, dt) * emu_ld(w, wi + k + (size_t)l, dt);
+    for (int l = 0; k < h; k++, l++)
+        s[l] += emu_ld(x, xi + k, dt) * emu_ld(w, wi + k, dt);
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
 EMU_INLINE size_t emu_size(emu_dtype dt) { return dt == EMU_HALF ? 2u : 4u; }
 
 /* Reductions are summed in blocks of this many elements (Kahan, float32), then the block sums

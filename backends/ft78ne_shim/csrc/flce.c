@@ -23,25 +23,12 @@ typedef struct {
     float *scratch; /* one row of h floats per rank */
 } flce_job;
 
-/* input_i . weight_v in 8 float32 partial sums combined in a fixed tree: the same order in every
- * call, pass and core, and shorter error chains than one running sum. */
-EMU_INLINE float flce_dot(const flce_job *j, size_t i, size_t v, emu_dtype dt) {
-    float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    size_t h = j->h, k = 0, xi = i * h, wi = v * h;
-    for (; k + 8 <= h; k += 8)
-        for (int l = 0; l < 8; l++)
-            s[l] += emu_ld(j->x, xi + k + (size_t)l, dt) * emu_ld(j->w, wi + k + (size_t)l, dt);
-    for (int l = 0; k < h; k++, l++)
-        s[l] += emu_ld(j->x, xi + k, dt) * emu_ld(j->w, wi + k, dt);
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
-
 EMU_INLINE float flce_g(const flce_job *j, size_t i, size_t v, emu_dtype dt) {
     float g;
     if (j->softmax)
         g = j->sm[i * j->v + v];
     else
-        g = expf(flce_dot(j, i, v, dt) - j->lm[i]) / j->se[i];
+        g = expf(emu_dot_rows(j->x, j->w, i, v, j->h, dt) - j->lm[i]) / j->se[i];
     if (!j->mask[i] && (size_t)j->mt[i] == v)
         g -= 1.0f;
     return g * j->grad[i];

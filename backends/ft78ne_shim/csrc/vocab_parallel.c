@@ -20,34 +20,22 @@ typedef struct {
     void *logits; /* NULL: not wanted */
 } ms_job;
 
-/* input_i . weight_r in 8 float32 partial sums combined in a fixed tree */
-EMU_INLINE float ms_dot(const ms_job *j, size_t i, size_t r, emu_dtype dt) {
-    float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    size_t h = j->h, k = 0, xi = i * h, wi = r * h;
-    for (; k + 8 <= h; k += 8)
-        for (int l = 0; l < 8; l++)
-            s[l] += emu_ld(j->x, xi + k + (size_t)l, dt) * emu_ld(j->w, wi + k + (size_t)l, dt);
-    for (int l = 0; k < h; k++, l++)
-        s[l] += emu_ld(j->x, xi + k, dt) * emu_ld(j->w, wi + k, dt);
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
-
 EMU_INLINE void ms_rows(const ms_job *j, size_t lo, size_t hi, emu_dtype dt) {
     for (size_t i = lo; i < hi; i++) {
         float m = -INFINITY, s = 0.0f;
         for (size_t r = 0; r < j->v; r++) {
-            float l = ms_dot(j, i, r, dt);
+            float l = emu_dot_rows(j->x, j->w, i, r, j->h, dt);
             m = l > m ? l : m;
             if (j->logits)
                 emu_st(j->logits, i * j->v + r, l, dt);
         }
         for (size_t r = 0; r < j->v; r++)
-            s += expf(ms_dot(j, i, r, dt) - m);
+            s += expf(emu_dot_rows(j->x, j->w, i, r, j->h, dt) - m);
         long long t = j->target[i];
         int masked = t < j->start || t >= j->end; /* checked: end - start <= v */
         j->lmax[i] = m;
         j->sexp[i] = s;
-        j->pred[i] = masked ? 0.0f : ms_dot(j, i, (size_t)(t - j->start), dt) - m;
+        j->pred[i] = masked ? 0.0f : emu_dot_rows(j->x, j->w, i, (size_t)(t - j->start), j->h, dt) - m;
         j->mask[i] = (unsigned char)masked;
         j->mt[i] = masked ? 0 : (int)(t - j->start);
     }
