@@ -8,17 +8,23 @@ in front of every backend.
 
 from .bce import bce_denominator, bce_grad, binary_cross_entropy
 from .flce import (
+    OnlineMaxSumOut,
     ShardStats,
+    all_reduce_online_max_sum,
     combine_max_sum,
     cross_entropy,
     flce_grad,
     flce_grad_logits,
     flce_probabilities,
+    fused_cross_entropy_loss_with_max_sum,
+    fused_linear_online_max_sum,
     mask_as_bool,
     online_max_sum,
     pack_mask,
+    pack_target_mask,
     shard_inputs,
     unpack_mask,
+    vocab_shards,
 )
 from .focal import (
     bce_with_logits,
@@ -31,9 +37,10 @@ from .focal import (
 from .nll import nll_loss_grad, nll_total_weight
 
 __all__ = [
-    "ShardStats", "bce_denominator", "bce_grad", "bce_with_logits", "binary_cross_entropy",
-    "combine_max_sum", "cross_entropy", "flce_grad", "flce_grad_logits", "flce_probabilities",
-    "focal_loss_eq3", "focal_loss_grad_a3", "mask_as_bool", "nll_loss_grad", "nll_total_weight",
-    "online_max_sum", "pack_mask", "shard_inputs", "sigmoid_focal_loss", "sigmoid_focal_loss_grad",
-    "sigmoid_pair", "unpack_mask",
+    "OnlineMaxSumOut", "ShardStats", "all_reduce_online_max_sum", "bce_denominator", "bce_grad", "bce_with_logits",
+    "binary_cross_entropy", "combine_max_sum", "cross_entropy", "flce_grad", "flce_grad_logits",
+    "flce_probabilities", "focal_loss_eq3", "focal_loss_grad_a3", "fused_cross_entropy_loss_with_max_sum",
+    "fused_linear_online_max_sum", "mask_as_bool", "nll_loss_grad", "nll_total_weight", "online_max_sum",
+    "pack_mask", "pack_target_mask", "shard_inputs", "sigmoid_focal_loss", "sigmoid_focal_loss_grad",
+    "sigmoid_pair", "unpack_mask", "vocab_shards",
 ]

@@ -18,11 +18,15 @@ if not (_here / "reference").is_dir() and (_here.parent / "reference" / "__init_
 del _here, _pathlib
 
 from .api import (
+    LossWithMaxSum,
+    OnlineMaxSum,
     bce_grad,
     focal_loss,
     focal_loss_grad,
     focal_loss_with_grad,
+    fused_cross_entropy_loss_with_max_sum,
     fused_linear_cross_entropy_grad,
+    fused_linear_online_max_sum,
     nll_loss_grad,
 )
 from .backend import Backend, KernelCaps
@@ -44,7 +48,8 @@ __all__ = [
     "Backend", "BackendNotFoundError", "BackendUnavailableError", "KernelCaps", "KernelError",
     "UnsupportedRequestError", "XLossError", "XLossIndexError", "XLossTypeError", "XLossValueError",
     "backend", "bce_grad", "focal_loss", "focal_loss_grad", "focal_loss_with_grad",
-    "fused_linear_cross_entropy_grad", "list_backends", "nll_loss_grad", "register_backend",
+    "LossWithMaxSum", "OnlineMaxSum", "fused_cross_entropy_loss_with_max_sum", "fused_linear_cross_entropy_grad",
+    "fused_linear_online_max_sum", "list_backends", "nll_loss_grad", "register_backend",
     "unregister_backend",
 ]
 

@@ -1,4 +1,4 @@
-"""What a backend is: declared capabilities plus one method per kernel.
+"""What a backend is: declared capabilities plus one method per kernel of the table.
 
 A backend subclasses :class:`Backend`, declares per kernel a :class:`KernelCaps`, and
 implements the kernel methods it declares. xloss validates every call before a backend sees
@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from .dtypes import FLOAT_DTYPES
 from .errors import UnsupportedRequestError
-from .kernel_args import BCEArgs, FLCEArgs, FocalArgs, NLLArgs, Request
+from .kernel_args import Request
 from .kernels import KERNELS, REDUCTIONS
 
 
@@ -169,27 +169,22 @@ class Backend:
                 f"backend {self.name!r} does not support {why} for kernel {req.kernel}{supports}"
             )
 
-    # -- the kernels (write into the *_out arrays of the args) --------------------------
-    def _unsupported(self, kernel):
-        raise UnsupportedRequestError(f"backend {self.name!r} does not implement kernel {kernel}")
-
-    def focal_loss(self, a: FocalArgs) -> None:
-        self._unsupported("focal_loss")
-
-    def bce_grad(self, a: BCEArgs) -> None:
-        self._unsupported("bce_grad")
-
-    def nll_loss_grad(self, a: NLLArgs) -> None:
-        self._unsupported("nll_loss_grad")
-
-    def fused_linear_cross_entropy_grad(self, a: FLCEArgs) -> None:
-        self._unsupported("fused_linear_cross_entropy_grad")
+    # -- the kernels --------------------------------------------------------------------
+    # A backend implements a kernel of the table (:mod:`xloss.kernels`) with one method named after
+    # it, taking that row's Args and writing into its ``*_out`` arrays.
+    def kernel(self, name: str):
+        """The method that runs kernel ``name``, or None."""
+        return getattr(self, name, None) if name in KERNELS else None
 
     def run(self, args) -> None:
         """Check ``args`` against the capabilities and run the matching kernel."""
         req = args.request()
         self.check(req)
-        getattr(self, req.kernel)(args)
+        fn = self.kernel(req.kernel)
+        if fn is None:
+            raise UnsupportedRequestError(f"backend {self.name!r} declares kernel {req.kernel} but does not "
+                                          f"implement it (no method {req.kernel})")
+        fn(args)
 
     def __reduce_ex__(self, protocol):
         """Pickle (and ``copy.deepcopy``) by name and options: the copy is the registry's shared

@@ -8,7 +8,7 @@ import sys
 
 from . import registry
 from .errors import BackendNotFoundError, BackendUnavailableError, XLossError
-from .kernels import KERNELS
+from .kernels import ALIASES, KERNELS
 
 
 def _caps_json(caps):
@@ -39,8 +39,7 @@ def cmd_backends(args) -> int:
     return 0
 
 
-KERNEL_ALIASES = {"focal": "focal_loss", "bce": "bce_grad", "nll": "nll_loss_grad",
-                  "flce": "fused_linear_cross_entropy_grad"}
+_SHORT_NAMES = ", ".join(k.aliases[0] for k in KERNELS.values())
 
 
 class UsageError(XLossError):
@@ -83,7 +82,7 @@ def _make_backend(name: str, options: dict):
 
 
 def cmd_check(args) -> int:
-    from .conformance import DESCRIPTORS, report
+    from .conformance import report
     from .conformance.isolated import run_isolated
     from .conformance.runner import FAILING, run_suite
 
@@ -95,10 +94,11 @@ def cmd_check(args) -> int:
         raise UsageError("--backend NAME is required (or --replay FILE)")
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1; got {args.repeat}")
-    kernels = [KERNEL_ALIASES.get(k, k) for k in args.kernels] if args.kernels else None
+    kernels = [ALIASES.get(k, k) for k in args.kernels] if args.kernels else None
     for k in kernels or ():
-        if k not in DESCRIPTORS:
-            raise UsageError(f"unknown kernel {k!r}; choose from {', '.join(KERNEL_ALIASES)} or full names")
+        if k not in KERNELS:
+            short = ", ".join(a for a in ALIASES if a not in KERNELS)
+            raise UsageError(f"unknown kernel {k!r}; choose from {short} or full names")
     options = _backend_options(args)
     backend = _make_backend(args.backend, options)
     ok, why = backend.availability()
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="backend option, e.g. memory=private or core_mask=0x0f (repeatable)")
     p.add_argument("--kernels", nargs="+", metavar="KERNEL",
-                   help="kernels to test (focal, bce, nll, flce or full names); default all")
+                   help=f"kernels to test ({_SHORT_NAMES} or full names); default all")
     p.add_argument("--max-examples", type=int, default=100, help="hypothesis examples per target (default 100)")
     p.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
@@ -222,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="time every backend and the PyTorch alternatives side by side",
                        description="Time each kernel on every available backend and on PyTorch eager, torch.compile, "
                                    "ATen backward ops and a materialised linear+cross-entropy, in one process.")
-    p.add_argument("--kernels", nargs="+", metavar="KERNEL", help="focal, bce, nll, flce (default all)")
+    p.add_argument("--kernels", nargs="+", metavar="KERNEL",
+                   help=f"{_SHORT_NAMES}, lm_step or full names (default all)")
     p.add_argument("--backends", nargs="+", metavar="NAME", help="xloss backends to include (default all)")
     p.add_argument("--sizes", nargs="+", metavar="SIZE",
                    help="e.g. 8M (focal, bce), 32768x1000 (nll), 2048x1024x32000 (flce: BT x H x V)")

@@ -131,8 +131,8 @@ class NLLArgs:
     C-contiguous, every entry in [0, C) or equal to ``ignore_index`` (checked).
     ``weight``: None or (C) in self's dtype. ``grad``: a Python float, or, only for
     ``none`` with 2-D self, a C-contiguous (N) array of self's dtype. ``total_weight``: a
-    Python float, or None meaning "the sum of weight[target] over rows not ignored"
-    (compute it; only ``mean`` uses it). ``out``: self's shape.
+    Python float, the caller's or, by default, the sum of ``weight[target]`` (float64) over the
+    rows not ignored, resolved by validation (only ``mean`` uses it). ``out``: self's shape.
     """
 
     self: np.ndarray
@@ -141,7 +141,7 @@ class NLLArgs:
     grad: np.ndarray | float
     reduction: str
     ignore_index: int
-    total_weight: float | None
+    total_weight: float
     out: np.ndarray
 
     def request(self) -> Request:
@@ -190,3 +190,68 @@ class FLCEArgs:
     def _largest_operand(self) -> int:
         (bt, h), v = self.input.shape, self.weight.shape[0]
         return max(bt * v, bt * h, v * h)
+
+
+@dataclass(frozen=True)
+class OnlineMaxSumArgs:
+    """One vocabulary shard's forward statistics (CANN's aclnnFusedLinearOnlineMaxSum).
+
+    ``input`` (BT, H) and ``weight`` (V, H): same float dtype, C-contiguous, V >= 1. ``target``
+    (BT) int32 or int64, C-contiguous, any values (those outside the shard are masked). The shard
+    holds the global vocabulary rows ``vocab_start <= t < vocab_end``, with ``0 <= vocab_start <=
+    vocab_end <= vocab_start + V``. Outputs: ``logits_max_out``, ``sum_exp_out``, ``predicted_out``
+    (BT) in the compute dtype (float64 for float64 input, else float32): the row max of the logits
+    ``input @ weight.T``, the sum of ``exp(logits - max)``, and ``logits[t - vocab_start] - max``
+    (0 where masked); ``target_mask_out``: uint8 ((BT + 7) // 8) bit-packed LSB first with the
+    padding bits set (``mask_format == "bitpacked"``) or bool (BT) (``"bool"``), set where the
+    target is not in the shard; ``masked_target_out`` (BT) in target's dtype, ``t - vocab_start``
+    or 0 where masked; ``logits_out`` (BT, V) in input's dtype, or None when not asked for.
+    """
+
+    input: np.ndarray
+    weight: np.ndarray
+    target: np.ndarray
+    vocab_start: int
+    vocab_end: int
+    mask_format: str  # "bitpacked" | "bool"
+    logits_max_out: np.ndarray
+    sum_exp_out: np.ndarray
+    predicted_out: np.ndarray
+    target_mask_out: np.ndarray
+    masked_target_out: np.ndarray
+    logits_out: np.ndarray | None
+
+    def request(self) -> Request:
+        (bt, h), v = self.input.shape, self.weight.shape[0]
+        return Request("fused_linear_online_max_sum", float_name(self.input.dtype), None,
+                       {"logits": self.logits_out is not None, "mask": self.mask_format,
+                        "target_dtype": self.target.dtype.name}, max(bt * v, bt * h, v * h))
+
+
+@dataclass(frozen=True)
+class LossWithMaxSumArgs:
+    """The vocabulary-parallel loss after the all-reduce (CANN's aclnnFusedCrossEntropyLossWithMaxSum).
+
+    ``logits_max``, ``sum_exp_logits``, ``predicted_logits`` (BT): C-contiguous, in the compute
+    dtype of ``dtype`` (float64 for float64, else float32); ``predicted_logits`` is relative to
+    ``logits_max``. ``vocab_parallel_logits``: None, or (BT, V) of ``dtype``, C-contiguous.
+    ``dtype`` is the logits' dtype when they are given, else the statistics'. ``loss_out`` (BT)
+    in the compute dtype: ``log(sum_exp_logits) - predicted_logits``; ``softmax_out`` (BT, V) in
+    the compute dtype, ``exp(logits - logits_max) / sum_exp_logits``, present exactly when the
+    logits are. ``label_smoothing`` is 0 (the only value any vendor computes).
+    """
+
+    logits_max: np.ndarray
+    sum_exp_logits: np.ndarray
+    predicted_logits: np.ndarray
+    vocab_parallel_logits: np.ndarray | None
+    dtype: str
+    label_smoothing: float
+    loss_out: np.ndarray
+    softmax_out: np.ndarray | None
+
+    def request(self) -> Request:
+        bt = self.loss_out.shape[0]
+        v = 0 if self.vocab_parallel_logits is None else self.vocab_parallel_logits.shape[1]
+        return Request("fused_cross_entropy_loss_with_max_sum", self.dtype, None,
+                       {"softmax": self.softmax_out is not None}, max(bt, bt * v))

@@ -20,7 +20,7 @@ import numpy as np
 from .containers import output_view, to_numpy
 from .dtypes import FLOAT_DTYPES, compute_dtype, float_name
 from .errors import XLossIndexError, XLossTypeError, XLossValueError
-from .kernel_args import BCEArgs, FLCEArgs, FocalArgs, NLLArgs
+from .kernel_args import BCEArgs, FLCEArgs, FocalArgs, LossWithMaxSumArgs, NLLArgs, OnlineMaxSumArgs
 from .kernels import BCE_GRAD, REDUCTIONS
 from .memory import ensure_fits, one_call
 
@@ -216,7 +216,8 @@ def focal_args(x, y, grad, *, alpha, gamma, weight, reduction, mode, out=None, g
     if mode in ("grad", "forward+grad"):
         grad_out_arr = output(grad_out, "out", x.shape, dt,
                               {**inputs, "the loss output": loss_out} if out is not None else inputs)
-    return FocalArgs(x, y, weight, alpha, gamma, reduction, mode, g, loss_out, grad_out_arr)
+    return FocalArgs(x=x, y=y, weight=weight, alpha=alpha, gamma=gamma, reduction=reduction, mode=mode, grad=g,
+                     loss_out=loss_out, grad_out=grad_out_arr)
 
 
 @one_call
@@ -236,7 +237,8 @@ def bce_args(x, y, grad, *, weight, reduction, eps, eps_mode, out=None) -> BCEAr
     weight = None if weight is None else broadcast_weight(weight, "weight", x.shape, dt)
     g = upstream_grad(grad, reduction, x.shape, dt)
     inputs = {"x": x_raw, "y": y_raw, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
-    return BCEArgs(x, y, weight, g, reduction, eps, eps_mode, output(out, "out", x.shape, dt, inputs))
+    return BCEArgs(x=x, y=y, weight=weight, grad=g, reduction=reduction, eps=eps, eps_mode=eps_mode,
+                   out=output(out, "out", x.shape, dt, inputs))
 
 
 def class_indices(target: np.ndarray, classes: int, ignore_index: int) -> None:
@@ -270,26 +272,23 @@ def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weigh
     ignore_index = integer(ignore_index, "ignore_index")
     class_indices(t, classes, ignore_index)
     weight = None if weight is None else operand(weight, "weight", dt, (classes,))
-    if total_weight is not None:
+    if total_weight is None:  # resolved here, once: the sum of weight[target] over the rows not ignored
+        t64 = t.reshape(-1).astype(np.int64, copy=False)
+        kept = t64[t64 != ignore_index]
+        total_weight = float(kept.size) if weight is None else float(weight[kept].sum(dtype=np.float64))
+    else:
         total_weight = real_number(total_weight, "total_weight")
     g = upstream_grad(grad, reduction, t_shape, dt, per_element=s.ndim == 2)
     inputs = {"self": s_raw, "target": t, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
-    return NLLArgs(s, t, weight, g, reduction, ignore_index, total_weight, output(out, "out", s.shape, dt, inputs))
+    return NLLArgs(self=s, target=t, weight=weight, grad=g, reduction=reduction, ignore_index=ignore_index,
+                   total_weight=total_weight, out=output(out, "out", s.shape, dt, inputs))
 
 
 @one_call
 def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, sum_exp_logits, softmax,
               label_smoothing, vocab_size, input_grad_out=None, weight_grad_out=None) -> FLCEArgs:
-    inp = contiguous(float_array(input, "input"), "input")
-    if inp.ndim != 2:
-        raise XLossValueError(f"input must have shape (BT, H); got {_shape(inp.shape)}")
+    inp, w = _linear_operands(input, weight)
     bt, hidden = inp.shape
-    w = contiguous(float_array(weight, "weight"), "weight")
-    if w.ndim != 2 or w.shape[1] != hidden:
-        raise XLossValueError(f"weight must have shape (V, {hidden}) to match input (BT, H)={_shape(inp.shape)}; "
-                              f"got {_shape(w.shape)}")
-    if w.dtype != inp.dtype:
-        raise XLossTypeError(f"weight dtype {float_name(w.dtype)} must match input dtype {float_name(inp.dtype)}")
     v = w.shape[0]
     cdt = compute_dtype(float_name(inp.dtype))
     g = operand(grad, "grad", cdt, (bt,))
@@ -348,5 +347,94 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
               "logits_max": lm, "sum_exp_logits": se}
     gi = output(input_grad_out, "input_grad_out", (bt, hidden), dt, inputs)
     gw = output(weight_grad_out, "weight_grad_out", (v, hidden), dt, {**inputs, "input_grad_out": gi})
-    return FLCEArgs(g, inp, w, m, fmt, mt, mode, lm, se, sm, ls, k, gi, gw,
+    return FLCEArgs(grad=g, input=inp, weight=w, target_mask=m, mask_format=fmt, masked_target=mt, mode=mode,
+                    logits_max=lm, sum_exp_logits=se, softmax=sm, label_smoothing=ls, vocab_size=k,
+                    input_grad_out=gi, weight_grad_out=gw,
                     outputs_given=input_grad_out is not None or weight_grad_out is not None)
+
+
+def _linear_operands(input, weight):
+    """``input`` (BT, H) and ``weight`` (V, H) of one float dtype, C-contiguous."""
+    inp = contiguous(float_array(input, "input"), "input")
+    if inp.ndim != 2:
+        raise XLossValueError(f"input must have shape (BT, H); got {_shape(inp.shape)}")
+    w = contiguous(float_array(weight, "weight"), "weight")
+    if w.ndim != 2 or w.shape[1] != inp.shape[1]:
+        raise XLossValueError(f"weight must have shape (V, {inp.shape[1]}) to match input (BT, H)="
+                              f"{_shape(inp.shape)}; got {_shape(w.shape)}")
+    if w.dtype != inp.dtype:
+        raise XLossTypeError(f"weight dtype {float_name(w.dtype)} must match input dtype {float_name(inp.dtype)}")
+    return inp, w
+
+
+MASK_FORMATS = ("bitpacked", "bool")
+
+
+@one_call
+def online_max_sum_args(input, weight, target, vocab_start, vocab_end=None, *, return_logits=False,
+                        mask_format="bitpacked") -> OnlineMaxSumArgs:
+    inp, w = _linear_operands(input, weight)
+    (bt, _), v = inp.shape, w.shape[0]
+    if v < 1:
+        raise XLossValueError("weight must hold at least one vocabulary row (V >= 1); got V=0")
+    t = to_numpy(target, "target")
+    if t.dtype.name not in ("int32", "int64"):
+        raise XLossTypeError(f"target must have dtype int32 or int64; got {t.dtype}")
+    if t.shape != (bt,):
+        raise XLossValueError(f"target must have shape ({bt},), one per token; got {_shape(t.shape)}")
+    t = contiguous(t, "target")
+    start = integer(vocab_start, "vocab_start")
+    end = start + v if vocab_end is None else integer(vocab_end, "vocab_end")
+    if start < 0 or not start <= end <= start + v:
+        raise XLossValueError(f"the shard's rows [vocab_start, vocab_end) must satisfy 0 <= vocab_start <= vocab_end "
+                              f"<= vocab_start + V (V={v}); got vocab_start={start}, vocab_end={end}")
+    if t.dtype == np.int32 and end > np.iinfo(np.int32).max:
+        raise XLossValueError(f"vocab_end={end} does not fit target's dtype int32")
+    if mask_format not in MASK_FORMATS:
+        raise XLossValueError(f"mask_format must be one of {', '.join(map(repr, MASK_FORMATS))}; got {mask_format!r}")
+    if not isinstance(return_logits, (bool, np.bool_)):
+        raise XLossTypeError(f"return_logits must be a bool; got {return_logits!r}")
+    cdt = compute_dtype(float_name(inp.dtype))
+    inputs = {"input": inp, "weight": w, "target": t}
+    stats = [output(None, name, (bt,), cdt, inputs) for name in ("logits_max", "sum_exp_logits", "predicted_logits")]
+    mask = (output(None, "target_mask", ((bt + 7) // 8,), np.uint8, inputs) if mask_format == "bitpacked"
+            else output(None, "target_mask", (bt,), np.bool_, inputs))
+    masked = output(None, "masked_target", (bt,), t.dtype, inputs)
+    logits = output(None, "vocab_parallel_logits", (bt, v), inp.dtype, inputs) if return_logits else None
+    return OnlineMaxSumArgs(input=inp, weight=w, target=t, vocab_start=start, vocab_end=end, mask_format=mask_format,
+                            logits_max_out=stats[0], sum_exp_out=stats[1], predicted_out=stats[2],
+                            target_mask_out=mask, masked_target_out=masked, logits_out=logits)
+
+
+@one_call
+def loss_with_max_sum_args(logits_max, sum_exp_logits, predicted_logits, *, vocab_parallel_logits=None,
+                           label_smoothing=0.0) -> LossWithMaxSumArgs:
+    ls = real_number(label_smoothing, "label_smoothing")
+    if ls != 0.0:
+        raise XLossValueError(f"label_smoothing must be 0 (the vocabulary-parallel loss has no smoothing term; "
+                              f"CANN's operator accepts only 0); got {ls}")
+    if vocab_parallel_logits is not None:
+        logits = contiguous(float_array(vocab_parallel_logits, "vocab_parallel_logits"), "vocab_parallel_logits")
+        if logits.ndim != 2:
+            raise XLossValueError(f"vocab_parallel_logits must have shape (BT, V); got {_shape(logits.shape)}")
+        dtype = float_name(logits.dtype)
+        cdt = compute_dtype(dtype)
+    else:
+        logits = None
+        first = float_array(logits_max, "logits_max")
+        cdt = compute_dtype(float_name(first.dtype))
+        dtype = float_name(cdt)
+    lm = operand(logits_max, "logits_max", cdt)
+    if lm.ndim != 1:
+        raise XLossValueError(f"logits_max must have shape (BT,); got {_shape(lm.shape)}")
+    bt = lm.shape[0]
+    if logits is not None and logits.shape[0] != bt:
+        raise XLossValueError(f"vocab_parallel_logits must have shape ({bt}, V) to match logits_max ({bt},); "
+                              f"got {_shape(logits.shape)}")
+    se = operand(sum_exp_logits, "sum_exp_logits", cdt, (bt,))
+    pl = operand(predicted_logits, "predicted_logits", cdt, (bt,))
+    inputs = {"logits_max": lm, "sum_exp_logits": se, "predicted_logits": pl, "vocab_parallel_logits": logits}
+    loss = output(None, "loss", (bt,), cdt, inputs)
+    softmax = None if logits is None else output(None, "softmax", logits.shape, cdt, inputs)
+    return LossWithMaxSumArgs(logits_max=lm, sum_exp_logits=se, predicted_logits=pl, vocab_parallel_logits=logits,
+                              dtype=dtype, label_smoothing=ls, loss_out=loss, softmax_out=softmax)

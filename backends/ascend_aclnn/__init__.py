@@ -193,12 +193,7 @@ class AscendBackend(Backend):
         # the scalars are rounded on the way in, as on a real NPU (the conformance tolerance allows it).
         cdt = dt
         weight = np.ones(classes, cdt) if a.weight is None else a.weight.astype(cdt)
-        total = a.total_weight
-        if total is None:  # the vendor requires the tensor: sum of weight[target] over rows not ignored
-            t = a.target.reshape(-1).astype(np.int64)
-            w64 = np.ones(classes) if a.weight is None else a.weight.astype(np.float64)
-            counted = (t != a.ignore_index) & (t >= 0) & (t < classes)  # a bad target is the device's to report
-            total = float(w64[t[counted]].sum())
+        total = a.total_weight  # the vendor requires the tensor, always (the default resolved in validation)
         if isinstance(a.grad, np.ndarray):
             grad = a.grad.astype(cdt)
         elif a.reduction == "none" and two_d:  # the vendor wants (N) here: expand the scalar

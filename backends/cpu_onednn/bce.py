@@ -49,7 +49,7 @@ def bce_kernel(x, y, w, w_rep, w_period, ones, g, g_full, g_scale, eps, add_eps,
             pos = end
 
 
-def run(a) -> None:
+def run(a, backend=None) -> None:
     """Fill ``a.out`` of a validated :class:`xloss.kernel_args.BCEArgs`."""
     n = a.x.size
     if n == 0:

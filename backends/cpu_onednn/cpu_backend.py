@@ -26,6 +26,21 @@ _CAPS = {
         "fused_linear_cross_entropy_grad", dtypes=_ALL_DTYPES,
         notes=("bfloat16: native bf16 GEMMs with float32 partials, G rounded once to bf16; float16: float32 "
                "products; one rounding at the end; memory bounded by flce_chunk_bytes")),
+    "fused_linear_online_max_sum": KernelCaps.declare(
+        "fused_linear_online_max_sum", dtypes=_ALL_DTYPES,
+        notes="logits a vocabulary tile at a time (flce_chunk_bytes), statistics merged online in float32"),
+    "fused_cross_entropy_loss_with_max_sum": KernelCaps.declare("fused_cross_entropy_loss_with_max_sum",
+                                                                dtypes=_ALL_DTYPES),
+}
+
+#: kernel -> (module, function): ``function(args, backend)`` writes the kernel's outputs
+_IMPLEMENTATIONS = {
+    "focal_loss": ("focal", "run"),
+    "bce_grad": ("bce", "run"),
+    "nll_loss_grad": ("nll", "run"),
+    "fused_linear_cross_entropy_grad": ("flce", "run"),
+    "fused_linear_online_max_sum": ("vocab_parallel", "online_max_sum"),
+    "fused_cross_entropy_loss_with_max_sum": ("vocab_parallel", "loss_with_max_sum"),
 }
 
 _load_lock = threading.Lock()
@@ -76,9 +91,9 @@ def kernels():
         with _load_lock:
             if _kernels is None:
                 _threads.share_openmp_runtime()  # before anything loads Numba's threading layer
-                from . import bce, flce, focal, gemm, nll  # (importing them checks the disk cache)
-
-                _kernels = {"focal": focal, "bce": bce, "nll": nll, "flce": flce, "gemm": gemm}
+                modules = {m for m, _ in _IMPLEMENTATIONS.values()} | {"gemm"}
+                # (importing them checks the disk cache)
+                _kernels = {m: importlib.import_module(f".{m}", __package__) for m in sorted(modules)}
     return _kernels
 
 
@@ -159,23 +174,15 @@ class CpuBackend(Backend):
             yield
 
     # -- the kernels ---------------------------------------------------------------------
-    def focal_loss(self, a):
-        k = kernels()["focal"]
-        with self._thread_count():
-            k.run(a)
+    def kernel(self, name):
+        where = _IMPLEMENTATIONS.get(name)
+        return None if where is None else functools.partial(self._launch, *where)
 
-    def bce_grad(self, a):
-        k = kernels()["bce"]
+    def _launch(self, module: str, function: str, a) -> None:
+        k = getattr(kernels()[module], function)
         with self._thread_count():
-            k.run(a)
+            k(a, self)
 
-    def nll_loss_grad(self, a):
-        k = kernels()["nll"]
-        with self._thread_count():
-            k.run(a)
-
-    def fused_linear_cross_entropy_grad(self, a):
-        k = kernels()["flce"]
-        chunk = self._chunk_bytes or k.DEFAULT_CHUNK_BYTES
-        with self._thread_count():
-            k.run(a, self.gemm(), chunk)
+    def flce_chunk_bytes(self) -> int:
+        """The FLCE tile budget: the option, else the kernel's default."""
+        return self._chunk_bytes or kernels()["flce"].DEFAULT_CHUNK_BYTES

@@ -128,8 +128,10 @@ def _sigint_held():
             raise KeyboardInterrupt
 
 
-def run(a, gemm, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
-    """Fill ``a.input_grad_out`` and ``a.weight_grad_out`` of a validated :class:`FLCEArgs`."""
+def run(a, backend) -> None:
+    """Fill ``a.input_grad_out`` and ``a.weight_grad_out`` of a validated :class:`FLCEArgs`, with the
+    ``cpu`` backend's GEMM and tile budget."""
+    gemm, chunk_bytes = backend.gemm(), backend.flce_chunk_bytes()
     if not a.outputs_given:
         _compute(a, gemm, chunk_bytes, a.input_grad_out, a.weight_grad_out)
         return

@@ -198,7 +198,7 @@ def focal_both_total(x, y, w, w_rep, w_period, ones, g, g_full, g_scale, alpha, 
 
 # --- driver ----------------------------------------------------------------------------
 
-def run(a) -> None:
+def run(a, backend=None) -> None:
     """Fill ``a.loss_out`` / ``a.grad_out`` of a validated :class:`xloss.kernel_args.FocalArgs`."""
     n = a.x.size
     mean = a.reduction == "mean"

@@ -52,15 +52,14 @@ def row_values(a) -> tuple[np.ndarray, np.ndarray]:
     else:
         g = np.full(t.shape, float(a.grad))
     if a.reduction == "mean":
-        tw = float(w[t[valid]].sum()) if a.total_weight is None else a.total_weight
         with np.errstate(divide="ignore", invalid="ignore"):
-            g = g / tw
+            g = g / a.total_weight
     with np.errstate(invalid="ignore", over="ignore"):
         values = (w_t * -g).astype(a.out.dtype)
     return t, values
 
 
-def run(a) -> None:
+def run(a, backend=None) -> None:
     """Fill ``a.out`` of a validated :class:`xloss.kernel_args.NLLArgs`."""
     if a.out.size == 0:
         return

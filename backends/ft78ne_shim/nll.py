@@ -41,11 +41,7 @@ def nll_loss_grad(b, a) -> None:
     red = codes["none" if per_row else "mean" if a.reduction == "mean" else "sum"]
     tw = None
     if a.reduction == "mean":
-        tw = a.total_weight
-        if tw is None:
-            ws = np.ones(classes) if a.weight is None else a.weight.astype(np.float64)
-            tw = math.fsum(ws[t64[kept]])
-        g, tw = mean_operands(g, tw, dt)
+        g, tw = mean_operands(g, a.total_weight, dt)
     out = a.out.reshape(batch, classes)
     labels = (t64 if rows is None else t64[rows]).astype(np.int32)
     fname, ct = b._names(dt, "nlllossgrad")

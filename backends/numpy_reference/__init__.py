@@ -28,6 +28,9 @@ class ReferenceBackend(Backend):
             "bce_grad": KernelCaps.declare("bce_grad", dtypes=_ALL),
             "nll_loss_grad": KernelCaps.declare("nll_loss_grad", dtypes=_ALL),
             "fused_linear_cross_entropy_grad": KernelCaps.declare("fused_linear_cross_entropy_grad", dtypes=_ALL),
+            "fused_linear_online_max_sum": KernelCaps.declare("fused_linear_online_max_sum", dtypes=_ALL),
+            "fused_cross_entropy_loss_with_max_sum": KernelCaps.declare("fused_cross_entropy_loss_with_max_sum",
+                                                                        dtypes=_ALL),
         }
 
     def focal_loss(self, a):
@@ -51,6 +54,25 @@ class ReferenceBackend(Backend):
                                label_smoothing=a.label_smoothing, vocab_size=a.vocab_size)
         _store(a.input_grad_out, gi)
         _store(a.weight_grad_out, gw)
+
+    def fused_linear_online_max_sum(self, a):
+        r = ref.fused_linear_online_max_sum(a.input, a.weight, a.target, a.vocab_start, a.vocab_end)
+        for out, value in ((a.logits_max_out, r.logits_max_local), (a.sum_exp_out, r.sum_exp_logits_local),
+                           (a.predicted_out, r.predicted_logits_local), (a.masked_target_out, r.masked_target)):
+            _store(out, value)
+        if a.mask_format == "bitpacked":
+            a.target_mask_out[...] = r.target_mask
+        else:
+            a.target_mask_out[...] = (a.target < a.vocab_start) | (a.target >= a.vocab_end)
+        if a.logits_out is not None:
+            _store(a.logits_out, r.vocab_parallel_logits)
+
+    def fused_cross_entropy_loss_with_max_sum(self, a):
+        loss, softmax = ref.fused_cross_entropy_loss_with_max_sum(a.logits_max, a.sum_exp_logits, a.predicted_logits,
+                                                                  a.label_smoothing, a.vocab_parallel_logits)
+        _store(a.loss_out, loss)
+        if a.softmax_out is not None:
+            _store(a.softmax_out, softmax)
 
 
 def make_backend(**options) -> ReferenceBackend:

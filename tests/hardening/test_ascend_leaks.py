@@ -130,7 +130,7 @@ def test_api_cycles_keep_the_counter_at_zero_and_memory_flat(emu):
                                               logits_max=np.zeros(6, np.float32),
                                               sum_exp_logits=np.full(6, 5.0, np.float32), backend=b)
         with pytest.raises(xloss.KernelError):  # the device refuses a target: raised mid-session
-            b.nll_loss_grad(NLLArgs(-np.ones((3, 4), np.float32), np.array([0, 9, 1]), None, 1.0, "sum", -100, None,
+            b.nll_loss_grad(NLLArgs(-np.ones((3, 4), np.float32), np.array([0, 9, 1]), None, 1.0, "sum", -100, 3.0,
                                     np.zeros((3, 4), np.float32)))
         assert abi.live() == base, f"cycle {i} leaked"
 

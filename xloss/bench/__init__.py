@@ -98,8 +98,8 @@ class Progress:
 def _modes(kernel: str, quick: bool):
     if kernel == "focal_loss":
         return ("forward+grad",) if quick else workloads.FOCAL_MODES
-    if kernel == "lm_step":
-        return ("idle", "busy")
+    if kernel in workloads.STEPS:
+        return workloads.STEPS[kernel]["modes"]
     return ("grad",)
 
 

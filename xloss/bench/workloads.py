@@ -11,20 +11,23 @@ import numpy as np
 
 from .. import dtypes as xdt
 from ..errors import XLossValueError
+from ..kernels import ALIASES as TABLE_ALIASES
+from ..kernels import KERNELS as KERNEL_TABLE
 
-KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad", "lm_step")
-ALIASES = {"focal": "focal_loss", "bce": "bce_grad", "nll": "nll_loss_grad", "flce": "fused_linear_cross_entropy_grad",
-           "lm_step": "lm_step"}
+#: Timed workloads that are not one kernel: a language-model training step (torch layers + FLCE).
+STEPS = {"lm_step": {"dims": 3, "sizes": ("4096x256x32000", "512x128x8000"), "modes": ("idle", "busy")}}
+KERNELS = tuple(KERNEL_TABLE) + tuple(STEPS)
+ALIASES = {**TABLE_ALIASES, **{k: k for k in STEPS}}
 DTYPES = tuple(xdt.FLOAT_DTYPES)
 #: Dimensions of a size, per kernel: N; N x C; BT x H x V (lm_step: tokens x hidden x vocab).
-DIMS = {"focal_loss": 1, "bce_grad": 1, "nll_loss_grad": 2, "fused_linear_cross_entropy_grad": 3, "lm_step": 3}
+DIMS = {**{k: row.bench_dims for k, row in KERNEL_TABLE.items()}, **{k: s["dims"] for k, s in STEPS.items()}}
 FOCAL_MODES = ("forward", "grad", "forward+grad")
 
-#: Default sizes: elements for focal/BCE, N x C for NLL, BT x H x V for FLCE.
-FULL_SIZES = {"focal_loss": ["8M"], "bce_grad": ["8M"], "nll_loss_grad": ["32768x1000"],
-              "fused_linear_cross_entropy_grad": ["2048x1024x32000"], "lm_step": ["4096x256x32000"]}
-QUICK_SIZES = {"focal_loss": ["1M"], "bce_grad": ["1M"], "nll_loss_grad": ["8192x1000"],
-               "fused_linear_cross_entropy_grad": ["256x256x4000"], "lm_step": ["512x128x8000"]}
+#: Default sizes (full, --quick), from the kernel table.
+FULL_SIZES = {**{k: [row.bench_sizes[0]] for k, row in KERNEL_TABLE.items()},
+              **{k: [s["sizes"][0]] for k, s in STEPS.items()}}
+QUICK_SIZES = {**{k: [row.bench_sizes[1]] for k, row in KERNEL_TABLE.items()},
+               **{k: [s["sizes"][1]] for k, s in STEPS.items()}}
 
 
 @dataclass
@@ -82,11 +85,11 @@ def check_sizes(sizes: list[str], kernels: list[str]) -> None:
 
 
 def scaled(kernel: str, size: str, factor: int) -> str:
-    """``size`` with ``factor`` times less work (for cost probes): elements / factor; NLL rows /
-    factor; FLCE tokens and vocabulary each / sqrt(factor)."""
-    if kernel in ("focal_loss", "bce_grad"):
+    """``size`` with ``factor`` times less work (for cost probes): elements / factor; rows / factor;
+    tokens and vocabulary each / sqrt(factor)."""
+    if DIMS[kernel] == 1:
         return str(max(1, parse_count(size) // factor))
-    if kernel == "nll_loss_grad":
+    if DIMS[kernel] == 2:
         n, c = parse_dims(size, 2)
         return f"{max(1, n // factor)}x{c}"
     bt, h, v = parse_dims(size, 3)
@@ -95,38 +98,51 @@ def scaled(kernel: str, size: str, factor: int) -> str:
 
 
 def build(kernel: str, mode: str, size: str, dtype: str, seed: int = 0) -> Workload:
-    rng = np.random.default_rng(seed)
+    """The workload of a kernel of the table (its row's ``workload`` builder)."""
+    if kernel not in KERNEL_TABLE:
+        raise ValueError(f"unknown kernel {kernel!r}")
+    return KERNEL_TABLE[kernel].load("workload")(mode, size, dtype, np.random.default_rng(seed))
+
+
+def focal(mode: str, size: str, dtype: str, rng) -> Workload:
     dt = xdt.FLOAT_DTYPES[dtype]
-    s = dt.itemsize
-    if kernel == "focal_loss":
-        n = parse_count(size)
-        x = (rng.standard_normal(n, dtype=np.float32) * 3).astype(dt)
-        y = (rng.random(n, dtype=np.float32) < 0.1).astype(dt)
-        writes = {"forward": 0, "grad": 1, "forward+grad": 1}[mode]  # mean: the loss is a scalar
-        return Workload(kernel, mode, size, dtype, {"x": x, "y": y}, bytes_moved=(2 + writes) * n * s)
-    if kernel == "bce_grad":
-        n = parse_count(size)
-        x = rng.uniform(0.001, 0.999, n).astype(np.float32).astype(dt)
-        y = (rng.random(n, dtype=np.float32) < 0.5).astype(dt)
-        w = rng.uniform(0, 2, n).astype(np.float32).astype(dt)
-        return Workload(kernel, mode, size, dtype, {"x": x, "y": y, "weight": w}, bytes_moved=4 * n * s)
-    if kernel == "nll_loss_grad":
-        n, c = parse_dims(size, 2)
-        logp = np.full((n, c), -math.log(c), dtype=dt)  # the backward never reads its values
-        t = rng.integers(0, c, n)
-        t[::17] = -100
-        return Workload(kernel, mode, size, dtype, {"self": logp, "target": t}, bytes_moved=n * c * s + n * 8)
-    if kernel == "fused_linear_cross_entropy_grad":
-        bt, h, v = parse_dims(size, 3)
-        x = (rng.standard_normal((bt, h), dtype=np.float32) / math.sqrt(h)).astype(dt)
-        w = rng.standard_normal((v, h), dtype=np.float32).astype(dt)
-        t = rng.integers(0, v, bt)
-        logits = x.astype(np.float32) @ w.astype(np.float32).T
-        m = logits.max(axis=1)
-        se = np.exp(logits - m[:, None]).sum(axis=1)
-        del logits
-        inputs = {"grad": np.full(bt, 1.0 / bt, np.float32), "input": x, "weight": w,
-                  "target_mask": np.zeros(bt, bool), "masked_target": t, "logits_max": m.astype(np.float32),
-                  "sum_exp_logits": se.astype(np.float32), "target": t}
-        return Workload(kernel, "recompute", size, dtype, inputs, flops=3 * 2 * bt * h * v)
-    raise ValueError(f"unknown kernel {kernel!r}")
+    n = parse_count(size)
+    x = (rng.standard_normal(n, dtype=np.float32) * 3).astype(dt)
+    y = (rng.random(n, dtype=np.float32) < 0.1).astype(dt)
+    writes = {"forward": 0, "grad": 1, "forward+grad": 1}[mode]  # mean: the loss is a scalar
+    return Workload("focal_loss", mode, size, dtype, {"x": x, "y": y}, bytes_moved=(2 + writes) * n * dt.itemsize)
+
+
+def bce(mode: str, size: str, dtype: str, rng) -> Workload:
+    dt = xdt.FLOAT_DTYPES[dtype]
+    n = parse_count(size)
+    x = rng.uniform(0.001, 0.999, n).astype(np.float32).astype(dt)
+    y = (rng.random(n, dtype=np.float32) < 0.5).astype(dt)
+    w = rng.uniform(0, 2, n).astype(np.float32).astype(dt)
+    return Workload("bce_grad", mode, size, dtype, {"x": x, "y": y, "weight": w}, bytes_moved=4 * n * dt.itemsize)
+
+
+def nll(mode: str, size: str, dtype: str, rng) -> Workload:
+    dt = xdt.FLOAT_DTYPES[dtype]
+    n, c = parse_dims(size, 2)
+    logp = np.full((n, c), -math.log(c), dtype=dt)  # the backward never reads its values
+    t = rng.integers(0, c, n)
+    t[::17] = -100
+    return Workload("nll_loss_grad", mode, size, dtype, {"self": logp, "target": t},
+                    bytes_moved=n * c * dt.itemsize + n * 8)
+
+
+def flce(mode: str, size: str, dtype: str, rng) -> Workload:
+    dt = xdt.FLOAT_DTYPES[dtype]
+    bt, h, v = parse_dims(size, 3)
+    x = (rng.standard_normal((bt, h), dtype=np.float32) / math.sqrt(h)).astype(dt)
+    w = rng.standard_normal((v, h), dtype=np.float32).astype(dt)
+    t = rng.integers(0, v, bt)
+    logits = x.astype(np.float32) @ w.astype(np.float32).T
+    m = logits.max(axis=1)
+    se = np.exp(logits - m[:, None]).sum(axis=1)
+    del logits
+    inputs = {"grad": np.full(bt, 1.0 / bt, np.float32), "input": x, "weight": w,
+              "target_mask": np.zeros(bt, bool), "masked_target": t, "logits_max": m.astype(np.float32),
+              "sum_exp_logits": se.astype(np.float32), "target": t}
+    return Workload("fused_linear_cross_entropy_grad", "recompute", size, dtype, inputs, flops=3 * 2 * bt * h * v)

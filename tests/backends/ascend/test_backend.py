@@ -158,7 +158,7 @@ def test_failures_release_everything_and_leave_outputs_alone(emu, abi):
     before = abi.live()
     # a target the validation would have refused, so the device finds it (phase two, 361001)
     out = np.full((3, 4), 7.0, np.float32)
-    bad = NLLArgs(-np.ones((3, 4), np.float32), np.array([0, 9, 1]), None, 1.0, "sum", -100, None, out)
+    bad = NLLArgs(-np.ones((3, 4), np.float32), np.array([0, 9, 1]), None, 1.0, "sum", -100, 3.0, out)
     with pytest.raises(xloss.KernelError) as info:
         emu.nll_loss_grad(bad)
     assert info.value.status == 361001 and "target[1] = 9" in str(info.value)
