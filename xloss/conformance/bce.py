@@ -106,7 +106,7 @@ def allowed(case: Case, expected, caps=None):
     w = np.abs(as_f64(kw["weight"])) if "weight" in kw else 1.0
     scale = np.where(np.isfinite(raw), raw, 0.0) * w * g
     return (allowance(expected[0], np.broadcast_to(scale, np.shape(expected[0])), case.dtype)
-            + upstream_rounding(expected[0], case.dtype, caps),)
+            + upstream_rounding(expected[0], case.dtype, caps, g),)
 
 
 DESCRIPTOR = KernelDescriptor(spec=BCE_GRAD, function="bce_grad", draw_case=draw_case, edge_cases=edge_cases,

@@ -147,13 +147,20 @@ def compare(name: str, actual, oracle, allowed, dtype: str) -> Comparison:
                       float(ulps.max(initial=0.0)), worst, detail, worst_ratio, tol, failing)
 
 
-def upstream_rounding(dx, dtype: str, caps) -> np.ndarray | float:
+def upstream_rounding(dx, dtype: str, caps, upstream=None) -> np.ndarray | float:
     """Half an ulp of ``dtype``, relative to the gradient, where the backend declares that the
-    upstream gradient scale crosses its ABI in the storage dtype (``KernelCaps.upstream_in_dtype``)."""
+    upstream gradient scale crosses its ABI in the storage dtype (``KernelCaps.upstream_in_dtype``).
+    ``upstream``: the smallest magnitude that scale takes (|grad|, over n for a mean): below the
+    dtype's smallest normal its spacing is fixed, and the relative rounding grows past eps/2."""
     if caps is None or not caps.upstream_in_dtype:
         return 0.0
     d = np.abs(np.asarray(dx, dtype=np.float64))
-    return 0.5 * xdt.eps(dtype) * np.where(np.isfinite(d), d, 0.0)
+    rel = xdt.eps(dtype)
+    if upstream is not None:
+        u = np.abs(np.asarray(upstream, dtype=np.float64))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.maximum(rel, np.where(u > 0, xdt.ulp(u, dtype) / np.where(u > 0, u, 1.0), 0.0))
+    return 0.5 * rel * np.where(np.isfinite(d), d, 0.0)
 
 
 def allowance(oracle, scale, dtype: str, *, eps_c: float | None = None, k: float = K_SLACK) -> np.ndarray:

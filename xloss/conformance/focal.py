@@ -187,7 +187,7 @@ def allowed(case: Case, expected, caps=None):
         if red == "mean" and n:
             g = g / n
         out.append(allowance(expected[-1], grad_scale * g, case.dtype) + d_alpha * grad_da * g
-                   + upstream_rounding(expected[-1], case.dtype, caps))
+                   + upstream_rounding(expected[-1], case.dtype, caps, g))
     return tuple(out)
 
 
