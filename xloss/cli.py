@@ -34,12 +34,13 @@ def cmd_backends(args) -> int:
             print(f"    {key}: {value}")
         for kernel in KERNELS:
             caps = i.capabilities.get(kernel)
-            print(f"    {kernel:<33} {caps.describe() if caps else '-'}")
+            print(f"    {kernel:<{_NAME_WIDTH}} {caps.describe() if caps else '-'}")
         print()
     return 0
 
 
 _SHORT_NAMES = ", ".join(k.aliases[0] for k in KERNELS.values())
+_NAME_WIDTH = max(map(len, KERNELS)) + 1
 
 
 class UsageError(XLossError):
@@ -111,8 +112,8 @@ def cmd_check(args) -> int:
         print(note, file=sys.stderr)
 
     def progress(r):
-        print(f"  {r.kernel:<33} {r.dtype:<9} {str(r.mode):<13} {r.group:<6} {r.status} ({r.examples} examples, "
-              f"{r.seconds:.1f}s)", file=sys.stderr)
+        print(f"  {r.kernel:<{_NAME_WIDTH}} {r.dtype:<9} {str(r.mode):<13} {r.group:<6} {r.status} "
+              f"({r.examples} examples, {r.seconds:.1f}s)", file=sys.stderr)
 
     settings = {"max_examples": args.max_examples, "seed": args.seed, "kernels": kernels, "options": options,
                 "isolated": not args.in_process, "large": not args.no_large, "repeat": args.repeat,

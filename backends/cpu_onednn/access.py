@@ -22,15 +22,6 @@ from .intrinsics import inline_me
 
 ensure_fresh()  # every kernel module imports this one: check the disk cache before any loads
 
-#: NumPy dtype a kernel sees for each xloss dtype name (half types as integer views).
-STORAGE = {
-    "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
-    "bfloat16": np.dtype(np.uint16),
-    "float16": np.dtype(np.int16),
-}
-
-
 class _WriteableAlias:
     """Exposes a read-only array's memory as writeable (``__array_interface__``), keeping it alive."""
 
