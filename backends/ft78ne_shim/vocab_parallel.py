@@ -49,8 +49,8 @@ def online_max_sum(b, a) -> None:
     b._require(a.request())
     dt = a.input.dtype
     (bt, hidden), vocab = a.input.shape, a.weight.shape[0]
-    for what, n in (("bt", bt), ("hidden", hidden), ("vocab", vocab), ("vocab_start_index", a.vocab_start),
-                    ("vocab_end_index", a.vocab_end)):
+    for what, n in (("bt", bt), ("hidden", hidden), ("vocab", vocab), ("vocab_start", a.vocab_start),
+                    ("vocab_end", a.vocab_end)):
         abi.c_int(what, n)
     target = dsp_targets(a.target)
     mask = a.target_mask_out.view(np.uint8)  # declared "bool": one byte per token, as the library writes it
@@ -184,7 +184,7 @@ def _loss_private(b, a, fname, ct, bt, vocab, softmax):
     budget = b._budget()
     if need(1, min(vocab, 1)) > budget:
         raise b._too_big(f"{fname} on one token", need(1, 1))
-    vt = vocab if need(1, vocab) <= budget else max(1, fit(budget // 2, lambda k: need(1, k), vocab))
+    vt = vocab if need(1, vocab) <= budget else fit(budget, lambda k: need(1, k), vocab)  # then tokens, as fit
     btile = fit(budget, lambda m: need(m, vt), max(bt, 1))
     v_tiles, b_tiles = ranges(vocab, vt) if vt else [(0, 0)], ranges(bt, btile)
     tiles = [(bi, vi) for vi in range(len(v_tiles)) for bi in range(len(b_tiles))]
