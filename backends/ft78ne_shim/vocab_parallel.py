@@ -66,8 +66,9 @@ def online_max_sum(b, a) -> None:
               a.vocab_start, a.vocab_end, b._ptr(lm, "float"), b._ptr(se, "float"), b._ptr(pr, "float"),
               b._ptr(mk, "unsigned char"), b._ptr(mt, "int"), b._ptr(logits, ct), int(logits is not None),
               b.core_mask)
-    for dst, src in ((a.logits_max_out, lm), (a.sum_exp_out, se), (a.predicted_out, pr), (mask, mk)):
+    for dst, src in ((a.logits_max_out, lm), (a.sum_exp_out, se), (a.predicted_out, pr)):
         b._finish(dst, src)
+    mask[...] = mk != 0  # nonzero means masked: a library may write any nonzero byte, a bool holds 0 or 1
     if mt.dtype == a.masked_target_out.dtype:
         b._finish(a.masked_target_out, mt)
     else:

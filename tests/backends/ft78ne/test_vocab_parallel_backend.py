@@ -253,3 +253,16 @@ def test_sharded_forward_loss_and_gradient_equal_torch(chip, dt, tdt, memory, ns
                                               if mode == "softmax" else 0)
     for got, ref in ((ig, ref_ig), (wg, ref_wg)):
         np.testing.assert_allclose(got, ref, rtol=rel, atol=rel * np.abs(ref).max())
+
+
+def test_an_external_library_writes_into_scratch_with_the_same_results(tmp_path):
+    # a copy of the emulator at another path is an external library to the adapter: its outputs go to
+    # scratch (int outputs poisoned with all-ones bytes) and reach the caller's arrays after the call
+    lib = tmp_path / "libport_ft78ne.so"
+    lib.write_bytes(abi.EMULATOR.read_bytes())
+    ext = xloss.backend("mt7004", lib=str(lib))
+    assert ext.info()["library kind"].startswith("external")
+    for dt, tdt in ((F32, np.int64), (F16, np.int32)):
+        x, w, t = problem(10, 17, 8, 9, dt, tdt=tdt)
+        for g, e in zip(run_both(ext, x, w, t, 9), run_both(backend("mt7004"), x, w, t, 9)):
+            np.testing.assert_array_equal(g, e)
