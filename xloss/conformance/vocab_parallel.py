@@ -107,7 +107,7 @@ def draw_max_sum_case(draw, dtype, mode, caps) -> Case:
     h = draw(st.integers(1, 16), label="H")
     v = draw(st.one_of(st.integers(1, 24), st.sampled_from((1, 31, 33, 64, 129, 257))), label="V")
     short = draw(st.one_of(st.just(0), st.integers(0, v)), label="rows past vocab_end")
-    limit = INT32_MAX if tdt == "int32" else 2**62
+    limit = INT32_MAX  # vocabulary indices fit int32 (C int ABIs); int64 targets may lie anywhere
     start = draw(st.one_of(st.integers(0, 40), st.integers(limit - v - 3, limit - v)), label="vocab_start")
     end = start + v - short
     x = V.draw_values(draw, bt * h, VP_DISTS).reshape(bt, h)
@@ -168,8 +168,10 @@ def max_sum_edge_cases(dtype, mode, caps=None) -> list[Case]:
             np.array([INT32_MAX, -INT32_MAX - 1, start32 - 1, start32, INT32_MAX - 1, start32 + 4, INT32_MAX, 0]),
             target_dtype="int32")
     if tdt == "int64" or caps is None:
-        add("int64 targets at the int64 limits", 6, 4, 9, 2**40,
-            np.array([INT64_MAX, -INT64_MAX - 1, 2**40, 2**40 + 8, 2**40 + 9, 2**40 - 1]), target_dtype="int64")
+        start = 2**20  # targets 2**32 past the shard's rows: the shard's own rows if narrowed to 32 bits
+        add("int64 targets at the int64 limits and 2**32 past the shard", 8, 4, 9, start,
+            np.array([INT64_MAX, -INT64_MAX - 1, start, start + 8, start + 9, start - 1, start + 2**32, start - 2**32]),
+            target_dtype="int64")
     add("H=0 (empty hidden: every logit 0)", 5, 0, 4, 0, np.array([0, 1, 2, 3, 4]))
     for logits in (False, True):  # every declared variant once
         for fmt in ("bitpacked", "bool"):
