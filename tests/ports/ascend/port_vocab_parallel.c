@@ -33,10 +33,7 @@ static void store_int(const port_tensor *t, int64_t at, int64_t v)
     }
 }
 
-static float load1(const port_tensor *t, int64_t i)
-{
-    return port_load(t, t->offset + i * t->strides[0]);
-}
+static float load1(const port_tensor *t, int64_t i) { return port_load(t, t->offset + i * t->strides[0]); }
 
 static float load2(const port_tensor *t, int64_t i, int64_t j)
 {
@@ -127,13 +124,24 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearOnlineMaxSumGetWorkspaceSize(
     aclTensor *vocabParallelLogitsOutOptional, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnFusedLinearOnlineMaxSumGetWorkspaceSize";
-    static const char *const names[M_COUNT] = {
-        "input",           "weight",        "target",          "logitsMaxLocalOut",
-        "sumExpLogitsLocalOut", "predictedLogitsLocalOut", "targetMaskOut", "maskedTargetOut",
-        "vocabParallelLogitsOutOptional"};
-    const aclTensor *tensors[M_COUNT] = {input,         weight,          target,
-                                         logitsMaxLocalOut, sumExpLogitsLocalOut, predictedLogitsLocalOut,
-                                         targetMaskOut, maskedTargetOut, vocabParallelLogitsOutOptional};
+    static const char *const names[M_COUNT] = {"input",
+                                               "weight",
+                                               "target",
+                                               "logitsMaxLocalOut",
+                                               "sumExpLogitsLocalOut",
+                                               "predictedLogitsLocalOut",
+                                               "targetMaskOut",
+                                               "maskedTargetOut",
+                                               "vocabParallelLogitsOutOptional"};
+    const aclTensor *tensors[M_COUNT] = {input,
+                                         weight,
+                                         target,
+                                         logitsMaxLocalOut,
+                                         sumExpLogitsLocalOut,
+                                         predictedLogitsLocalOut,
+                                         targetMaskOut,
+                                         maskedTargetOut,
+                                         vocabParallelLogitsOutOptional};
     port_phase_one_start(workspaceSize, executor);
     for (int k = 0; k < M_LOGITS; k++)
         PORT_NOT_NULL(api, tensors[k], names[k]);
@@ -233,10 +241,10 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedCrossEntropyLossWithMaxSumGetWorkspace
     aclTensor *lossOut, aclTensor *softMaxOutOptional, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnFusedCrossEntropyLossWithMaxSumGetWorkspaceSize";
-    static const char *const names[C_COUNT] = {"logitsMax", "sumExpLogits", "predictedLogits",
-                                               "vocabParallelLogitsOptional", "lossOut", "softMaxOutOptional"};
-    const aclTensor *tensors[C_COUNT] = {logitsMax, sumExpLogits, predictedLogits, vocabParallelLogitsOptional,
-                                         lossOut, softMaxOutOptional};
+    static const char *const names[C_COUNT] = {
+        "logitsMax", "sumExpLogits", "predictedLogits", "vocabParallelLogitsOptional", "lossOut", "softMaxOutOptional"};
+    const aclTensor *tensors[C_COUNT] = {logitsMax, sumExpLogits,      predictedLogits, vocabParallelLogitsOptional,
+                                         lossOut,   softMaxOutOptional};
     port_phase_one_start(workspaceSize, executor);
     for (int k = C_LMAX; k <= C_PRED; k++)
         PORT_NOT_NULL(api, tensors[k], names[k]);

@@ -31,8 +31,8 @@ static void max_sum(const char *fn, int is_half, int is_private, int bt, int hid
         return;
     }
     size_t n = (size_t)bt, e = is_half ? sizeof(half) : sizeof(float), f = sizeof(float);
-    if (bt > 0 && (!input || !weight || !target || !lmax || !sexp || !pred || !mask || !mt ||
-                   (logits_defined && !logits))) {
+    if (bt > 0 &&
+        (!input || !weight || !target || !lmax || !sexp || !pred || !mask || !mt || (logits_defined && !logits))) {
         port_fail(FT78NE_ERR_NULL_POINTER, fn, "NULL buffer");
         return;
     }
