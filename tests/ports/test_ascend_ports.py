@@ -191,7 +191,8 @@ def test_a_port_without_an_operator_reports_it_not_implemented(ports):
     assert (f"aclnnXlossSigmoidFocalLossBackward, aclnnSigmoidFocalLoss, aclnnSigmoidFocalLossGrad from "
             f"{emulator_library_path()} (not the first library given)") in origin
     assert f"aclnnXlossSigmoidFocalLoss, aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, " \
-           f"aclnnFusedLinearCrossEntropyLossGrad from {ports['no_focal_backward']}" in origin
+           f"aclnnFusedLinearCrossEntropyLossGrad, aclnnFusedLinearOnlineMaxSum, " \
+           f"aclnnFusedCrossEntropyLossWithMaxSum from {ports['no_focal_backward']}" in origin
 
 
 def test_port_executors_are_the_runtimes_and_views_go_through_the_accessors(port_backend):

@@ -13,7 +13,7 @@ the exponential's and a float32 accumulation over V terms. The predicted logit c
 target's and the max's logit errors; where the target is masked it is exactly 0. The mask bits
 (padding bits included) and the masked targets are integers: they match exactly. A NaN logit
 leaves the row's max and predicted logit unspecified (an IEEE max skips NaN, a compare-and-select
-may keep it): only the sum must be NaN. The loss kernel's inputs are exact float32 values: the
+may keep it): they are read as NaN, and the sum must be NaN. The loss kernel's inputs are exact float32 values: the
 loss gets the compute epsilon times ``|log s| + |predicted|``, the softmax times ``1 + |z - max|``
 (the subtraction's rounding, amplified by the exponential), both with the final rounding to the
 compute dtype.
@@ -233,32 +233,47 @@ def _mask_bits(mask: np.ndarray) -> np.ndarray:
     return np.unpackbits(mask, bitorder="little") if mask.dtype == np.uint8 else mask.astype(np.uint8)
 
 
+def masked_tokens(case: Case) -> np.ndarray:
+    """(BT,) bool: the tokens whose target is not in the shard."""
+    kw = case.kwargs
+    t = np.asarray(kw["target"], np.int64)
+    return (t < kw["vocab_start"]) | (t >= kw.get("vocab_end", kw["vocab_start"] + np.shape(kw["weight"])[0]))
+
+
+def unspecified_rows(case: Case) -> np.ndarray:
+    """(BT,) bool: the tokens whose exact logits hold a NaN. Their max and (in-shard) predicted logit
+    are unspecified (an IEEE max skips NaN, a compare-and-select may keep it); the oracle's are NaN."""
+    x, w = np.asarray(case.kwargs["input"]), np.asarray(case.kwargs["weight"])
+    if np.isfinite(x).all() and np.isfinite(w).all():  # finite inputs: no NaN logit (no float64 overflow)
+        return np.zeros(x.shape[0], bool)
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = as_f64(x) @ as_f64(w).T
+    return np.isnan(z).any(axis=1) if z.size else np.zeros(x.shape[0], bool)
+
+
 def call_max_sum(case: Case, backend):
+    """The outputs, the mask as bits; the unspecified values (:func:`unspecified_rows`) read as NaN."""
     r = api.fused_linear_online_max_sum(**case.kwargs, backend=backend)
-    out = [np.asarray(r.logits_max_local), np.asarray(r.sum_exp_logits_local), np.asarray(r.predicted_logits_local),
-           _mask_bits(r.target_mask), np.asarray(r.masked_target)]
+    lmax, pred = np.array(r.logits_max_local), np.array(r.predicted_logits_local)
+    nan = unspecified_rows(case)
+    if nan.any():
+        lmax[nan] = np.nan
+        pred[nan & ~masked_tokens(case)] = np.nan  # a masked token's stays: exactly 0
+    out = [lmax, np.asarray(r.sum_exp_logits_local), pred, _mask_bits(r.target_mask), np.asarray(r.masked_target)]
     if r.vocab_parallel_logits is not None:
         out.append(np.asarray(r.vocab_parallel_logits))
     return tuple(out)
 
 
-def _nan_rows(logits: np.ndarray) -> np.ndarray:
-    return np.isnan(logits).any(axis=1) if logits.size else np.zeros(logits.shape[0], bool)
-
-
 def oracle_max_sum(case: Case):
-    """The reference's outputs (float64), the mask as bits; where a row's logits hold a NaN, its max
-    and (in-shard) predicted logit are unspecified: 0 here, with an infinite allowance."""
+    """The reference's outputs (float64), the mask as bits."""
     kw = case.kwargs
     r = reference.fused_linear_online_max_sum(kw["input"], kw["weight"], kw["target"], kw["vocab_start"],
                                               kw.get("vocab_end"))
     bt = np.shape(kw["input"])[0]
-    masked = reference.mask_as_bool(r.target_mask, bt)
-    mask = r.target_mask if kw.get("mask_format", "bitpacked") == "bitpacked" else masked
-    nan = _nan_rows(r.vocab_parallel_logits)
-    lmax = np.where(nan, 0.0, r.logits_max_local)
-    pred = np.where(nan & ~masked, 0.0, r.predicted_logits_local)
-    out = (lmax, r.sum_exp_logits_local, pred, _mask_bits(mask), r.masked_target)
+    mask = r.target_mask if kw.get("mask_format", "bitpacked") == "bitpacked" else reference.mask_as_bool(
+        r.target_mask, bt)
+    out = (r.logits_max_local, r.sum_exp_logits_local, r.predicted_logits_local, _mask_bits(mask), r.masked_target)
     return out + (r.vocab_parallel_logits,) if kw.get("return_logits") else out
 
 
@@ -279,9 +294,9 @@ def allowed_max_sum(case: Case, expected, caps=None):
     bt, v = np.shape(kw["input"])[0], np.shape(kw["weight"])[0]
     err = logit_error(case)
     err_max = err.max(axis=1) if bt else np.zeros(0)
-    logits = as_f64(kw["input"]) @ as_f64(kw["weight"]).T
-    nan = _nan_rows(logits)
-    lmax = np.where(nan, np.inf, allowance(expected[0], 0.0, cname) + err_max)
+    with np.errstate(invalid="ignore", over="ignore"):
+        logits = as_f64(kw["input"]) @ as_f64(kw["weight"]).T
+    lmax = allowance(expected[0], 0.0, cname) + err_max
     m = expected[0][:, None]
     with np.errstate(invalid="ignore", over="ignore"):
         terms = np.exp(logits - m)
@@ -290,10 +305,9 @@ def allowed_max_sum(case: Case, expected, caps=None):
                                                                  nan=np.inf)
               + K_SLACK * eps_c * (1.0 + math.log2(v + 1)) * terms.sum(axis=1))
         mt = np.asarray(expected[4], dtype=np.int64)
-        t = np.asarray(kw["target"], np.int64)
-        masked = (t < kw["vocab_start"]) | (t >= kw.get("vocab_end", kw["vocab_start"] + v))
+        masked = masked_tokens(case)
         pred_err = err[np.arange(bt), mt] + err_max if bt else np.zeros(0)
-        pred = np.where(masked, 0.0, np.where(nan, np.inf, allowance(expected[2], 0.0, cname) + pred_err))
+        pred = np.where(masked, 0.0, allowance(expected[2], 0.0, cname) + pred_err)
         out = (lmax, se, pred, np.zeros(np.shape(expected[3])), np.zeros(bt))
         if len(expected) > 5:
             out += (allowance(expected[5], err / (K_SLACK * eps_c), case.dtype),)
@@ -392,7 +406,9 @@ def draw_loss_case(draw, dtype, mode, caps) -> Case:
     m, s, pred = _realistic_stats(rng, z, draw(st.sampled_from((0.0, 0.0, 3.0)), label="other shards"))
     if bt and draw(st.booleans(), label="odd statistics"):  # what a port must pass through: any float32 value
         i = rng.integers(0, bt)
-        s[i] = draw(st.sampled_from((1.0, 0.0, np.inf, 3e38) + (() if softmax else (1e-30,))), label="odd sum")
+        # (with the softmax, a sum of 0 is ill-posed: exp(z - max) / 0 is inf in float64 where a float32 exp
+        # may underflow to 0 and give NaN)
+        s[i] = draw(st.sampled_from((1.0, np.inf, 3e38) + (() if softmax else (0.0, 1e-30))), label="odd sum")
         pred[i] = draw(st.sampled_from((0.0, -0.0, np.nan, 5.0, -1e4)), label="odd predicted")
     return loss_case(dtype, logits_max=m, sum_exp=s, predicted=pred, logits=z if softmax else None)
 
