@@ -156,7 +156,9 @@ def test_correct_port_passes_everything_it_declares_through_the_cli(ports, port_
     assert len(by) == len(runner.universe())
     declared = {k for k, r in by.items() if r["declared"]}
     assert declared == set(declared_targets(port_backend("correct")))
-    assert len(declared) == 19  # focal 3 dtypes x 3 modes, BCE clamp x 3, NLL x 3, FLCE 2 halves x 2 modes
+    # focal 3 dtypes x 3 modes, BCE clamp x 3, NLL x 3, FLCE 2 halves x 2 modes, the vocabulary-parallel
+    # max/sum 2 halves and loss 3 dtypes
+    assert len(declared) == 24
     assert all(by[k]["status"] == "pass" and by[k]["examples"] > MAX_EXAMPLES for k in declared)
     undeclared = {k: r["status"] for k, r in by.items() if not r["declared"]}
     assert all(s == "refused" for k, s in undeclared.items() if k[1] == "float64" or k[0] == FLCE)
@@ -189,7 +191,8 @@ def test_a_port_without_an_operator_reports_it_not_implemented(ports):
     assert (f"aclnnXlossSigmoidFocalLossBackward, aclnnSigmoidFocalLoss, aclnnSigmoidFocalLossGrad from "
             f"{emulator_library_path()} (not the first library given)") in origin
     assert f"aclnnXlossSigmoidFocalLoss, aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, " \
-           f"aclnnFusedLinearCrossEntropyLossGrad from {ports['no_focal_backward']}" in origin
+           f"aclnnFusedLinearCrossEntropyLossGrad, aclnnFusedLinearOnlineMaxSum, " \
+           f"aclnnFusedCrossEntropyLossWithMaxSum from {ports['no_focal_backward']}" in origin
 
 
 def test_port_executors_are_the_runtimes_and_views_go_through_the_accessors(port_backend):

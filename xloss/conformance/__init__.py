@@ -12,10 +12,12 @@ from __future__ import annotations
 from .. import registry
 from ..backend import Backend, KernelCaps
 from ..kernels import KERNELS
-from . import bce, flce, focal, nll
+from . import bce, flce, focal, nll, vocab_parallel
 from .descriptor import Case, Comparison, ErrorCase, KernelDescriptor, compare
 
-DESCRIPTORS: dict[str, KernelDescriptor] = {d.DESCRIPTOR.name: d.DESCRIPTOR for d in (focal, bce, nll, flce)}
+DESCRIPTORS: dict[str, KernelDescriptor] = {d.name: d for d in (focal.DESCRIPTOR, bce.DESCRIPTOR, nll.DESCRIPTOR,
+                                                                 flce.DESCRIPTOR, vocab_parallel.ONLINE_MAX_SUM,
+                                                                 vocab_parallel.LOSS_WITH_MAX_SUM)}
 
 
 class _Captured(Exception):

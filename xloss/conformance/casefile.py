@@ -39,6 +39,10 @@ PARAMETERS = {
     "nll_loss_grad": {"grad", "self", "target", "reduction", "ignore_index", "weight", "total_weight"},
     "fused_linear_cross_entropy_grad": {"grad", "input", "weight", "target_mask", "masked_target", "softmax",
                                         "logits_max", "sum_exp_logits", "label_smoothing", "vocab_size"},
+    "fused_linear_online_max_sum": {"input", "weight", "target", "vocab_start", "vocab_end", "return_logits",
+                                    "mask_format"},
+    "fused_cross_entropy_loss_with_max_sum": {"logits_max", "sum_exp_logits", "predicted_logits",
+                                              "vocab_parallel_logits", "label_smoothing"},
 }
 META_KEYS = {"backend": str, "library": (str, type(None)), "options": dict, "status": str, "message": str,
              "outputs": (dict, type(None)), "kernel_info": dict}

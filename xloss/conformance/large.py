@@ -5,7 +5,9 @@ Per kernel a few rungs, each with a label that names it in reports and replay fi
 * elementwise (focal, BCE): every one of 8 cores above 65536 elements (a 16-bit DMA count
   wraps there), above 2**20 and above 2**24 elements (partial sums of tiles, 24-bit counts);
 * NLL backward: C in the tens of thousands with enough rows for every core;
-* FLCE: V >= 32000 and BT >= 4096, H small so the C emulators finish in seconds.
+* FLCE: V >= 32000 and BT >= 4096, H small so the C emulators finish in seconds;
+* a kernel whose descriptor lists its own rungs (``extra["ladder"]``: :class:`Rung`, tiled along the
+  rows of ``extra["rows"]``), e.g. the vocabulary-parallel forward's.
 
 Values are drawn deterministically from ``(seed, kernel, dtype, mode, rung)`` and realistic:
 logits ~N(0, 3) with a few extremes, binary targets with some soft ones (all binary for a backend
@@ -17,11 +19,13 @@ MiB of arrays).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import reference
-from ..kernels import BCE_GRAD, FLCE_GRAD, FOCAL, NLL_GRAD
+from ..kernels import BCE_GRAD, FLCE_GRAD, FOCAL, KERNELS, NLL_GRAD
 from . import values as V
 from .descriptor import Case
 
@@ -52,8 +56,33 @@ FLCE = (
 )
 
 
+@dataclass(frozen=True)
+class Rung:
+    """One rung of a descriptor's own ladder: ``period(dtype, mode, seed, label, caps)`` builds one
+    period (a Case, or None where no declared variant fits), repeated ``periods`` times along the
+    rows; ``agrees``: repeated and run under every configuration."""
+
+    label: str
+    periods: int
+    agrees: bool
+    period: Callable
+
+
 def _rng(seed: int, *parts) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(repr(parts).encode())])
+
+
+#: The deterministic generator of a rung's values (for descriptors' own rungs).
+rng_for = _rng
+
+
+def _own(kernel: str):
+    """(the descriptor's rungs, the argument whose rows they repeat), or None (built-in kernels: the tables above)."""
+    spec = KERNELS.get(kernel)
+    if spec is None:
+        return None
+    extra = spec.load("descriptor").extra
+    return (extra["ladder"], extra["rows"]) if "ladder" in extra else None
 
 
 def _logits(rng, n: int) -> np.ndarray:
@@ -91,9 +120,11 @@ def _period_case(kernel, dtype, mode, seed, label, reduction, caps=None) -> Case
     return Case(kernel, mode, dtype, kw, f"large: {label}")
 
 
-def _tiled(case: Case, reps: int, rows: bool = False) -> Case:
-    """``case`` with every per-element (or, ``rows``, per-row) array repeated ``reps`` times."""
-    n = np.shape(case.kwargs["input" if rows else "x"])[0]
+def _tiled(case: Case, reps: int, lead: str = "x") -> Case:
+    """``case`` with every per-element (``lead`` "x") or per-row (of the array ``lead``) array
+    repeated ``reps`` times (a weight of rows is not per-row)."""
+    rows = lead != "x"
+    n = np.shape(case.kwargs[lead])[0]
     kw = {}
     for k, v in case.kwargs.items():
         if rows and k == "target_mask" and v.dtype == np.uint8:  # bit-packed: tile the bits
@@ -141,6 +172,9 @@ def _find(table, rung):
 
 def rungs(kernel: str) -> list[str]:
     """The labels of ``kernel``'s rungs."""
+    own = _own(kernel)
+    if own is not None:
+        return [r.label for r in own[0]]
     if kernel in (FOCAL.name, BCE_GRAD.name):
         return [r[0] for r in ELEMENTWISE]
     return [r[0] for r in (NLL if kernel == NLL_GRAD.name else FLCE)]
@@ -148,33 +182,45 @@ def rungs(kernel: str) -> list[str]:
 
 def agrees(kernel: str, rung: str) -> bool:
     """Whether the rung is repeated and run under every configuration."""
+    own = _own(kernel)
+    if own is not None:
+        return _find_rung(own[0], rung).agrees
     if kernel in (FOCAL.name, BCE_GRAD.name):
         return _find(ELEMENTWISE, rung)[3]
     return True if kernel == NLL_GRAD.name else _find(FLCE, rung)[4]
 
 
+def _find_rung(own, rung) -> Rung:
+    return next(r for r in own if r.label == rung)
+
+
 def _base(kernel, dtype, mode, rung, seed, caps):
-    """(the case of one period or of the whole rung, repetitions, tiled by rows)."""
+    """(the case of one period or of the whole rung, repetitions, the argument repeated: "x" for
+    elementwise kernels, else the one whose rows are)."""
+    own = _own(kernel)
+    if own is not None:
+        r = _find_rung(own[0], rung)
+        return r.period(dtype, mode, seed, rung, caps), r.periods, own[1]
     if kernel in (FOCAL.name, BCE_GRAD.name):
         _, reps, red, _ = _find(ELEMENTWISE, rung)
-        return _period_case(kernel, dtype, mode, seed, rung, red, caps), reps, False
+        return _period_case(kernel, dtype, mode, seed, rung, red, caps), reps, "x"
     if kernel == NLL_GRAD.name:
         _, n, c, red = _find(NLL, rung)
         declared = sorted(caps.variants["target_dtype"]) if caps is not None else ["int64"]
         tdt = "int64" if "int64" in declared else "int32" if "int32" in declared else None
-        return (None if tdt is None else _nll(dtype, seed, rung, n, c, red, tdt)), 1, False
+        return (None if tdt is None else _nll(dtype, seed, rung, n, c, red, tdt)), 1, "x"
     _, reps, h, v, _ = _find(FLCE, rung)
     formats = tuple(sorted(caps.variants["mask"])) if caps is not None else ("bool", "bitpacked")
-    return _flce_period(dtype, mode, seed, rung, h, v, formats), reps, True
+    return _flce_period(dtype, mode, seed, rung, h, v, formats), reps, "input"
 
 
 def build(kernel: str, dtype: str, mode, rung: str, seed: int = 0, caps=None) -> Case | None:
     """The case of one rung (``caps``, if given, picks declared variants); None where no declared
     variant fits the rung (NLL with only uint8 targets cannot index tens of thousands of classes)."""
-    base, reps, rows = _base(kernel, dtype, mode, rung, seed, caps)
+    base, reps, lead = _base(kernel, dtype, mode, rung, seed, caps)
     if base is None:
         return None
-    case = _tiled(base, reps, rows) if reps > 1 else base
+    case = _tiled(base, reps, lead) if reps > 1 else base
     case.ladder = {"rung": rung, "seed": int(seed)}
     return case
 
@@ -194,12 +240,13 @@ def expectations(d, case: Case, caps) -> tuple[tuple, tuple]:
     from .descriptor import allowance
 
     kernel = case.kernel
-    base, reps, rows = _base(kernel, case.dtype, case.mode, case.ladder["rung"], case.ladder["seed"], caps)
+    base, reps, lead = _base(kernel, case.dtype, case.mode, case.ladder["rung"], case.ladder["seed"], caps)
+    rows = lead != "x"
     red = base.kwargs.get("reduction")
     if reps == 1:
         expected = d.oracle(case)
         return expected, d.allowed(case, expected, caps)
-    n_full = np.shape(case.kwargs["input" if rows else "x"])[0]
+    n_full = np.shape(case.kwargs[lead])[0]
     if red == "mean":  # per element: the same as a sum over one period with grad / N
         base.kwargs["reduction"] = "sum"
         if "grad" in base.kwargs:
@@ -207,7 +254,7 @@ def expectations(d, case: Case, caps) -> tuple[tuple, tuple]:
     expected = d.oracle(base)
     allowed = d.allowed(base, expected, caps)
     names = d.output_names(case.mode)
-    growth = np.log2(n_full + 1) / np.log2(np.shape(base.kwargs["input" if rows else "x"])[0] + 1)
+    growth = np.log2(n_full + 1) / np.log2(np.shape(base.kwargs[lead])[0] + 1)
     out_e, out_a = [], []
     for name, e, a in zip(names, expected, allowed):
         e, a = np.asarray(e, dtype=np.float64), np.broadcast_to(np.asarray(a, dtype=np.float64), np.shape(e))
@@ -230,6 +277,9 @@ def repetitions(case: Case) -> tuple[int, int]:
     """(periods, leading length) of a large case: outputs whose leading axis has that length
     repeat with the period where the library is correct (see :func:`compare_repeated`)."""
     kernel = case.kernel
+    own = _own(kernel)
+    if own is not None:
+        return _find_rung(own[0], case.ladder["rung"]).periods, int(np.shape(case.kwargs[own[1]])[0])
     if kernel in (FOCAL.name, BCE_GRAD.name):
         return _find(ELEMENTWISE, case.ladder["rung"])[1], int(np.shape(case.kwargs["x"])[0])
     if kernel == FLCE_GRAD.name:

@@ -5,7 +5,9 @@ its size when the bug shows on any element. This pass tries the failing elements
 halves, so a bug visible on one element is reported on one element.
 
 The unit is an element for the elementwise kernels (the arrays are flattened; a broadcast
-weight is materialised), a row for NLL (2-D) and a token for FLCE.
+weight is materialised), a row for NLL (2-D) and a token for FLCE. A descriptor may say what its
+unit is itself (``extra``: ``units(case)``, ``select(case, keep) -> kwargs``, ``unit_of(case,
+flat_index, output)``), as the vocabulary-parallel ones do.
 """
 
 from __future__ import annotations
@@ -13,14 +15,25 @@ from __future__ import annotations
 import numpy as np
 
 from .. import reference
-from ..kernels import BCE_GRAD, FLCE_GRAD, FOCAL, NLL_GRAD
+from ..kernels import BCE_GRAD, FLCE_GRAD, FOCAL, KERNELS, NLL_GRAD
 from .descriptor import Case
 
 #: Backend runs the pass may spend.
 BUDGET = 40
 
 
+def _hook(case: Case, name: str):
+    """The descriptor's own ``name`` hook, or None (the built-in kernels' units are below)."""
+    spec = KERNELS.get(case.kernel)
+    if spec is None:
+        return None
+    return spec.load("descriptor").extra.get(name)
+
+
 def units(case: Case) -> int:
+    own = _hook(case, "units")
+    if own is not None:
+        return own(case)
     kw = case.kwargs
     if case.kernel in (FOCAL.name, BCE_GRAD.name):
         return int(np.size(kw["x"])) if np.ndim(kw["x"]) else 0
@@ -35,7 +48,10 @@ def select(case: Case, keep) -> Case:
     """``case`` restricted to the units ``keep`` (sorted indices)."""
     keep = np.asarray(keep, dtype=np.int64)
     kw = dict(case.kwargs)
-    if case.kernel in (FOCAL.name, BCE_GRAD.name):
+    own = _hook(case, "select")
+    if own is not None:
+        kw = own(case, keep)
+    elif case.kernel in (FOCAL.name, BCE_GRAD.name):
         shape = np.shape(kw["x"])
         for name in ("x", "y", "weight", "grad"):
             v = kw.get(name)
@@ -62,6 +78,9 @@ def select(case: Case, keep) -> Case:
 def _unit_of(case: Case, flat_index: int, output: int) -> int:
     """The unit holding element ``flat_index`` of output ``output``."""
     kw = case.kwargs
+    own = _hook(case, "unit_of")
+    if own is not None:
+        return own(case, flat_index, output)
     if case.kernel in (FOCAL.name, BCE_GRAD.name):
         return flat_index
     if case.kernel == NLL_GRAD.name:  # a row of a 2-D input (a 1-D input is one unit: no hint)

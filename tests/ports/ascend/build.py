@@ -37,7 +37,7 @@ EMU = ROOT / "backends" / "ascend_aclnn"
 INCLUDE = EMU / "include"
 
 PORT_SOURCES = [HERE / n for n in ("port_common.c", "port_focal.c", "port_focal_drivingsdk.c", "port_bce.c",
-                                   "port_nll.c", "port_flce.c")]
+                                   "port_nll.c", "port_flce.c", "port_vocab_parallel.c")]
 PORT_HEADERS = [HERE / "port.h"]
 
 # The emulator's flags: FUNC_VISIBILITY + -fvisibility=hidden export exactly the ACL_FUNC_VISIBILITY
@@ -72,6 +72,11 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     # DrivingSDK's focal ABI only (INT32 one-hot targets: binary targets only), correct and with a bug
     "drivingsdk": ("PORT_FOCAL_DRIVINGSDK",),
     "drivingsdk_grad_alpha_swapped": ("PORT_FOCAL_DRIVINGSDK", "BUG_DS_GRAD_ALPHA_SWAPPED"),
+    # the vocabulary-parallel forward (issue 17): CANN's contract as an outside port author gets it wrong
+    "vp_end_inclusive": ("BUG_VP_END_INCLUSIVE",),  # the doc page's "target > vocabEndIndex"
+    "vp_padding_zero": ("BUG_VP_PADDING_ZERO",),  # the mask's padding bits left 0
+    "vp_pred_unshifted": ("BUG_VP_PRED_UNSHIFTED",),  # the predicted logit not relative to the max
+    "vp_softmax_half_inv": ("BUG_VP_SOFTMAX_HALF_INV",),  # softmax times a FLOAT16 1/sum
 }
 
 

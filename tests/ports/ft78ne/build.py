@@ -30,7 +30,8 @@ SHIM_DIR = HERE.parents[2] / "backends" / "ft78ne_shim"
 INCLUDE = SHIM_DIR / "include"
 SHIM = "libxloss_ft78ne_private.so"
 HEADER = HERE / "port.h"
-ALL_KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad")
+VOCAB_PARALLEL = ("fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum")
+ALL_KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad", *VOCAB_PARALLEL)
 #: source -> the xloss kernels whose entry points it holds (port_common.c serves all of them)
 SOURCES = {
     "port_common.c": ALL_KERNELS,
@@ -38,6 +39,7 @@ SOURCES = {
     "focal.c": ("focal_loss",),
     "nll.c": ("nll_loss_grad",),
     "flce.c": ("fused_linear_cross_entropy_grad",),
+    "vocab_parallel.c": VOCAB_PARALLEL,
 }
 # -O1: these are test subjects; compile time matters more than speed
 CFLAGS = ("-std=c11", "-O1", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror")
@@ -64,6 +66,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "bce_weight_always": (("BUG_BCE_WEIGHT_ALWAYS",), ()),  # segfaults: only run in a child process
     "flce_accumulate_ignored": (("BUG_FLCE_ACCUMULATE_IGNORED",), ()),  # private memory only
     "bce_mean_per_chunk": (("BUG_BCE_MEAN_PER_CHUNK",), ()),  # private memory only
+    # the vocabulary-parallel forward (issue 17)
+    "vp_sum_unshifted": (("BUG_VP_SUM_UNSHIFTED",), ()),  # exp overflows without the max shift
+    "vp_masked_target_kept": (("BUG_VP_MASKED_TARGET_KEPT",), ()),
+    "vp_loss_half": (("BUG_VP_LOSS_HALF",), ()),
 }
 
 
