@@ -1,6 +1,6 @@
 """The conformance suite: one descriptor per kernel, and the helpers that run them on a backend.
 
-``DESCRIPTORS`` maps kernel names to :class:`KernelDescriptor`; :func:`targets` enumerates
+``DESCRIPTORS`` maps kernel names to :class:`KernelDescriptor` (the kernel table's links); :func:`targets` enumerates
 what a backend declares (kernel × dtype × mode); :func:`request_of` says what a case asks for,
 through the same validation path as a real call; :func:`supports` decides whether a declared
 capability covers a case. The pytest suite in ``tests/conformance`` and ``xloss check`` are both
@@ -12,12 +12,10 @@ from __future__ import annotations
 from .. import registry
 from ..backend import Backend, KernelCaps
 from ..kernels import KERNELS
-from . import bce, flce, focal, nll, vocab_parallel
 from .descriptor import Case, Comparison, ErrorCase, KernelDescriptor, compare
 
-DESCRIPTORS: dict[str, KernelDescriptor] = {d.name: d for d in (focal.DESCRIPTOR, bce.DESCRIPTOR, nll.DESCRIPTOR,
-                                                                 flce.DESCRIPTOR, vocab_parallel.ONLINE_MAX_SUM,
-                                                                 vocab_parallel.LOSS_WITH_MAX_SUM)}
+#: kernel -> its descriptor, from the kernel table (each row names its descriptor)
+DESCRIPTORS: dict[str, KernelDescriptor] = {name: row.load("descriptor") for name, row in KERNELS.items()}
 
 
 class _Captured(Exception):

@@ -109,6 +109,6 @@ def allowed(case: Case, expected, caps=None):
             + upstream_rounding(expected[0], case.dtype, caps, g),)
 
 
-DESCRIPTOR = KernelDescriptor(spec=BCE_GRAD, function="bce_grad", draw_case=draw_case, edge_cases=edge_cases,
+DESCRIPTOR = KernelDescriptor(spec=BCE_GRAD, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
                               output_names=lambda mode: ("dx",))

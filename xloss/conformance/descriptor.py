@@ -177,7 +177,6 @@ class KernelDescriptor:
     """Everything needed to test one kernel. Concrete descriptors fill in the callables."""
 
     spec: KernelSpec
-    function: str  # the public xloss function(s) the modes map to, see ``call``
     draw_case: Callable  # (data_or_draw, dtype, mode, caps) -> Case      [hypothesis composite]
     edge_cases: Callable  # (dtype, mode, caps=None) -> list[Case] (caps: the declared variants, e.g. binary targets)
     error_cases: Callable  # () -> list[ErrorCase]

@@ -345,7 +345,7 @@ def statistics(case: Case, outputs, expected, caps=None) -> list:
     return out
 
 
-DESCRIPTOR = KernelDescriptor(spec=FLCE_GRAD, function="fused_linear_cross_entropy_grad", draw_case=draw_case,
+DESCRIPTOR = KernelDescriptor(spec=FLCE_GRAD, draw_case=draw_case,
                               edge_cases=edge_cases, error_cases=error_cases, call=call, oracle=oracle,
                               allowed=allowed, output_names=lambda mode: ("input_grad", "weight_grad"),
                               extra={"statistics": statistics})

@@ -195,6 +195,6 @@ def output_names(mode):
     return {"forward": ("loss",), "grad": ("dx",), "forward+grad": ("loss", "dx")}[mode]
 
 
-DESCRIPTOR = KernelDescriptor(spec=FOCAL, function="focal_loss", draw_case=draw_case, edge_cases=edge_cases,
+DESCRIPTOR = KernelDescriptor(spec=FOCAL, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
                               output_names=output_names)

@@ -146,6 +146,6 @@ def allowed(case: Case, expected, caps=None):
     return (allowance(expected[0], o * factor, case.dtype) + scalar_rounding,)
 
 
-DESCRIPTOR = KernelDescriptor(spec=NLL_GRAD, function="nll_loss_grad", draw_case=draw_case, edge_cases=edge_cases,
+DESCRIPTOR = KernelDescriptor(spec=NLL_GRAD, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
                               output_names=lambda mode: ("grad_input",))

@@ -543,13 +543,13 @@ LOSS_LADDER = (
 
 
 ONLINE_MAX_SUM = KernelDescriptor(
-    spec=MAX_SUM_SPEC, function="fused_linear_online_max_sum", draw_case=draw_max_sum_case,
+    spec=MAX_SUM_SPEC, draw_case=draw_max_sum_case,
     edge_cases=max_sum_edge_cases, error_cases=_bad_max_sum_cases, call=call_max_sum, oracle=oracle_max_sum,
     allowed=allowed_max_sum, output_names=lambda mode: MAX_SUM_OUTPUTS,
     extra={"units": max_sum_units, "select": max_sum_select, "unit_of": max_sum_unit_of, "ladder": MAX_SUM_LADDER,
            "rows": "input"})
 LOSS_WITH_MAX_SUM = KernelDescriptor(
-    spec=LOSS_SPEC, function="fused_cross_entropy_loss_with_max_sum", draw_case=draw_loss_case,
+    spec=LOSS_SPEC, draw_case=draw_loss_case,
     edge_cases=loss_edge_cases, error_cases=_bad_loss_cases, call=call_loss, oracle=oracle_loss,
     allowed=allowed_loss, output_names=lambda mode: LOSS_OUTPUTS,
     extra={"units": loss_units, "select": loss_select, "unit_of": loss_unit_of, "ladder": LOSS_LADDER,

@@ -303,15 +303,12 @@ def test_strided_layout_puts_every_view_at_an_offset_with_gaps():
 
 
 def test_emulator_passes_every_declared_target_with_strided_layout():
-    from xloss.conformance import DESCRIPTORS, runner, targets
+    from xloss.conformance import runner, targets
 
     b = ascend_aclnn.make_backend(lib=ascend_aclnn.emulator_library_path(), layout="strided")
     assert b.options["layout"] == "strided" and b.info()["layout"] == "strided"
-    # a kernel whose conformance descriptor has not landed yet is tested in its own file
-    described = type("Described", (), {"capabilities": lambda self: {
-        k: c for k, c in b.capabilities().items() if k in DESCRIPTORS}})()
-    results = [runner.run_target(b, *t, max_examples=2, seed=1) for t in targets(described)]  # mostly the edge cases
-    assert len(results) == 19 + 5 * ("fused_linear_online_max_sum" in DESCRIPTORS), len(results)
+    results = [runner.run_target(b, *t, max_examples=2, seed=1) for t in targets(b)]  # mostly the edge cases
+    assert len(results) == 24, len(results)
     assert {r.status for r in results} == {"pass"}, \
         [(r.kernel, r.dtype, r.mode, r.message) for r in results if r.status != "pass"]
 
