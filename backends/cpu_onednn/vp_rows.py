@@ -46,7 +46,8 @@ def _logit(row, lrow, j):
     if row.dtype == types.uint16:  # chosen at compile time: a tile type compiles one loop
         def impl(row, lrow, j):
             inline_me()
-            return load(row, j) + load(lrow, j)
+            hi = load(row, j)
+            return hi if abs(hi) == np.inf else hi + load(lrow, j)  # lo = inf - inf is NaN there
     else:
         def impl(row, lrow, j):
             inline_me()
