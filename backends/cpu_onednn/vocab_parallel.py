@@ -12,13 +12,17 @@ logits (and bf16's ``hi``, below) straight into the output, a budget of rows at 
 logits are rounded once from the float32 tile. Products accumulate in float32 (float64 for float64
 input): bfloat16 with PyTorch's BLAS on a CPU with native bf16 GEMMs runs two bf16 GEMMs per
 tile, ``hi = round(x @ w)`` and ``lo = round(x @ w - hi)`` (the subtraction inside the float32
-accumulator, as in :mod:`.flce_native16`), and the pass reads ``hi + lo`` (about 16 significant
-bits); float16, and bfloat16 otherwise, widen the input once and the weight per column chunk
+accumulator, as in :mod:`.flce_native16`), and the pass reads ``hi + lo`` added in float32
+(about 16 significant bits); float16, and bfloat16 otherwise, widen the input once and the weight per column chunk
 (whole, when the logits are asked for: their tiles are then whole rows, so that each lands in
 the output contiguously).
 
 Loss: ``log(sum_exp) - predicted`` (per token, NumPy), and the softmax in one parallel Numba
-pass (:func:`.vp_rows.softmax_rows`) reading the logits in their storage type.
+pass (:func:`.vp_rows.softmax_rows`) reading float32, float64 or bfloat16 logits as they are
+(float16 ones are widened into the output first).
+
+Cold compile is kept small: the tile pass exists for float32 and float64 tiles only, the
+softmax for float32, float64 and bfloat16 logits (each a separate Numba specialization).
 """
 
 from __future__ import annotations
@@ -67,9 +71,9 @@ def _targets(a):
     return masked, np.where(masked, -1, local)
 
 
-def _stats(tile, lo, r0, c0, tcol, m, s, zt) -> None:
+def _stats(tile, r0, c0, tcol, m, s, zt) -> None:
     with threads_for(tile.size):
-        vp_rows.tile_stats(tile, lo, r0, c0, tcol, m, s, zt)
+        vp_rows.tile_stats(tile, r0, c0, tcol, m, s, zt)
 
 
 def _convert(src, dst) -> None:
@@ -89,7 +93,6 @@ def _tiles(a, gemm, chunk_bytes, tcol, zt) -> None:
     m, s = a.logits_max_out, a.sum_exp_out
     cdt = m.dtype
     half = a.input.dtype.itemsize == 2
-    no_lo = np.empty((1, 0), cdt)
     inp = a.input
     if half:
         inp = np.empty((bt, h), cdt)
@@ -107,7 +110,7 @@ def _tiles(a, gemm, chunk_bytes, tcol, zt) -> None:
             gemm.mm(inp[r0:r0 + nr], w.T, tile)
             if not direct:
                 _convert(tile, storage_view(a.logits_out[r0:r0 + nr]))  # rounded once
-            _stats(tile, no_lo, r0, 0, tcol, m, s, zt)
+            _stats(tile, r0, 0, tcol, m, s, zt)
         return
     rows, cols = plan(bt, v, cdt.itemsize, chunk_bytes)
     tile_buf = np.empty(rows * cols, cdt)
@@ -124,12 +127,12 @@ def _tiles(a, gemm, chunk_bytes, tcol, zt) -> None:
             nr = min(rows, bt - r0)
             tile = tile_buf[:nr * nc].reshape(nr, nc)
             gemm.mm(inp[r0:r0 + nr], wc.T, tile)
-            _stats(tile, no_lo, r0, c0, tcol, m, s, zt)
+            _stats(tile, r0, c0, tcol, m, s, zt)
 
 
 def _native_bf16_tiles(a, chunk_bytes, tcol, zt) -> None:
-    """bfloat16 on native bf16 GEMMs: each tile as hi + lo (see the module docstring); with the
-    logits asked for, whole rows, ``hi`` (x @ w rounded once) written straight into them."""
+    """bfloat16 on native bf16 GEMMs: each tile as hi + lo in float32 (see the module docstring);
+    with the logits asked for, whole rows, ``hi`` (x @ w rounded once) written straight into them."""
     import torch
 
     (bt, _), v = a.input.shape, a.weight.shape[0]
@@ -145,20 +148,24 @@ def _native_bf16_tiles(a, chunk_bytes, tcol, zt) -> None:
         tiles = [(0, v, r0, nr) for r0, nr in _row_tiles(bt, v, 4, chunk_bytes)]
     else:
         out = None
-        rows, cols = plan(bt, v, 4, chunk_bytes)  # two bf16 halves: a float32 tile's bytes
+        rows, cols = plan(bt, v, 4, chunk_bytes)
         tiles = [(c0, min(cols, v - c0), r0, min(rows, bt - r0)) for c0 in range(0, v, cols)
                  for r0 in range(0, bt, rows)]
     size = max(nr * nc for _, nc, _, nr in tiles)
-    hi_np, lo_np = np.empty(0 if out is not None else size, np.uint16), np.empty(size, np.uint16)
+    hi_buf = None if out is not None else torch.empty(size, dtype=bf)
+    lo_buf, z_np = torch.empty(size, dtype=bf), np.empty(size, np.float32)
+    z_buf = torch.from_numpy(z_np)
     for c0, nc, r0, nr in tiles:
         wt = w16[c0:c0 + nc].T
         xr = x16[r0:r0 + nr]
-        hi = out[r0:r0 + nr] if out is not None else hi_np[:nr * nc].reshape(nr, nc)
-        lo = lo_np[:nr * nc].reshape(nr, nc)
-        hi_t = t16(hi)
-        torch.mm(xr, wt, out=hi_t)
-        torch.addmm(hi_t, xr, wt, beta=-1, out=t16(lo))  # x @ w - hi, rounded once
-        _stats(hi, lo, r0, c0, tcol, m, s, zt)
+        hi = t16(out[r0:r0 + nr]) if out is not None else hi_buf[:nr * nc].view(nr, nc)
+        lo = lo_buf[:nr * nc].view(nr, nc)
+        torch.mm(xr, wt, out=hi)
+        torch.addmm(hi, xr, wt, beta=-1, out=lo)  # x @ w - hi, rounded once
+        lo.nan_to_num_(nan=0.0)  # inf - inf where hi is +-inf (lo is never infinite)
+        z = z_buf[:nr * nc].view(nr, nc)
+        z.copy_(hi).add_(lo)  # in float32 (add(out=) would add in bf16)
+        _stats(z_np[:nr * nc].reshape(nr, nc), r0, c0, tcol, m, s, zt)
 
 
 def loss_with_max_sum(a, backend) -> None:
@@ -170,4 +177,8 @@ def loss_with_max_sum(a, backend) -> None:
         return
     z = storage_view(a.vocab_parallel_logits)
     with threads_for(z.size):
+        if z.dtype == np.int16:  # float16: widened into the output, then in place (one kernel fewer
+            #                      to compile for a rare dtype; bfloat16 is widened as read)
+            convert_into(z.reshape(-1), a.softmax_out.reshape(-1))
+            z = a.softmax_out
         vp_rows.softmax_rows(z, writeable(a.logits_max), writeable(a.sum_exp_logits), a.softmax_out)

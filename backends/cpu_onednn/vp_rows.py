@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from .access import load
-from .intrinsics import inline_me, like, radd
+from .intrinsics import like, radd
 from .vecmath import vexp
 
 
@@ -36,68 +36,42 @@ def maxnum(typingctx, a, b):
     return sig, codegen
 
 
-def logit(row, lrow, j):
-    """Logit ``j`` of a tile row: ``row[j]`` (float tiles), or ``hi + lo`` from the bf16 halves."""
-    raise TypeError("logit() is compiled by Numba only; call it from @njit code")
-
-
-@overload(logit)
-def _logit(row, lrow, j):
-    if row.dtype == types.uint16:  # chosen at compile time: a tile type compiles one loop
-        def impl(row, lrow, j):
-            inline_me()
-            hi = load(row, j)
-            return hi if abs(hi) == np.inf else hi + load(lrow, j)  # lo = inf - inf is NaN there
-    else:
-        def impl(row, lrow, j):
-            inline_me()
-            return load(row, j)
-    return impl
-
-
 @njit(error_model="numpy")
-def _has_nan(row, lrow, cols):
+def _has_nan(row, cols):
     for j in range(cols):
-        v = logit(row, lrow, np.uint64(j))
-        if v != v:
+        if row[np.uint64(j)] != row[np.uint64(j)]:
             return True
     return False
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def tile_stats(z, lo, r0, c0, tcol, m, s, zt):
-    """Merge the logits tile of rows ``r0..``, columns ``c0..`` into the running row statistics.
-
-    ``z`` (rows, cols): the tile (float32/float64), or with a non-empty ``lo`` the high bf16
-    halves of it (``uint16`` bits) and ``lo`` the low ones (logit = hi + lo, in float32); else
-    ``lo`` is an empty (1, 0) array of z's type.
-    ``tcol``: each row's target column in the shard, or -1.
-    ``m``, ``s``: running max and sum of exp(logit - max), merged here; ``zt``: the target logit.
-    """
+def tile_stats(z, r0, c0, tcol, m, s, zt):
+    """Merge the logits tile ``z`` (rows, cols; float32 or float64) of rows ``r0..``, columns
+    ``c0..`` into the running row statistics. ``tcol``: each row's target column in the shard,
+    or -1. ``m``, ``s``: running max and sum of exp(logit - max), merged here; ``zt``: the
+    target logit."""
     rows, cols = z.shape
-    split = lo.size > 0
     for r in prange(rows):
         i = r0 + r
         row = z[r]
-        lrow = lo[r if split else r - r]  # (r - r: 0 of the loop index type)
         mx = like(-np.inf, m[i])
         for j in range(cols):
-            mx = maxnum(mx, logit(row, lrow, np.uint64(j)))
+            mx = maxnum(mx, row[np.uint64(j)])
         t = tcol[i] - c0
         if 0 <= t < cols:
-            zt[i] = logit(row, lrow, t)
+            zt[i] = row[t]
         mo = m[i]
         if mo != mo:  # a NaN seen in an earlier tile stays
             continue
         mn = maxnum(mo, mx)
         if mn == -np.inf:  # every logit so far -inf (or NaN): no sum yet
-            if _has_nan(row, lrow, cols):
+            if _has_nan(row, cols):
                 m[i] = s[i] = like(np.nan, mn)
             continue
         acc = like(0.0, mn)
         for j in range(cols):
-            acc = radd(acc, vexp(logit(row, lrow, np.uint64(j)) - mn))
-        if acc != acc and _has_nan(row, lrow, cols):
+            acc = radd(acc, vexp(row[np.uint64(j)] - mn))
+        if acc != acc and _has_nan(row, cols):
             m[i] = s[i] = acc
             continue
         s[i] = s[i] * np.exp(mo - mn) + acc  # mo = -inf: 0 (a NaN only from +inf - +inf)
@@ -106,7 +80,8 @@ def tile_stats(z, lo, r0, c0, tcol, m, s, zt):
 
 @njit(parallel=True, cache=True, error_model="numpy")
 def softmax_rows(z, m, s, out):
-    """out[r, j] = exp(z[r, j] - m[r]) / s[r] in out's (compute) type; z in any storage type."""
+    """out[r, j] = exp(z[r, j] - m[r]) / s[r] in out's (compute) type; z float32, float64 or
+    bfloat16 bits (widened as read), or out itself (in place)."""
     rows, v = z.shape
     for r in prange(rows):
         zr, orow = z[r], out[r]
