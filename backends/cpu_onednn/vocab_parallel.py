@@ -12,8 +12,8 @@ logits (and bf16's ``hi``, below) straight into the output, a budget of rows at 
 logits are rounded once from the float32 tile. Products accumulate in float32 (float64 for float64
 input): bfloat16 with PyTorch's BLAS on a CPU with native bf16 GEMMs runs two bf16 GEMMs per
 tile, ``hi = round(x @ w)`` and ``lo = round(x @ w - hi)`` (the subtraction inside the float32
-accumulator, as in :mod:`.flce_native16`), and the pass reads ``hi + lo`` added in float32
-(about 16 significant bits); float16, and bfloat16 otherwise, widen the input once and the weight per column chunk
+accumulator, as in :mod:`.flce_native16`), joined in float32 by one Numba pass (about 16
+significant bits); float16, and bfloat16 otherwise, widen the input once and the weight per column chunk
 (whole, when the logits are asked for: their tiles are then whole rows, so that each lands in
 the output contiguously).
 
@@ -22,7 +22,8 @@ pass (:func:`.vp_rows.softmax_rows`) reading float32, float64 or bfloat16 logits
 (float16 ones are widened into the output first).
 
 Cold compile is kept small: the tile pass exists for float32 and float64 tiles only, the
-softmax for float32, float64 and bfloat16 logits (each a separate Numba specialization).
+softmax for float32, float64 and bfloat16 logits (each a separate Numba specialization), plus
+the small bf16 join.
 """
 
 from __future__ import annotations
@@ -152,20 +153,18 @@ def _native_bf16_tiles(a, chunk_bytes, tcol, zt) -> None:
         tiles = [(c0, min(cols, v - c0), r0, min(rows, bt - r0)) for c0 in range(0, v, cols)
                  for r0 in range(0, bt, rows)]
     size = max(nr * nc for _, nc, _, nr in tiles)
-    hi_buf = None if out is not None else torch.empty(size, dtype=bf)
-    lo_buf, z_np = torch.empty(size, dtype=bf), np.empty(size, np.float32)
-    z_buf = torch.from_numpy(z_np)
+    hi_buf = np.empty(0 if out is not None else size, np.uint16)
+    lo_buf, z_buf = np.empty(size, np.uint16), np.empty(size, np.float32)
     for c0, nc, r0, nr in tiles:
         wt = w16[c0:c0 + nc].T
         xr = x16[r0:r0 + nr]
-        hi = t16(out[r0:r0 + nr]) if out is not None else hi_buf[:nr * nc].view(nr, nc)
-        lo = lo_buf[:nr * nc].view(nr, nc)
-        torch.mm(xr, wt, out=hi)
-        torch.addmm(hi, xr, wt, beta=-1, out=lo)  # x @ w - hi, rounded once
-        lo.nan_to_num_(nan=0.0)  # inf - inf where hi is +-inf (lo is never infinite)
-        z = z_buf[:nr * nc].view(nr, nc)
-        z.copy_(hi).add_(lo)  # in float32 (add(out=) would add in bf16)
-        _stats(z_np[:nr * nc].reshape(nr, nc), r0, c0, tcol, m, s, zt)
+        hi = out[r0:r0 + nr] if out is not None else hi_buf[:nr * nc].reshape(nr, nc)
+        lo, z = lo_buf[:nr * nc].reshape(nr, nc), z_buf[:nr * nc].reshape(nr, nc)
+        torch.mm(xr, wt, out=t16(hi))
+        torch.addmm(t16(hi), xr, wt, beta=-1, out=t16(lo))  # x @ w - hi, rounded once
+        with threads_for(z.size):
+            vp_rows.join_halves(hi, lo, z)
+        _stats(z, r0, c0, tcol, m, s, zt)
 
 
 def loss_with_max_sum(a, backend) -> None:
