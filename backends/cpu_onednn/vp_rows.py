@@ -1,7 +1,8 @@
 """Row passes of the vocabulary-parallel forward (:mod:`.vocab_parallel`): the online statistics
 of one logits tile, the float32 join of a bf16 tile's two halves, and the softmax from
-all-reduced statistics. Each reads a row while it is in cache; the max uses LLVM's ``maxnum`` (it vectorizes; a compare-and-select running max does
-not) and the sum ``radd``, so both loops vectorize.
+all-reduced statistics. Each reads a row while it is in cache; the max uses LLVM's ``maxnum``
+(it vectorizes; a compare-and-select running max does not) and the sum ``radd``, so both loops
+vectorize.
 
 NaN and infinities give what the float64 formulas give (``reference/flce.py``): ``maxnum``
 skips NaN, so a NaN logit shows up as a NaN sum, and only then is the row scanned for it (a
