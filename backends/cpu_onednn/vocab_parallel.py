@@ -2,76 +2,182 @@
 aclnnFusedLinearOnlineMaxSum) and the loss from the all-reduced statistics
 (aclnnFusedCrossEntropyLossWithMaxSum).
 
-The shard's logits are produced a vocabulary tile at a time (the FLCE tile budget) by the
-backend's GEMM in the compute dtype, and the row statistics are merged across tiles online
-(running max, sum rescaled to it), so memory stays bounded unless the caller asks for the
-logits. Every statistic accumulates in float32 (float64 for float64 input) and each output is
-rounded once.
+Online max/sum: the shard's logits are produced a tile at a time within the FLCE tile budget
+(``flce_chunk_bytes``, the tiling of :func:`.flce.plan`) by the backend's GEMM, and one parallel
+Numba pass per tile (:func:`.vp_rows.tile_stats`) merges each row into its running statistics:
+tile max, sum of exp rescaled to the new max, target logit (and, when asked, writes the tile
+into the logits output, rounded once). Nothing of the logits' size is allocated unless the
+caller asks for the logits; then the tiles are whole rows, and the GEMM writes float32/float64
+logits (and bf16's ``hi``, below) straight into the output, a budget of rows at a time; float16
+logits are rounded once from the float32 tile. Products accumulate in float32 (float64 for float64
+input): bfloat16 with PyTorch's BLAS on a CPU with native bf16 GEMMs runs two bf16 GEMMs per
+tile, ``hi = round(x @ w)`` and ``lo = round(x @ w - hi)`` (the subtraction inside the float32
+accumulator, as in :mod:`.flce_native16`), joined in float32 by one Numba pass (about 16
+significant bits); float16, and bfloat16 otherwise, widen the input once and the weight per column chunk
+(whole, when the logits are asked for: their tiles are then whole rows, so that each lands in
+the output contiguously).
+
+Loss: ``log(sum_exp) - predicted`` (per token, NumPy), and the softmax in one parallel Numba
+pass (:func:`.vp_rows.softmax_rows`) reading float32, float64 or bfloat16 logits as they are
+(float16 ones are widened into the output first).
+
+Cold compile is kept small: the tile pass exists for float32 and float64 tiles only, the
+softmax for float32, float64 and bfloat16 logits (each a separate Numba specialization), plus
+the small bf16 join.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import flce_native16, vp_rows
+from .access import convert_into, storage_view, writeable
 from .flce import plan
-
-
-def _widened(arr: np.ndarray, cdt) -> np.ndarray:
-    return arr if arr.dtype == cdt else arr.astype(cdt)
+from .layout import threads_for
 
 
 def online_max_sum(a, backend) -> None:
     """Fill the outputs of a validated :class:`~xloss.kernel_args.OnlineMaxSumArgs`."""
-    (bt, _), v = a.input.shape, a.weight.shape[0]
+    bt = a.input.shape[0]
+    masked, tcol = _targets(a)
+    if bt == 0:
+        return
     cdt = a.logits_max_out.dtype
+    m, s, zt = a.logits_max_out, a.sum_exp_out, np.zeros(bt, cdt)
+    m.fill(-np.inf)
+    s.fill(0)
+    gemm = backend.gemm()
+    if flce_native16.applies(a, gemm):
+        _native_bf16_tiles(a, backend.flce_chunk_bytes(), tcol, zt)
+    else:
+        _tiles(a, gemm, backend.flce_chunk_bytes(), tcol, zt)
+    with np.errstate(invalid="ignore"):
+        s[m == -np.inf] = np.nan  # every logit -inf: exp(-inf - -inf), as the float64 formulas give
+        np.subtract(zt, m, out=a.predicted_out)
+    a.predicted_out[masked] = 0
+
+
+def _targets(a):
+    """Write the target mask and the masked target; return (masked, target column or -1)."""
+    bt = a.input.shape[0]
     t = a.target.astype(np.int64, copy=False)
     masked = (t < a.vocab_start) | (t >= a.vocab_end)
-    local = np.where(masked, 0, t - a.vocab_start)
+    with np.errstate(over="ignore"):  # (targets far outside the shard: the difference is not used)
+        local = np.where(masked, 0, t - a.vocab_start)
     a.masked_target_out[...] = local
     if a.mask_format == "bool":
         a.target_mask_out[...] = masked
     else:  # LSB first, the padding bits of the last byte set
         a.target_mask_out[...] = np.packbits(np.concatenate([masked, np.ones(-bt % 8, bool)]), bitorder="little")
-    if bt == 0:
+    return masked, np.where(masked, -1, local)
+
+
+def _stats(tile, r0, c0, tcol, m, s, zt) -> None:
+    with threads_for(tile.size):
+        vp_rows.tile_stats(tile, r0, c0, tcol, m, s, zt)
+
+
+def _convert(src, dst) -> None:
+    with threads_for(src.size):
+        convert_into(src.reshape(-1), dst.reshape(-1))
+
+
+def _row_tiles(bt, v, itemsize, chunk_bytes):
+    """Tiles of whole rows (the logits output is written a row block at a time, contiguously)."""
+    rows = min(bt, max(1, chunk_bytes // itemsize // v))
+    return [(r0, min(rows, bt - r0)) for r0 in range(0, bt, rows)]
+
+
+def _tiles(a, gemm, chunk_bytes, tcol, zt) -> None:
+    """float32/float64 products (half inputs widened to float32)."""
+    (bt, h), v = a.input.shape, a.weight.shape[0]
+    m, s = a.logits_max_out, a.sum_exp_out
+    cdt = m.dtype
+    half = a.input.dtype.itemsize == 2
+    inp = a.input
+    if half:
+        inp = np.empty((bt, h), cdt)
+        _convert(storage_view(a.input), inp)
+    if a.logits_out is not None:  # whole rows; float32/float64 logits straight from the GEMM
+        direct = a.logits_out.dtype == cdt
+        w = a.weight
+        if half:  # (the weight widened whole: the logits' rows are not split into column chunks)
+            w = np.empty((v, h), cdt)
+            _convert(storage_view(a.weight), w)
+        tiles = _row_tiles(bt, v, cdt.itemsize, chunk_bytes)
+        buf = None if direct else np.empty(tiles[0][1] * v, cdt)
+        for r0, nr in tiles:
+            tile = a.logits_out[r0:r0 + nr] if direct else buf[:nr * v].reshape(nr, v)
+            gemm.mm(inp[r0:r0 + nr], w.T, tile)
+            if not direct:
+                _convert(tile, storage_view(a.logits_out[r0:r0 + nr]))  # rounded once
+            _stats(tile, r0, 0, tcol, m, s, zt)
         return
-    gemm = backend.gemm()
-    inp = _widened(a.input, cdt)
-    rows, cols = plan(bt, v, cdt.itemsize, backend.flce_chunk_bytes())
-    tile = np.empty((rows, cols), cdt)
-    running_max = np.full(bt, -np.inf, cdt)
-    running_sum = np.zeros(bt, cdt)
-    target_logit = np.zeros(bt, cdt)
+    rows, cols = plan(bt, v, cdt.itemsize, chunk_bytes)
+    tile_buf = np.empty(rows * cols, cdt)
+    w_buf = np.empty((cols, h), cdt) if half else None
+    w_src = storage_view(a.weight)
     for c0 in range(0, v, cols):
-        c1 = min(v, c0 + cols)
-        w = _widened(a.weight[c0:c1], cdt)
+        nc = min(cols, v - c0)
+        if half:
+            wc = w_buf[:nc]
+            _convert(w_src[c0:c0 + nc], wc)
+        else:
+            wc = a.weight[c0:c0 + nc]
         for r0 in range(0, bt, rows):
-            r1 = min(bt, r0 + rows)
-            z = tile[: r1 - r0, : c1 - c0]
-            gemm.mm(inp[r0:r1], w.T, z)
-            if a.logits_out is not None:
-                a.logits_out[r0:r1, c0:c1] = z
-            m_old = running_max[r0:r1]
-            m_new = np.maximum(m_old, z.max(axis=1))
-            with np.errstate(invalid="ignore"):  # -inf - -inf on the first tile: its sum is 0 anyway
-                scale = np.where(np.isneginf(m_old), 0.0, np.exp(m_old - m_new))
-            running_sum[r0:r1] = running_sum[r0:r1] * scale + np.exp(z - m_new[:, None]).sum(axis=1, dtype=cdt)
-            running_max[r0:r1] = m_new
-            here = ~masked[r0:r1] & (local[r0:r1] >= c0) & (local[r0:r1] < c1)
-            idx = np.flatnonzero(here)
-            target_logit[r0 + idx] = z[idx, local[r0 + idx] - c0]
-    a.logits_max_out[...] = running_max
-    a.sum_exp_out[...] = running_sum
-    a.predicted_out[...] = np.where(masked, 0.0, target_logit - running_max)
+            nr = min(rows, bt - r0)
+            tile = tile_buf[:nr * nc].reshape(nr, nc)
+            gemm.mm(inp[r0:r0 + nr], wc.T, tile)
+            _stats(tile, r0, c0, tcol, m, s, zt)
+
+
+def _native_bf16_tiles(a, chunk_bytes, tcol, zt) -> None:
+    """bfloat16 on native bf16 GEMMs: each tile as hi + lo in float32 (see the module docstring);
+    with the logits asked for, whole rows, ``hi`` (x @ w rounded once) written straight into them."""
+    import torch
+
+    (bt, _), v = a.input.shape, a.weight.shape[0]
+    bf = torch.bfloat16
+
+    def t16(arr):  # a uint16 (bf16 bits) array as a torch bf16 tensor, zero-copy
+        return torch.from_numpy(arr).view(bf)
+
+    x16, w16 = t16(storage_view(a.input)), t16(storage_view(a.weight))
+    m, s = a.logits_max_out, a.sum_exp_out
+    if a.logits_out is not None:
+        out = storage_view(a.logits_out)
+        tiles = [(0, v, r0, nr) for r0, nr in _row_tiles(bt, v, 4, chunk_bytes)]
+    else:
+        out = None
+        rows, cols = plan(bt, v, 4, chunk_bytes)
+        tiles = [(c0, min(cols, v - c0), r0, min(rows, bt - r0)) for c0 in range(0, v, cols)
+                 for r0 in range(0, bt, rows)]
+    size = max(nr * nc for _, nc, _, nr in tiles)
+    hi_buf = np.empty(0 if out is not None else size, np.uint16)
+    lo_buf, z_buf = np.empty(size, np.uint16), np.empty(size, np.float32)
+    for c0, nc, r0, nr in tiles:
+        wt = w16[c0:c0 + nc].T
+        xr = x16[r0:r0 + nr]
+        hi = out[r0:r0 + nr] if out is not None else hi_buf[:nr * nc].reshape(nr, nc)
+        lo, z = lo_buf[:nr * nc].reshape(nr, nc), z_buf[:nr * nc].reshape(nr, nc)
+        torch.mm(xr, wt, out=t16(hi))
+        torch.addmm(t16(hi), xr, wt, beta=-1, out=t16(lo))  # x @ w - hi, rounded once
+        with threads_for(z.size):
+            vp_rows.join_halves(hi, lo, z)
+        _stats(z, r0, c0, tcol, m, s, zt)
 
 
 def loss_with_max_sum(a, backend) -> None:
     """Fill the outputs of a validated :class:`~xloss.kernel_args.LossWithMaxSumArgs`."""
-    cdt = a.loss_out.dtype
     with np.errstate(divide="ignore", invalid="ignore"):
-        np.subtract(np.log(a.sum_exp_logits), a.predicted_logits, out=a.loss_out)
-        if a.softmax_out is None:
-            return
-        inv = (1.0 / a.sum_exp_logits).astype(cdt)
-        np.subtract(_widened(a.vocab_parallel_logits, cdt), a.logits_max[:, None], out=a.softmax_out)
-        np.exp(a.softmax_out, out=a.softmax_out)
-        np.multiply(a.softmax_out, inv[:, None], out=a.softmax_out)
+        np.log(a.sum_exp_logits, out=a.loss_out)
+        np.subtract(a.loss_out, a.predicted_logits, out=a.loss_out)
+    if a.softmax_out is None:
+        return
+    z = storage_view(a.vocab_parallel_logits)
+    with threads_for(z.size):
+        if z.dtype == np.int16:  # float16: widened into the output, then in place (one kernel fewer
+            #                      to compile for a rare dtype; bfloat16 is widened as read)
+            convert_into(z.reshape(-1), a.softmax_out.reshape(-1))
+            z = a.softmax_out
+        vp_rows.softmax_rows(z, writeable(a.logits_max), writeable(a.sum_exp_logits), a.softmax_out)

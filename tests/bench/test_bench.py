@@ -163,3 +163,27 @@ def test_lm_step_cells_idle_and_busy_with_equal_samples():
         assert any(s["name"] == "xloss fused step (reference)" for s in cell["skipped"])
     with pytest.raises(XLossValueError, match="training-step size"):
         __import__("xloss.bench.training", fromlist=["x"]).parse_step("64x16", "float32")
+
+
+def test_vocab_parallel_kernels_bench_with_equal_samples(monkeypatch):
+    """A tiny run of the two vocabulary-parallel kernels: every candidate (cpu, the float64
+    reference, PyTorch eager, the floor) timed the same number of times; GEMM FLOPs for the
+    shard's statistics, bytes moved for the loss and softmax. (The machine's ceilings, measured
+    by the module's run, are fixed here: seconds of measuring that this test does not check.)"""
+    monkeypatch.setattr(machine, "copy_bandwidth", lambda: 1e10)
+    monkeypatch.setattr(machine, "gemm_peak", lambda torch, dtype: (1e11, "torch"))
+    r = run(BenchConfig(kernels=["online_max_sum", "loss_with_max_sum"], backends=["cpu", "reference"],
+                        sizes=["16x8x300", "16x300"], repeat=2, compile=False, cold_start=False), progress=False)
+    cells = {c["kernel"]: c for c in r["cells"]}
+    assert set(cells) == {"fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum"}
+    floors = {"fused_linear_online_max_sum": "bare GEMM", "fused_cross_entropy_loss_with_max_sum":
+              "memset of the softmax"}
+    for kernel, cell in cells.items():
+        names = {row["implementation"] for row in cell["results"]}
+        assert {"xloss:cpu", "xloss:reference", "torch eager", floors[kernel]} == names
+        assert cell["baseline"] == "torch eager"
+        assert {row["samples"] for row in cell["results"]} == {2}
+        assert ("flops_per_s" in cell["results"][0]) == (kernel == "fused_linear_online_max_sum")
+        assert ("bytes_per_s" in cell["results"][0]) == (kernel != "fused_linear_online_max_sum")
+    assert cells["fused_linear_online_max_sum"]["mode"] == "forward"
+    assert cells["fused_cross_entropy_loss_with_max_sum"]["mode"] == "softmax"

@@ -1,13 +1,17 @@
 """The implementations a workload is timed on: every xloss backend, and what a user would
 otherwise use (PyTorch eager autograd through the paper's appendix A.1 code, ``torch.compile`` of
-it, ATen's own backward ops, a materialised linear + cross-entropy), plus bare floors.
+it, ATen's own backward ops, a materialised linear + cross-entropy, the vocabulary-parallel
+statistics and loss in eager PyTorch ops), plus bare floors.
 
 Each candidate is a zero-argument callable over inputs prepared once. Anything that cannot run
-here comes back as a skip with its reason, never silently missing.
+here comes back as a skip with its reason, never silently missing. Everything one kernel needs
+sits in one block below (its xloss calls, its PyTorch candidates and baseline), gathered in
+:data:`IMPLS`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,10 +20,6 @@ from .. import api, registry
 from ..containers import from_numpy
 from ..errors import XLossError
 from .workloads import Workload
-
-#: The PyTorch baseline per kernel (speed-ups are relative to it).
-BASELINE = {"focal_loss": "torch eager (A.1)", "bce_grad": "torch aten backward",
-            "nll_loss_grad": "torch aten backward", "fused_linear_cross_entropy_grad": "torch materialised"}
 
 
 @dataclass
@@ -36,30 +36,182 @@ class Skip:
     reason: str
 
 
-# -- xloss backends ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelImpls:
+    """One kernel's candidates: ``baseline`` names the PyTorch candidate speed-ups are relative to;
+    ``xloss(w, backend)`` gives (label suffix, callable) pairs (may raise UnsupportedRequestError);
+    ``torch(w, i, torch, compile_)`` gives (candidates, skips), ``i`` the inputs as tensors."""
+
+    baseline: str
+    xloss: Callable
+    torch: Callable
 
 
-def _xloss_calls(w: Workload, b):
-    """(label suffix, callable) pairs for backend ``b`` on ``w`` (may raise UnsupportedRequestError)."""
+# -- focal loss ------------------------------------------------------------------------------------
+
+
+def _focal_xloss(w: Workload, b):
     i = w.inputs
-    if w.kernel == "focal_loss":
-        fn = {"forward": api.focal_loss, "grad": api.focal_loss_grad, "forward+grad": api.focal_loss_with_grad}[w.mode]
-        return [("", lambda: fn(i["x"], i["y"], reduction="mean", backend=b))]
-    if w.kernel == "bce_grad":
-        caps = b.capabilities().get("bce_grad")
-        mode = "clamp" if caps is None or "clamp" in caps.variants["eps_mode"] else "add"
-        eps = caps.fixed.get("eps", 1e-12) if caps is not None else 1e-12
-        return [("" if mode == "clamp" else " (eps added)",
-                 lambda: api.bce_grad(i["x"], i["y"], 1.0, weight=i["weight"], eps=eps, eps_mode=mode, backend=b))]
-    if w.kernel == "nll_loss_grad":
-        out = np.empty_like(i["self"])
-        return [("", lambda: api.nll_loss_grad(1.0, i["self"], i["target"], backend=b)),
-                (" out=", lambda: api.nll_loss_grad(1.0, i["self"], i["target"], backend=b, out=out))]
-    if w.kernel == "fused_linear_cross_entropy_grad":
-        return [("", lambda: api.fused_linear_cross_entropy_grad(
-            i["grad"], i["input"], i["weight"], i["target_mask"], i["masked_target"], logits_max=i["logits_max"],
-            sum_exp_logits=i["sum_exp_logits"], backend=b))]
-    raise ValueError(w.kernel)
+    fn = {"forward": api.focal_loss, "grad": api.focal_loss_grad, "forward+grad": api.focal_loss_with_grad}[w.mode]
+    return [("", lambda: fn(i["x"], i["y"], reduction="mean", backend=b))]
+
+
+def _focal_torch(w: Workload, i, torch, compile_):
+    from ..torch.paper import paper_focal_loss
+
+    cands, skips = [], []
+
+    def make(f):
+        if w.mode == "forward":
+            def run():
+                with torch.no_grad():
+                    return f(i["x"], i["y"], reduction="mean")
+        else:
+            def run():
+                xg = i["x"].detach().requires_grad_()
+                f(xg, i["y"], reduction="mean").backward()
+                return xg.grad
+        return run
+
+    note = "" if w.mode != "grad" else "forward + backward (autograd needs the forward)"
+    cands.append(Candidate("torch eager (A.1)", make(paper_focal_loss), "pytorch", note))
+    if compile_:
+        try:
+            compiled = torch.compile(paper_focal_loss, dynamic=False)
+            cands.append(Candidate("torch.compile (A.1)", make(compiled), "pytorch", note))
+        except Exception as exc:  # no compiler, unsupported platform, ...
+            skips.append(Skip("torch.compile (A.1)", f"{type(exc).__name__}: {exc}"))
+    else:
+        skips.append(Skip("torch.compile (A.1)", "disabled (--no-compile)"))
+    return cands, skips
+
+
+# -- BCE gradient ------------------------------------------------------------------------------------
+
+
+def _bce_xloss(w: Workload, b):
+    i = w.inputs
+    caps = b.capabilities().get("bce_grad")
+    mode = "clamp" if caps is None or "clamp" in caps.variants["eps_mode"] else "add"
+    eps = caps.fixed.get("eps", 1e-12) if caps is not None else 1e-12
+    return [("" if mode == "clamp" else " (eps added)",
+             lambda: api.bce_grad(i["x"], i["y"], 1.0, weight=i["weight"], eps=eps, eps_mode=mode, backend=b))]
+
+
+def _bce_torch(w: Workload, i, torch, compile_):
+    g = torch.tensor(1.0, dtype=i["x"].dtype)
+    return [Candidate("torch aten backward", lambda: torch.ops.aten.binary_cross_entropy_backward(
+        g, i["x"], i["y"], i["weight"], 1), "pytorch", "binary_cross_entropy_backward")], []
+
+
+# -- NLL gradient ------------------------------------------------------------------------------------
+
+
+def _nll_xloss(w: Workload, b):
+    i = w.inputs
+    out = np.empty_like(i["self"])
+    return [("", lambda: api.nll_loss_grad(1.0, i["self"], i["target"], backend=b)),
+            (" out=", lambda: api.nll_loss_grad(1.0, i["self"], i["target"], backend=b, out=out))]
+
+
+def _nll_torch(w: Workload, i, torch, compile_):
+    g = torch.tensor(1.0, dtype=i["self"].dtype)
+    tw = torch.tensor(float((w.inputs["target"] != -100).sum()), dtype=i["self"].dtype)
+    out = np.empty_like(w.inputs["self"])
+    return [Candidate("torch aten backward", lambda: torch.ops.aten.nll_loss_backward(
+                g, i["self"], i["target"], None, 1, -100, tw), "pytorch", "nll_loss_backward"),
+            Candidate("memset of the output", lambda: out.fill(0), "floor", "the floor for out=")], []
+
+
+# -- fused linear cross-entropy gradient ----------------------------------------------------------------
+
+
+def _flce_xloss(w: Workload, b):
+    i = w.inputs
+    return [("", lambda: api.fused_linear_cross_entropy_grad(
+        i["grad"], i["input"], i["weight"], i["target_mask"], i["masked_target"], logits_max=i["logits_max"],
+        sum_exp_logits=i["sum_exp_logits"], backend=b))]
+
+
+def _flce_torch(w: Workload, i, torch, compile_):
+    import torch.nn.functional as F
+
+    def materialised():
+        xg, wg = i["input"].detach().requires_grad_(), i["weight"].detach().requires_grad_()
+        F.cross_entropy(xg @ wg.T, i["target"], reduction="mean").backward()
+        return xg.grad, wg.grad
+
+    def bare_gemms():
+        logits = i["input"] @ i["weight"].T
+        return logits @ i["weight"], logits.T @ i["input"]
+
+    return [Candidate("torch materialised", materialised, "pytorch", "input @ weight.T + cross_entropy"),
+            Candidate("3 bare GEMMs", bare_gemms, "floor", "the GEMM floor (torch.mm)")], []
+
+
+# -- vocabulary-parallel online max/sum (one shard) -----------------------------------------------------
+
+
+def _online_max_sum_xloss(w: Workload, b):
+    i = w.inputs
+    return [("", lambda: api.fused_linear_online_max_sum(i["input"], i["weight"], i["target"], 0, backend=b))]
+
+
+def _online_max_sum_torch(w: Workload, i, torch, compile_):
+    x, wt, t = i["input"], i["weight"], i["target"]
+    v = wt.shape[0]
+
+    def eager():  # the shard's statistics in float32 (float64 for float64), as the kernel returns them
+        with torch.no_grad():
+            logits = x @ wt.T
+            z = logits if logits.dtype == torch.float64 else logits.float()
+            m = z.amax(dim=1)
+            sum_exp = torch.exp(torch.logsumexp(z, dim=1) - m)
+            masked = (t < 0) | (t >= v)
+            local = torch.where(masked, 0, t)
+            predicted = torch.where(masked, 0.0, z.gather(1, local[:, None]).squeeze(1) - m)
+            return m, sum_exp, predicted, masked, local
+
+    return [Candidate("torch eager", eager, "pytorch",
+                      "x @ w.T (logits in the input dtype), amax, logsumexp, gather; mask as bool"),
+            Candidate("bare GEMM", lambda: x @ wt.T, "floor", "the GEMM floor (torch.mm, input dtype)")], []
+
+
+# -- vocabulary-parallel loss with max/sum ----------------------------------------------------------
+
+
+def _loss_with_max_sum_xloss(w: Workload, b):
+    i = w.inputs
+    return [("", lambda: api.fused_cross_entropy_loss_with_max_sum(
+        i["logits_max"], i["sum_exp_logits"], i["predicted_logits"], vocab_parallel_logits=i["logits"], backend=b))]
+
+
+def _loss_with_max_sum_torch(w: Workload, i, torch, compile_):
+    m, se, p, z = i["logits_max"], i["sum_exp_logits"], i["predicted_logits"], i["logits"]
+
+    def eager():
+        loss = torch.log(se) - p
+        return loss, torch.exp(z.to(m.dtype) - m[:, None]) / se[:, None]
+
+    out = np.empty(w.inputs["logits"].shape, w.inputs["logits_max"].dtype)
+    return [Candidate("torch eager", eager, "pytorch", "log(sum_exp) - predicted; exp(logits - max) / sum_exp"),
+            Candidate("memset of the softmax", lambda: out.fill(0), "floor", "writing the (BT, V) softmax")], []
+
+
+IMPLS = {
+    "focal_loss": KernelImpls("torch eager (A.1)", _focal_xloss, _focal_torch),
+    "bce_grad": KernelImpls("torch aten backward", _bce_xloss, _bce_torch),
+    "nll_loss_grad": KernelImpls("torch aten backward", _nll_xloss, _nll_torch),
+    "fused_linear_cross_entropy_grad": KernelImpls("torch materialised", _flce_xloss, _flce_torch),
+    "fused_linear_online_max_sum": KernelImpls("torch eager", _online_max_sum_xloss, _online_max_sum_torch),
+    "fused_cross_entropy_loss_with_max_sum": KernelImpls("torch eager", _loss_with_max_sum_xloss,
+                                                         _loss_with_max_sum_torch),
+}
+#: The PyTorch baseline per kernel (speed-ups are relative to it).
+BASELINE = {k: impl.baseline for k, impl in IMPLS.items()}
+
+
+# -- every kernel ------------------------------------------------------------------------------------
 
 
 def xloss_candidates(w: Workload, names, probe: bool = True) -> tuple[list[Candidate], list[Skip]]:
@@ -78,7 +230,7 @@ def xloss_candidates(w: Workload, names, probe: bool = True) -> tuple[list[Candi
             skips.append(Skip(label, why))
             continue
         try:
-            calls = _xloss_calls(w, b)
+            calls = IMPLS[w.kernel].xloss(w, b)
             if probe:
                 calls[0][1]()  # refuses here if the backend does not declare the request
         except XLossError as exc:
@@ -89,62 +241,8 @@ def xloss_candidates(w: Workload, names, probe: bool = True) -> tuple[list[Candi
     return cands, skips
 
 
-# -- PyTorch and floors ------------------------------------------------------------------------
-
-
 def torch_candidates(w: Workload, torch, compile_: bool) -> tuple[list[Candidate], list[Skip]]:
     if torch is None:
         return [], [Skip("torch", "torch is not installed (pip install torch)")]
     i = {k: from_numpy(v, "torch") for k, v in w.inputs.items()}
-    cands, skips = [], []
-    if w.kernel == "focal_loss":
-        from ..torch.paper import paper_focal_loss
-
-        def make(f):
-            if w.mode == "forward":
-                def run():
-                    with torch.no_grad():
-                        return f(i["x"], i["y"], reduction="mean")
-            else:
-                def run():
-                    xg = i["x"].detach().requires_grad_()
-                    f(xg, i["y"], reduction="mean").backward()
-                    return xg.grad
-            return run
-
-        note = "" if w.mode != "grad" else "forward + backward (autograd needs the forward)"
-        cands.append(Candidate("torch eager (A.1)", make(paper_focal_loss), "pytorch", note))
-        if compile_:
-            try:
-                compiled = torch.compile(paper_focal_loss, dynamic=False)
-                cands.append(Candidate("torch.compile (A.1)", make(compiled), "pytorch", note))
-            except Exception as exc:  # no compiler, unsupported platform, ...
-                skips.append(Skip("torch.compile (A.1)", f"{type(exc).__name__}: {exc}"))
-        else:
-            skips.append(Skip("torch.compile (A.1)", "disabled (--no-compile)"))
-    elif w.kernel == "bce_grad":
-        g = torch.tensor(1.0, dtype=i["x"].dtype)
-        cands.append(Candidate("torch aten backward", lambda: torch.ops.aten.binary_cross_entropy_backward(
-            g, i["x"], i["y"], i["weight"], 1), "pytorch", "binary_cross_entropy_backward"))
-    elif w.kernel == "nll_loss_grad":
-        g = torch.tensor(1.0, dtype=i["self"].dtype)
-        tw = torch.tensor(float((w.inputs["target"] != -100).sum()), dtype=i["self"].dtype)
-        cands.append(Candidate("torch aten backward", lambda: torch.ops.aten.nll_loss_backward(
-            g, i["self"], i["target"], None, 1, -100, tw), "pytorch", "nll_loss_backward"))
-        out = np.empty_like(w.inputs["self"])
-        cands.append(Candidate("memset of the output", lambda: out.fill(0), "floor", "the floor for out="))
-    elif w.kernel == "fused_linear_cross_entropy_grad":
-        import torch.nn.functional as F
-
-        def materialised():
-            xg, wg = i["input"].detach().requires_grad_(), i["weight"].detach().requires_grad_()
-            F.cross_entropy(xg @ wg.T, i["target"], reduction="mean").backward()
-            return xg.grad, wg.grad
-
-        def bare_gemms():
-            logits = i["input"] @ i["weight"].T
-            return logits @ i["weight"], logits.T @ i["input"]
-
-        cands.append(Candidate("torch materialised", materialised, "pytorch", "input @ weight.T + cross_entropy"))
-        cands.append(Candidate("3 bare GEMMs", bare_gemms, "floor", "the GEMM floor (torch.mm)"))
-    return cands, skips
+    return IMPLS[w.kernel].torch(w, i, torch, compile_)

@@ -146,3 +146,31 @@ def flce(mode: str, size: str, dtype: str, rng) -> Workload:
               "target_mask": np.zeros(bt, bool), "masked_target": t, "logits_max": m.astype(np.float32),
               "sum_exp_logits": se.astype(np.float32), "target": t}
     return Workload("fused_linear_cross_entropy_grad", "recompute", size, dtype, inputs, flops=3 * 2 * bt * h * v)
+
+
+def online_max_sum(mode: str, size: str, dtype: str, rng) -> Workload:
+    """One vocabulary shard (rows 0..V of a vocabulary of 2V: half the targets fall outside it)."""
+    dt = xdt.FLOAT_DTYPES[dtype]
+    bt, h, v = parse_dims(size, 3)
+    x = (rng.standard_normal((bt, h), dtype=np.float32) / math.sqrt(h)).astype(dt)
+    w = rng.standard_normal((v, h), dtype=np.float32).astype(dt)
+    inputs = {"input": x, "weight": w, "target": rng.integers(0, 2 * v, bt)}
+    return Workload("fused_linear_online_max_sum", "forward", size, dtype, inputs, flops=2 * bt * h * v)
+
+
+def loss_with_max_sum(mode: str, size: str, dtype: str, rng) -> Workload:
+    """The loss and the softmax of one shard's logits (BT, V) from all-reduced statistics (a global
+    max above the shard's, a sum above its own, as after a reduction over shards)."""
+    dt = xdt.FLOAT_DTYPES[dtype]
+    cdt = xdt.compute_dtype(dtype)
+    bt, v = parse_dims(size, 2)
+    logits = (rng.standard_normal((bt, v), dtype=np.float32) * 3).astype(dt)
+    z = logits.astype(cdt)
+    m = z.max(axis=1) + rng.uniform(0, 1, bt).astype(cdt)
+    se = np.exp(z - m[:, None]).sum(axis=1, dtype=cdt) * 2
+    predicted = z[np.arange(bt), rng.integers(0, v, bt)] - m
+    del z
+    inputs = {"logits": logits, "logits_max": m.astype(cdt), "sum_exp_logits": se.astype(cdt),
+              "predicted_logits": predicted.astype(cdt)}
+    moved = bt * v * (dt.itemsize + np.dtype(cdt).itemsize) + 4 * bt * np.dtype(cdt).itemsize
+    return Workload("fused_cross_entropy_loss_with_max_sum", "softmax", size, dtype, inputs, bytes_moved=moved)
