@@ -75,9 +75,12 @@ def _bits(outputs):
 def _tiled_exactly(case):
     """Which private-memory results reproduce the shared ones bit for bit (see the adapter): all but
     a tiled mean (its scale g*m/n is rounded), a tiled forward reduction (tile partials are
-    combined), and fp16 FLCE (partial sums are stored in half between tiles)."""
+    combined), fp16 FLCE (partial sums are stored in half between tiles) and the online max/sum of
+    vocabulary tiles (tests/backends/ft78ne/test_vocab_parallel_backend.py holds its token tiles to bits)."""
     if case.kwargs.get("reduction") == "mean" and case.kernel in ("focal_loss", "bce_grad"):
         return False
+    if case.kernel == "fused_linear_online_max_sum":
+        return False  # vocabulary tiles' statistics are combined in float64: within rounding, not bits
     if case.dtype == "float32":
         return not (case.kernel == "focal_loss" and case.mode != "grad" and case.kwargs["reduction"] != "none")
     return case.kernel == "nll_loss_grad" or (case.kernel in ("focal_loss", "bce_grad")
