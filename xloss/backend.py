@@ -43,10 +43,12 @@ class KernelCaps:
     # The outputs are accumulated across calls (tiles) through the ABI in the storage dtype, so
     # partial sums are rounded to it once per tile: the conformance error-scale statistic is skipped.
     partials_in_dtype: bool = False
+    # largest value of a request parameter the backend takes, e.g. {"hidden": 65534}
+    limits: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def declare(cls, kernel: str, *, dtypes, reductions=REDUCTIONS, max_elements=None, notes="", fixed=None,
-                upstream_in_dtype=False, partials_in_dtype=False, **variants):
+                upstream_in_dtype=False, partials_in_dtype=False, limits=None, **variants):
         spec = KERNELS[kernel]
         unknown_dtypes = set(dtypes) - set(FLOAT_DTYPES)
         if unknown_dtypes:
@@ -64,8 +66,10 @@ class KernelCaps:
             full[axis] = frozenset(chosen)
         if variants:
             raise ValueError(f"{kernel}: unknown axes {sorted(variants)}; known: {sorted(spec.axes)}")
-        return cls(kernel, frozenset(dtypes), frozenset(reductions), MappingProxyType(full), max_elements, notes,
-                   MappingProxyType(dict(fixed or {})), bool(upstream_in_dtype), bool(partials_in_dtype))
+        return cls(kernel=kernel, dtypes=frozenset(dtypes), reductions=frozenset(reductions),
+                   variants=MappingProxyType(full), max_elements=max_elements, notes=notes,
+                   fixed=MappingProxyType(dict(fixed or {})), upstream_in_dtype=bool(upstream_in_dtype),
+                   partials_in_dtype=bool(partials_in_dtype), limits=MappingProxyType(dict(limits or {})))
 
     def refusal(self, req: Request) -> str | None:
         """Why this declaration does not cover ``req`` (None if it does)."""
@@ -88,6 +92,11 @@ class KernelCaps:
         for param, value in self.fixed.items():
             if param in req.params and req.params[param] != value:
                 return f"{param}={req.params[param]!r} (this backend fixes {param}={value!r})"
+        for param, limit in self.limits.items():
+            if param in req.params and req.params[param] > limit:
+                if param in spec.refusals:
+                    return spec.refusals[param].format(value=req.params[param], supported=f"at most {limit}")
+                return f"{param}={req.params[param]!r} (at most {limit})"
         return None
 
     def describe(self) -> str:
@@ -100,6 +109,7 @@ class KernelCaps:
         if self.max_elements is not None:
             parts.append(f"max elements: {self.max_elements}")
         parts.extend(f"{k} fixed at {v!r}" for k, v in self.fixed.items())
+        parts.extend(f"{k} at most {v}" for k, v in self.limits.items())
         if self.upstream_in_dtype:
             parts.append("upstream gradient scale passed in the storage dtype")
         if self.partials_in_dtype:

@@ -28,7 +28,7 @@ class Request:
     reduction: str | None
     variant: Mapping[str, object]
     numel: int
-    params: Mapping[str, object] = field(default_factory=dict)  # scalar parameters a backend may fix (e.g. eps)
+    params: Mapping[str, object] = field(default_factory=dict)  # scalars a backend may fix or bound (eps, hidden)
 
 
 class LazyVariant(Mapping):
@@ -225,7 +225,7 @@ class OnlineMaxSumArgs:
         (bt, h), v = self.input.shape, self.weight.shape[0]
         return Request("fused_linear_online_max_sum", float_name(self.input.dtype), None,
                        {"logits": self.logits_out is not None, "mask": self.mask_format,
-                        "target_dtype": self.target.dtype.name}, max(bt * v, bt * h, v * h))
+                        "target_dtype": self.target.dtype.name}, max(bt * v, bt * h, v * h), {"hidden": h})
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ class KernelSpec:
     workload: str  # (mode, size, dtype, rng) -> bench Workload (:mod:`xloss.bench.workloads`)
     bench_dims: int  # dimensions of a bench size: N; N x C; BT x H x V
     bench_sizes: tuple[str, str]  # (default size, --quick size)
-    #: axis -> how a refused value reads, naming the argument it comes from ({value}, {supported})
+    #: axis or bounded parameter -> how a refused value reads, naming its argument ({value}, {supported})
     refusals: Mapping[str, str] = field(default_factory=dict)
 
     def load(self, link: str):
@@ -147,6 +147,7 @@ ONLINE_MAX_SUM = KernelSpec(
     workload="xloss.bench.workloads:online_max_sum",
     bench_dims=3,
     bench_sizes=("2048x1024x32000", "256x256x4000"),
+    refusals=MappingProxyType({"hidden": "input with hidden size H={value} ({supported})"}),
 )
 #: The vocabulary-parallel loss, after the all-reduce (CANN's aclnnFusedCrossEntropyLossWithMaxSum).
 LOSS_WITH_MAX_SUM = KernelSpec(

@@ -62,6 +62,7 @@ class Declaration:
     modes: Mapping[str, tuple] = field(default_factory=dict)
     variants: Mapping[str, object] = field(default_factory=dict)
     fixed: Mapping[str, object] = field(default_factory=dict)
+    limits: Mapping[str, int] = field(default_factory=dict)
     notes: str = ""
 
     def caps(self, has) -> KernelCaps | None:
@@ -74,8 +75,8 @@ class Declaration:
             if not modes:
                 return None
             variants["mode"] = modes
-        return KernelCaps.declare(self.kernel, dtypes=self.dtypes, fixed=self.fixed or None, notes=self.notes,
-                                  **variants)
+        return KernelCaps.declare(self.kernel, dtypes=self.dtypes, fixed=self.fixed or None, limits=self.limits or None,
+                                  notes=self.notes, **variants)
 
 
 def _focal_modes(abi: str) -> dict:
@@ -105,10 +106,11 @@ TABLE = (
                 notes="aclnnFusedLinearCrossEntropyLossGrad takes float16 or bfloat16 input and weight only "
                       "(no float32 path) and label_smoothing=0 only"),
     # CANN writes targetMaskOut bit-packed (UINT8, LSB first): no byte-per-token mask
+    # ops-nn aclnnFusedLinearOnlineMaxSum.md: input.size(1) <= 65534
     Declaration("fused_linear_online_max_sum", HALVES, (ONLINE_MAX_SUM,), variants={"mask": "bitpacked"},
+                limits={"hidden": 65534},
                 notes="aclnnFusedLinearOnlineMaxSum takes float16 or bfloat16 input and weight only (FLOAT "
-                      "statistics), hidden size H <= 65534 (larger is refused naming input), and writes the "
-                      "target mask bit-packed only"),
+                      "statistics) and writes the target mask bit-packed only"),
     # the statistics are FLOAT; the request's dtype is the logits' (any of the three) or float32
     Declaration("fused_cross_entropy_loss_with_max_sum", FLOATS, (LOSS_WITH_MAX_SUM,),
                 notes="aclnnFusedCrossEntropyLossWithMaxSum: float32 statistics and softmax; logits float32, "
