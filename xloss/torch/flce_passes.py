@@ -31,6 +31,7 @@ import torch
 from ..errors import UnsupportedRequestError
 from . import _checks as C
 from . import flce_chunks as F
+from . import flce_max_sum as VP
 from . import flce_native as H
 from .chunking import spans
 from .distributed import Collectives, group_of
@@ -128,10 +129,14 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
         row_sum = F.remainder_row_sum(sh) if precomputed and want[0] and _needs_remainder(sh, kernels, "softmax") \
             else None
         scale = _inverse(denom)
+        rt = VP.route(sh, keep=precomputed)  # the backend's vocabulary-parallel kernels, where they serve
         for t0, t1 in spans(bt, p.chunk):
             tg = F.targets_of(sh, t0, t1)
-            st = F.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=precomputed)
-            losses[t0:t1] = F.token_loss(sh, tg, st)
+            if rt is not None:
+                st, losses[t0:t1] = VP.chunk_stats(sh, rt, tg, t0, t1)
+            else:
+                st = F.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=precomputed)
+                losses[t0:t1] = F.token_loss(sh, tg, st)
             if p.accuracy:
                 correct[t0:t1] = F.correct(sh, tg, st, t0, t1)
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp

@@ -261,10 +261,57 @@ def _(grad, x, w, b, target, class_weight, row_max, sum_exp, dx, dw, db, reducti
     return tuple(like.new_empty(shape if wanted else (0,)) for shape, wanted in zip(full, want))
 
 
+# -- the vocabulary-parallel forward (CANN's Megatron flow) ------------------------------------
+# One shard's statistics before the caller's all-reduce, and the per-token loss after it. An output
+# that was not asked for comes back empty (0,): an op returns tensors only.
+
+
+@custom_op("xloss::fused_linear_online_max_sum", mutates_args=())
+def fused_linear_online_max_sum(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, vocab_start: int,
+                                vocab_end: int | None, return_logits: bool, mask_format: str, backend: str | None
+                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                           torch.Tensor]:
+    """``(logits_max_local, sum_exp_logits_local, predicted_logits_local, target_mask, masked_target,
+    vocab_parallel_logits)`` of :func:`xloss.fused_linear_online_max_sum`; the logits (0,) unless asked."""
+    r = api.fused_linear_online_max_sum(input, weight, target, vocab_start, vocab_end, return_logits=return_logits,
+                                        mask_format=mask_format, backend=backend_of(backend))
+    return tuple(r[:5]) + (input.new_empty(0) if r.vocab_parallel_logits is None else r.vocab_parallel_logits,)
+
+
+@fused_linear_online_max_sum.register_fake
+def _(input, weight, target, vocab_start, vocab_end, return_logits, mask_format, backend):
+    bt, cdt = input.shape[0], _compute_dtype(input.dtype)
+    mask = (input.new_empty(((bt + 7) // 8,), dtype=torch.uint8) if mask_format == "bitpacked"
+            else input.new_empty((bt,), dtype=torch.bool))
+    return (*(input.new_empty((bt,), dtype=cdt) for _ in range(3)), mask, target.new_empty((bt,)),
+            input.new_empty((bt, weight.shape[0]) if return_logits else (0,)))
+
+
+@custom_op("xloss::fused_cross_entropy_loss_with_max_sum", mutates_args=())
+def fused_cross_entropy_loss_with_max_sum(logits_max: torch.Tensor, sum_exp_logits: torch.Tensor,
+                                          predicted_logits: torch.Tensor, vocab_parallel_logits: torch.Tensor | None,
+                                          label_smoothing: float, backend: str | None
+                                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, softmax)`` of :func:`xloss.fused_cross_entropy_loss_with_max_sum`; softmax (0,) without logits."""
+    r = api.fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_logits,
+                                                  vocab_parallel_logits=vocab_parallel_logits,
+                                                  label_smoothing=label_smoothing, backend=backend_of(backend))
+    return r.loss, logits_max.new_empty(0, dtype=r.loss.dtype) if r.softmax is None else r.softmax
+
+
+@fused_cross_entropy_loss_with_max_sum.register_fake
+def _(logits_max, sum_exp_logits, predicted_logits, vocab_parallel_logits, label_smoothing, backend):
+    # the compute dtype: of the logits when given, else of the statistics (as the validation decides)
+    cdt = _compute_dtype(logits_max.dtype if vocab_parallel_logits is None else vocab_parallel_logits.dtype)
+    return (logits_max.new_empty(logits_max.shape, dtype=cdt),
+            logits_max.new_empty((0,) if vocab_parallel_logits is None else vocab_parallel_logits.shape, dtype=cdt))
+
+
 #: Every op this module defines, by name (what a device backend registers kernels for).
 OPS = {op._name: op for op in (sigmoid_focal_loss, sigmoid_focal_loss_with_grad, binary_cross_entropy,
                                binary_cross_entropy_backward, nll_loss_forward, nll_loss_backward,
-                               fused_linear_cross_entropy, fused_linear_cross_entropy_backward)}
+                               fused_linear_cross_entropy, fused_linear_cross_entropy_backward,
+                               fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum)}
 
 
 _BODIES = {op: op._init_fn for op in OPS.values()}  # the Python functions the ops were made from
