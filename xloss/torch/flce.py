@@ -14,6 +14,12 @@ Two ways through, chosen by what autograd will need:
   backward knows the per-token upstream gradients and runs the kernel in "recompute" mode —
   the Ascend kernel's own mode — at the cost of a fourth GEMM.
 
+Other backends (and float64 with ``cpu``) get the forward statistics from the backend's
+vocabulary-parallel kernels where it declares them and the call needs nothing they lack (no bias,
+label smoothing or token accuracy): ``fused_linear_online_max_sum`` per shard, our all-reduce,
+``fused_cross_entropy_loss_with_max_sum`` (:mod:`.flce_max_sum`, CANN's Megatron flow); otherwise
+from PyTorch GEMMs here (:mod:`.flce_chunks`). The gradients are the backend's either way.
+
 float32 and 16-bit operands with the ``cpu`` backend (or the default) take :mod:`.flce_native`:
 the same two ways, with PyTorch's GEMMs called here and fused Numba row passes (16-bit: the
 products on the CPU's native 16-bit GEMMs and G rounded once to the operand dtype); the loss is float32
@@ -185,7 +191,9 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     ``process_group``: vocabulary parallelism (eager mode only). ``weight`` (and ``bias``) are then
     this rank's contiguous shard of the vocabulary, the shards lying in rank order; ``input``,
     ``target`` and ``class_weight`` (global, length K) are the same on every rank. Every rank gets
-    the full loss and the full input gradient; ``weight``'s gradient is its shard's.
+    the full loss and the full input gradient; ``weight``'s gradient is its shard's. A backend
+    other than ``cpu`` runs each shard's forward through its ``fused_linear_online_max_sum`` and
+    ``fused_cross_entropy_loss_with_max_sum`` kernels where it has them (:mod:`.flce_max_sum`).
 
     A ``torch.library`` custom op underneath (``torch.ops.xloss.fused_linear_cross_entropy``):
     ``torch.compile(fullgraph=True)`` and ``torch.func.grad`` trace through it; the class-index

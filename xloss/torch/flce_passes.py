@@ -12,6 +12,10 @@ Two ways through, chosen by what autograd will need (``want``: input/weight/bias
 * ``reduction="none"`` (or no gradient wanted): the forward keeps the per-token row max and
   sum of exponentials, the backward recomputes with the per-token upstream gradients.
 
+The statistics: :mod:`.flce_native` on the cpu backend's GEMM path; otherwise the backend's
+vocabulary-parallel kernels where :func:`.flce_max_sum.route` finds them, else
+:func:`.flce_chunks.chunk_stats` (PyTorch GEMMs).
+
 The forward's outputs, always all of them (shapes fixed by the arguments, so the fake
 implementation needs no data): ``loss`` (() or (BT,), z-loss included), ``z_loss`` (same shape;
 empty (0,) without z-loss), ``accuracy`` (() or (BT,), float32; empty when not asked),
