@@ -66,8 +66,10 @@ def route(sh: Shard, keep: bool) -> Route | None:
     # numel from settings every rank shares (the chunk and the global vocabulary), never the shard's rows
     numel = max(sh.chunk * sh.vocab, sh.chunk * sh.x.shape[1])
     target_dtype = str(sh.target.dtype).removeprefix("torch.")
+    # the loss kernel's dtype: the logits' when it gets them, else the statistics' (the compute dtype)
+    loss_dtype = dtype if logits else _NUMPY_NAME[sh.cdt]
     try:
-        loss = registry.resolve(sh.backend, Request(_LOSS, dtype, None, {"softmax": logits}, numel))
+        loss = registry.resolve(sh.backend, Request(_LOSS, loss_dtype, None, {"softmax": logits}, numel))
     except UnsupportedRequestError:
         return None
     for fmt in ("bool", "bitpacked"):
