@@ -197,10 +197,17 @@ def test_the_cpu_backend_kernels_give_what_its_gemm_path_gives(dtype, reduction,
         start, _ = xt.vocab_shard_range(w.shape[0], 2, rank)
         args = _op_args(x, ws, t, reduction, want, "cpu", False, start, w.shape[0], group)
         out = torch.ops.xloss.fused_linear_cross_entropy(*args)
+        mask, masked = out[8], out[9]  # the online max-sum kernel's, for the backward's gradient kernel
+        stop = start + ws.shape[0]
+        assert torch.equal(mask, (t < start) | (t >= stop)) and torch.equal(masked, torch.where(mask, 0, t - start))
         if reduction == "none":
             g = up.to(torch.float32)
-            dx, dw, _ = torch.ops.xloss.fused_linear_cross_entropy_backward(g, x, ws, None, t, None, out[3], out[4],
-                                                                           None, None, None, *args[5:])
+            backward = torch.ops.xloss.fused_linear_cross_entropy_backward
+            dx, dw, _ = backward(g, x, ws, None, t, None, out[3], out[4], mask, masked, None, None, None, *args[5:])
+            # the backward reads the mask it is given: with every target masked the target terms vanish
+            dx_all_masked = backward(g, x, ws, None, t, None, out[3], out[4], torch.ones_like(mask), masked, None,
+                                     None, None, *args[5:])[0]
+            assert not torch.equal(dx_all_masked, dx)
         else:
             dx, dw = out[5] * 1.7, out[6] * 1.7
         return out[0], dx, dw

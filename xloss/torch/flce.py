@@ -95,8 +95,8 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, w, b, target, class_weight, args = inputs
-        loss, z_loss, acc, row_max, sum_exp, dx, dw, db = output
-        ctx.mark_non_differentiable(z_loss, acc, row_max, sum_exp, dx, dw, db)
+        loss, z_loss, acc, row_max, sum_exp, dx, dw, db, target_mask, masked_target = output
+        ctx.mark_non_differentiable(z_loss, acc, row_max, sum_exp, dx, dw, db, target_mask, masked_target)
         ctx.set_materialize_grads(False)
         ctx.args = args
         reduction, native, want = args[0], args[_NATIVE], args[_WANT]
@@ -106,7 +106,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         recompute = not precomputed or (native and x.dtype in H.HALF)
         keep = recompute or C._functorch_active()
         ctx.save_for_backward(x if keep else None, w if keep else None, b if keep else None, target, class_weight,
-                              *((row_max, sum_exp) if recompute else (None, None)),
+                              *((row_max, sum_exp, target_mask, masked_target) if recompute else (None,) * 4),
                               *((dx, dw, db) if precomputed else (None, None, None)))
 
     @staticmethod
@@ -115,7 +115,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             raise _second_order_error()
         if grad is None:
             return (None,) * 6
-        x, w, b, target, class_weight, row_max, sum_exp, dx, dw, db = ctx.saved_tensors
+        x, w, b, target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db = ctx.saved_tensors
         args = ctx.args
         want = args[_WANT]
         precomputed = args[0] != "none"
@@ -126,7 +126,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         else:
             detach = (lambda t: None if t is None else t.detach())
             out = ops.call(ops.fused_linear_cross_entropy_backward, grad.detach(), detach(x), detach(w), detach(b),
-                           target, class_weight, row_max, sum_exp, dx, dw, db, *args)
+                           target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db, *args)
             grads = tuple(t if wanted else None for t, wanted in zip(out, want))
         if C._functorch_active():
             grads = tuple(None if t is None else C.first_order_result(_WHAT, t, ref)
