@@ -13,9 +13,9 @@ kernels: CANN's Megatron flow, one token chunk at a time on this rank's shard.
    forward's target mask and masked target and the all-reduced max and sum ("recompute" mode), or
    with the softmax that step 3 makes from the shard's logits ("softmax" mode).
 
-Step 4 runs in the forward for a scalar reduction with a gradient wanted (the forward's mask is
-used as it is). For ``reduction="none"`` the backward op rebuilds mask and masked target from the
-target (the kernel's rule, ``start <= t < end``), so the ops' signatures carry no extra tensors.
+Step 4 runs in the forward for a scalar reduction with a gradient wanted, and in the backward op
+for ``reduction="none"``, which gets the forward's mask and masked target as op outputs/inputs.
+A vocabulary block (``vocab_chunk_size``) smaller than the shard gets its part of them.
 
 The softmax route (step 3 with the logits) is taken for float32/float64 operands only: the kernel
 returns the logits in the operands' dtype, so 16-bit logits would be rounded before the softmax;
