@@ -18,6 +18,8 @@ import torch.nn.functional as F
 
 import xloss
 import xloss.torch as xt
+from xloss import registry
+from xloss.kernel_args import Request
 from xloss.torch import flce_max_sum as VP
 from xloss.torch import ops
 from xloss.torch.flce_passes import Params
@@ -138,6 +140,31 @@ def test_sharded_forward_and_backward_match_cross_entropy(world, dtype, backend,
     check_ranks(results, oracle(x, w, t, up, reduction), TOL[dtype], f"{backend} {world} shards {reduction}")
     # reference: the kernels (3 token chunks per rank); cpu keeps its own GEMM path (flce_native) for these dtypes
     assert len(kernel_calls) == (3 * world if backend == "reference" else 0)
+
+
+def declares_online_max_sum(backend, dtype="bfloat16"):
+    req = Request("fused_linear_online_max_sum", dtype, None,
+                  {"logits": False, "mask": "bitpacked", "target_dtype": "int64"}, 1)
+    try:
+        registry.resolve(backend, req)
+    except xloss.XLossError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_ascend_bf16_through_its_vocabulary_parallel_operators(world, reduction, kernel_calls):
+    """The Ascend emulator has no GEMM path of its own: aclnnFusedLinearOnlineMaxSum per shard (a
+    bit-packed mask), our all-reduce, aclnnFusedCrossEntropyLossWithMaxSum, then
+    aclnnFusedLinearCrossEntropyLossGrad with the forward's mask and masked target."""
+    if not declares_online_max_sum("ascend"):
+        pytest.skip("the ascend backend does not declare fused_linear_online_max_sum (adapter or library missing)")
+    x, w, t, up = make_case(31 * world + len(reduction), bt=21, h=8, v=37)
+    x, w = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    results = sharded(world, x, w, t, up, reduction, "ascend", chunk_size=8)
+    check_ranks(results, oracle(x, w, t, up, reduction), TOL[torch.bfloat16], f"ascend {world} shards {reduction}")
+    assert len(kernel_calls) == 3 * world
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])
