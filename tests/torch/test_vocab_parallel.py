@@ -191,6 +191,21 @@ def test_class_weights_and_vocabulary_blocks(kernel_calls):
     assert len(kernel_calls) == 2 * 3
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_one_process_is_one_shard(grad, kernel_calls):
+    """Without a process group the same route runs on the whole vocabulary (the all-reduce a no-op)."""
+    x, w, t, _ = make_case(8, bt=10, h=4, v=12)
+    xr, wr = x.clone().requires_grad_(grad), w.clone().requires_grad_(grad)
+    loss = xt.fused_linear_cross_entropy(xr, wr, t, backend="reference", reduction="sum")
+    expected = oracle(x, w, t, None, "sum")
+    close(loss.detach(), expected[0], 1e-12, "loss")
+    if grad:
+        (loss * 1.7).backward()
+        close(xr.grad, expected[1], 1e-12, "dx")
+        close(wr.grad, expected[2], 1e-12, "dw")
+    assert len(kernel_calls) == 1
+
+
 def test_what_the_kernels_do_not_compute_takes_the_torch_gemm_statistics(kernel_calls):
     """Bias, label smoothing and token accuracy: the statistics from PyTorch's GEMMs, as before."""
     x, w, t, up = make_case(3, bt=9, h=4, v=10)
