@@ -11,7 +11,8 @@ from. Option ``layout="strided"`` lays every tensor out with an offset and gaps 
 :mod:`.runtime`), so a library's stride or offset bug shows in ``xloss check``. Every buffer sits
 between guard regions checked after every operator; option ``checked`` (``checked()``) also
 compares every input with what was uploaded. Focal loss goes through xloss's own operators or
-DrivingSDK's (:mod:`.operators` tells them apart by symbol names, :mod:`.focal` drives them).
+DrivingSDK's (:mod:`.operators` tells them apart by symbol names, :mod:`.focal` drives them);
+the vocabulary-parallel forward goes through :mod:`.vocab_parallel`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ...backend import Backend
 from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossValueError
 from ...kernels import REDUCTION_CODES
-from . import focal
+from . import focal, vocab_parallel
 from .operators import BCE_BACKWARD, FLCE_GRAD, NLL_BACKWARD, OPERATORS, declare
 from .runtime import GUARD_BYTES, LAYOUTS, AclRuntime, Session
 
@@ -245,6 +246,12 @@ class AscendBackend(Backend):
             wg = s.download(bwg, (vp, h), dt)
         np.copyto(a.input_grad_out, ig)
         np.copyto(a.weight_grad_out, wg[:v])
+
+    def fused_linear_online_max_sum(self, a):
+        vocab_parallel.online_max_sum(self, a)
+
+    def fused_cross_entropy_loss_with_max_sum(self, a):
+        vocab_parallel.loss_with_max_sum(self, a)
 
 
 class _DlInfo(ctypes.Structure):

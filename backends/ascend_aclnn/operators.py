@@ -1,5 +1,6 @@
 """The aclnn operators the adapter drives, which focal-loss ABI a library exports, and what the
-backend declares from the symbols it finds.
+backend declares from the symbols it finds: one :class:`Declaration` per kernel (:data:`TABLE`, and
+:data:`FOCAL` per focal ABI), each declared when the library exports its operators.
 
 Focal loss has two ABIs that must never be confused:
 
@@ -20,6 +21,9 @@ own forward operator was paired with before it was renamed: such a library's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 from ...backend import KernelCaps
 
 XLOSS_FOCAL_FORWARD = "aclnnXlossSigmoidFocalLoss"
@@ -30,15 +34,86 @@ LEGACY_FOCAL_BACKWARD = "aclnnSigmoidFocalLossBackward"  # xloss < issue 13: for
 BCE_BACKWARD = "aclnnBinaryCrossEntropyBackward"
 NLL_BACKWARD = "aclnnNLLLossBackward"
 FLCE_GRAD = "aclnnFusedLinearCrossEntropyLossGrad"
+ONLINE_MAX_SUM = "aclnnFusedLinearOnlineMaxSum"
+LOSS_WITH_MAX_SUM = "aclnnFusedCrossEntropyLossWithMaxSum"
 
 OPERATORS = (XLOSS_FOCAL_FORWARD, XLOSS_FOCAL_BACKWARD, DS_FOCAL_FORWARD, DS_FOCAL_GRAD, BCE_BACKWARD,
-             NLL_BACKWARD, FLCE_GRAD)
+             NLL_BACKWARD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
 
 FLOATS = ("float32", "float16", "bfloat16")
 HALVES = ("float16", "bfloat16")
 
 #: focal ABI -> (forward operator, gradient operator)
 FOCAL_ABIS = {"xloss": (XLOSS_FOCAL_FORWARD, XLOSS_FOCAL_BACKWARD), "drivingsdk": (DS_FOCAL_FORWARD, DS_FOCAL_GRAD)}
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What one kernel is declared with when the library exports its operators.
+
+    ``ops``: the operators every request calls; ``modes``: for a kernel whose mode axis picks the
+    operators (focal), mode -> operators, and the modes declared are those whose operators are all
+    exported. ``variants``: the restricted variant axes (others: every value); ``fixed``: the
+    parameters the operators hard-wire."""
+
+    kernel: str
+    dtypes: tuple
+    ops: tuple = ()
+    modes: Mapping[str, tuple] = field(default_factory=dict)
+    variants: Mapping[str, object] = field(default_factory=dict)
+    fixed: Mapping[str, object] = field(default_factory=dict)
+    notes: str = ""
+
+    def caps(self, has) -> KernelCaps | None:
+        """The declaration for a library with these operators (``has(op)``), or None."""
+        if not all(has(op) for op in self.ops):
+            return None
+        variants = dict(self.variants)
+        if self.modes:
+            modes = [m for m, ops in self.modes.items() if all(has(op) for op in ops)]
+            if not modes:
+                return None
+            variants["mode"] = modes
+        return KernelCaps.declare(self.kernel, dtypes=self.dtypes, fixed=self.fixed or None, notes=self.notes,
+                                  **variants)
+
+
+def _focal_modes(abi: str) -> dict:
+    fwd, bwd = FOCAL_ABIS[abi]
+    return {"forward": (fwd,), "grad": (bwd,), "forward+grad": (fwd, bwd)}
+
+
+#: focal ABI -> its declaration
+FOCAL = {
+    "xloss": Declaration("focal_loss", FLOATS, modes=_focal_modes("xloss"),
+                         notes="forward+grad runs both operators in one device session"),
+    # the INT32 one-hot target cannot carry a soft y: declared binary only, so a soft request is
+    # refused before the call (naming y) and xloss check draws y from {0, 1}
+    "drivingsdk": Declaration(
+        "focal_loss", ("float32",), modes=_focal_modes("drivingsdk"), variants={"targets": ("binary",)},
+        notes="DrivingSDK's aclnnSigmoidFocalLoss/Grad ABI: binary targets only (passed as INT32 one-hot; "
+              "soft targets are refused), weight materialised in full, reductions and the upstream "
+              "gradient applied by the adapter"),
+}
+
+#: the other kernels, one row each
+TABLE = (
+    Declaration("bce_grad", FLOATS, (BCE_BACKWARD,), variants={"eps_mode": "clamp"}, fixed={"eps": 1e-12},
+                notes="aclnnBinaryCrossEntropyBackward hard-wires max(x(1-x), 1e-12)"),
+    Declaration("nll_loss_grad", FLOATS, (NLL_BACKWARD,)),
+    Declaration("fused_linear_cross_entropy_grad", HALVES, (FLCE_GRAD,), variants={"label_smoothing": False},
+                notes="aclnnFusedLinearCrossEntropyLossGrad takes float16 or bfloat16 input and weight only "
+                      "(no float32 path) and label_smoothing=0 only"),
+    # CANN writes targetMaskOut bit-packed (UINT8, LSB first): no byte-per-token mask
+    Declaration("fused_linear_online_max_sum", HALVES, (ONLINE_MAX_SUM,), variants={"mask": "bitpacked"},
+                notes="aclnnFusedLinearOnlineMaxSum takes float16 or bfloat16 input and weight only (FLOAT "
+                      "statistics), hidden size H <= 65534 (larger is refused naming input), and writes the "
+                      "target mask bit-packed only"),
+    # the statistics are FLOAT; the request's dtype is the logits' (any of the three) or float32
+    Declaration("fused_cross_entropy_loss_with_max_sum", FLOATS, (LOSS_WITH_MAX_SUM,),
+                notes="aclnnFusedCrossEntropyLossWithMaxSum: float32 statistics and softmax; logits float32, "
+                      "float16 or bfloat16"),
+)
 
 
 def focal_abi(has) -> str | None:
@@ -52,32 +127,11 @@ def focal_abi(has) -> str | None:
 
 def declare(has) -> tuple[dict, str | None]:
     """The capabilities a library with these operators gets, and its focal ABI."""
-    caps = {}
     abi = focal_abi(has)
-    if abi is not None:
-        fwd, bwd = FOCAL_ABIS[abi]
-        modes = [m for m, ops in (("forward", (fwd,)), ("grad", (bwd,)), ("forward+grad", (fwd, bwd)))
-                 if all(has(op) for op in ops)]
-        if abi == "xloss":
-            caps["focal_loss"] = KernelCaps.declare("focal_loss", dtypes=FLOATS, mode=modes,
-                                                    notes="forward+grad runs both operators in one device session")
-        else:
-            # the INT32 one-hot target cannot carry a soft y: declared binary only, so a soft request is
-            # refused before the call (naming y) and xloss check draws y from {0, 1}
-            caps["focal_loss"] = KernelCaps.declare(
-                "focal_loss", dtypes=("float32",), mode=modes, targets=("binary",),
-                notes="DrivingSDK's aclnnSigmoidFocalLoss/Grad ABI: binary targets only (passed as INT32 one-hot; "
-                      "soft targets are refused), weight materialised in full, reductions and the upstream "
-                      "gradient applied by the adapter")
-    if has(BCE_BACKWARD):
-        caps["bce_grad"] = KernelCaps.declare(
-            "bce_grad", dtypes=FLOATS, eps_mode="clamp", fixed={"eps": 1e-12},
-            notes="aclnnBinaryCrossEntropyBackward hard-wires max(x(1-x), 1e-12)")
-    if has(NLL_BACKWARD):
-        caps["nll_loss_grad"] = KernelCaps.declare("nll_loss_grad", dtypes=FLOATS)
-    if has(FLCE_GRAD):
-        caps["fused_linear_cross_entropy_grad"] = KernelCaps.declare(
-            "fused_linear_cross_entropy_grad", dtypes=HALVES, label_smoothing=False,
-            notes="aclnnFusedLinearCrossEntropyLossGrad takes float16 or bfloat16 input and weight only "
-                  "(no float32 path) and label_smoothing=0 only")
+    rows = ((FOCAL[abi],) if abi is not None else ()) + TABLE
+    caps = {}
+    for row in rows:
+        c = row.caps(has)
+        if c is not None:
+            caps[row.kernel] = c
     return caps, abi

@@ -3,7 +3,7 @@
 One backend class drives the in-tree emulator or a vendor's / port author's library (``lib=`` or
 ``$XLOSS_FT78NE_LIB``). It assembles the parts: :mod:`.options` (parsing), :mod:`.library`
 (loading, optional helpers, status codes), :mod:`.capabilities` (what the symbols can express),
-the kernels (:mod:`.elementwise`, :mod:`.nll`, :mod:`.flce`), :mod:`.staging` (private memory)
+the kernels (:mod:`.elementwise`, :mod:`.nll`, :mod:`.flce`, :mod:`.vocab_parallel`), :mod:`.staging` (private memory)
 and :mod:`.guards` (checked mode).
 
 ``memory="shared"`` calls ``<fp|hp>_<op>_s`` once with the caller's arrays (DDR) and the core
@@ -21,7 +21,7 @@ import numpy as np
 
 from ...backend import Backend
 from ...errors import BackendUnavailableError, KernelError
-from . import abi, capabilities, elementwise, flce, guards, library, nll, options, staging
+from . import abi, capabilities, elementwise, flce, guards, library, nll, options, staging, vocab_parallel
 
 #: masks ``configurations()`` runs: one core, alternate cores, the two ends, the upper half, all
 CONFIG_MASKS = (0x01, 0x55, 0x81, 0xF0, 0xFF)
@@ -121,6 +121,12 @@ class DspBackend(Backend):
     def fused_linear_cross_entropy_grad(self, a):
         flce.fused_linear_cross_entropy_grad(self, a)
 
+    def fused_linear_online_max_sum(self, a):
+        vocab_parallel.online_max_sum(self, a)
+
+    def fused_cross_entropy_loss_with_max_sum(self, a):
+        vocab_parallel.loss_with_max_sum(self, a)
+
     # -- configurations and checked mode ------------------------------------------------------------
     def configurations(self) -> list:
         """This backend under the core masks of ``CONFIG_MASKS`` (all options but the mask kept):
@@ -172,7 +178,7 @@ class DspBackend(Backend):
         library.prepare_call(lib, self._features, self.chip)
         if self.guards:
             guards.checked_call(self, fname, fn, args, self.ffi, 2 if fname.startswith("hp") else 4,
-                                self._codes[fname[3:-2]], getattr(self._private_blocks, "blocks", None))
+                                self._codes.get(fname[3:-2], {}), getattr(self._private_blocks, "blocks", None))
             return
         fn(*args)
         self._raise_for_status(fname)

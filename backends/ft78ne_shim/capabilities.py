@@ -3,11 +3,14 @@ can express, per kernel, and the symbol names behind each.
 
 A kernel is declared for a dtype when the library exports its ``<fp|hp>_<op><_s|_p>`` entry points
 (ours only when the library declares our layouts, ``abi.EXT_MARKER``); a request the chip could
-express but the library does not export is *not implemented* (:func:`require`), not merely
-undeclared.
+express but the library does not export is *not implemented* (:func:`require_symbols`), not merely
+undeclared. One :class:`Declaration` per kernel (:data:`TABLE`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ...backend import KernelCaps
 from ...errors import BackendUnavailableError
@@ -22,15 +25,74 @@ DESCRIPTION = {
     "ft78ne": "FT78NE DSP calling convention (fp32), host emulator or vendor library via cffi",
     "mt7004": "MT7004 DSP calling convention (fp16, fp32), host emulator or vendor library via cffi",
 }
-#: focal loss: mode -> the operators it calls
-FOCAL_MODES = {
-    "forward": ("sigmoidfocalloss",),
-    "grad": ("sigmoidfocallossgrad",),
-    "forward+grad": ("sigmoidfocalloss", "sigmoidfocallossgrad"),
-}
-#: the other kernels: kernel -> the operators it calls
-KERNEL_OPS = {"bce_grad": ("binarycrossentropygrad",), "nll_loss_grad": ("nlllossgrad",),
-              "fused_linear_cross_entropy_grad": ("fusedlinearcrossentropylossgrad",)}
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One kernel's declaration: the operators it calls (``ops``; or ``modes``: mode -> operators,
+    for focal, whose mode axis picks them), its restricted variant axes, the parameters the
+    library fixes, the KernelCaps flags set in private memory, and notes (the memory is appended)."""
+
+    kernel: str
+    ops: tuple = ()
+    modes: Mapping[str, tuple] = field(default_factory=dict)
+    variants: Mapping[str, object] = field(default_factory=dict)
+    fixed: Mapping[str, object] = field(default_factory=dict)
+    private_flags: tuple = ()  # e.g. ("upstream_in_dtype",)
+    notes: str = ""
+
+    def operators(self, variant) -> tuple:
+        """The operators a request with this ``variant`` calls."""
+        return self.modes[variant["mode"]] if self.modes else self.ops
+
+    def caps(self, dtypes, has, memory: str, memory_note: str) -> KernelCaps | None:
+        """The declaration over the chip's ``dtypes`` for a library with ``has(dtype, *ops)``, or None."""
+        variants = dict(self.variants)
+        if self.modes:
+            # a dtype's modes are those whose entry points it exports; declare the largest
+            # (dtypes x modes) block every declared dtype fully supports
+            per_dtype = {d: {m for m, ops in self.modes.items() if has(d, *ops)} for d in dtypes}
+            candidates = [tuple(dtypes)] + ([(d,) for d in dtypes] if len(dtypes) > 1 else [])
+            best = (0, (), ())
+            for subset in candidates:
+                modes = set.intersection(*(per_dtype[d] for d in subset))
+                if len(modes) * len(subset) > best[0]:
+                    best = (len(modes) * len(subset), subset, tuple(sorted(modes)))
+            if not best[0]:
+                return None
+            declared, variants["mode"] = best[1], best[2]
+        else:
+            declared = [d for d in dtypes if has(d, *self.ops)]
+            if not declared:
+                return None
+        flags = {f: memory == "private" for f in self.private_flags}
+        notes = f"{self.notes}; {memory_note}" if self.notes else memory_note
+        return KernelCaps.declare(self.kernel, dtypes=declared, max_elements=abi.INT_MAX, fixed=self.fixed or None,
+                                  notes=notes, **flags, **variants)
+
+
+#: one row per kernel (sizes are C ints: at most INT_MAX elements)
+TABLE = (
+    # private memory tiles a mean: each tile's scale g*m/n crosses the ABI in the data's dtype
+    Declaration("focal_loss", modes={"forward": ("sigmoidfocalloss",), "grad": ("sigmoidfocallossgrad",),
+                                     "forward+grad": ("sigmoidfocalloss", "sigmoidfocallossgrad")},
+                variants={"weight": False}, private_flags=("upstream_in_dtype",),
+                notes="no per-element weight in the DSP signature"),
+    Declaration("bce_grad", ("binarycrossentropygrad",), variants={"eps_mode": "add"}, fixed={"eps": BCE_EPS},
+                private_flags=("upstream_in_dtype",), notes="the manual's x(1-x) + eps"),
+    Declaration("nll_loss_grad", ("nlllossgrad",)),
+    # tiles add into 16-bit outputs (accumulate=1)
+    Declaration("fused_linear_cross_entropy_grad", ("fusedlinearcrossentropylossgrad",),
+                variants={"label_smoothing": False}, private_flags=("partials_in_dtype",),
+                notes="no label smoothing in the DSP signature"),
+    # int64 targets too: clipped to C ints without changing the mask or masked target (vocab_parallel.py)
+    Declaration("fused_linear_online_max_sum", ("fusedlinearonlinemaxsum",), variants={"mask": "bool"},
+                notes="one target-mask byte per token (mask='bool' only); C int targets (int64 ones clipped to "
+                      "[-1, INT_MAX], which keeps the mask, and the masked target widened back)"),
+    Declaration("fused_cross_entropy_loss_with_max_sum", ("fusedcrossentropylosswithmaxsum",),
+                notes="float32 statistics; the logits float32, or float16 on MT7004"),
+)
+DECLARATIONS = {d.kernel: d for d in TABLE}
 
 
 def symbol(dtype: str, op: str, suffix: str) -> str:
@@ -40,51 +102,22 @@ def symbol(dtype: str, op: str, suffix: str) -> str:
 
 def declare(lib, ext: bool, chip: str, memory: str, core_mask: int, suffix: str) -> dict:
     """Kernel -> KernelCaps for what ``lib`` exports (``ext``: it declares our layouts)."""
-    dtypes = CHIP_DTYPES[chip]
-    limit = abi.INT_MAX  # sizes are C ints
-
     def has(dtype, *ops):  # ours only where the library declares our layouts (abi.OURS_OPS)
         return all(lib.has(symbol(dtype, op, suffix)) and (op in abi.VENDOR_OPS or ext) for op in ops)
 
     memory_note = f"{memory} memory, core_mask {core_mask:#04x}"
-    private = memory == "private"
     caps = {}
-    # focal: a dtype's modes are those whose entry points it exports; declare the largest
-    # (dtypes x modes) block every declared dtype fully supports.
-    per_dtype = {d: {m for m, ops in FOCAL_MODES.items() if has(d, *ops)} for d in dtypes}
-    candidates = [tuple(dtypes)] + ([(d,) for d in dtypes] if len(dtypes) > 1 else [])
-    best = (0, (), ())
-    for subset in candidates:
-        modes = set.intersection(*(per_dtype[d] for d in subset))
-        if len(modes) * len(subset) > best[0]:
-            best = (len(modes) * len(subset), subset, tuple(sorted(modes)))
-    if best[0]:
-        # private memory tiles a mean: each tile's scale g*m/n crosses the ABI in the data's dtype
-        caps["focal_loss"] = KernelCaps.declare(
-            "focal_loss", dtypes=best[1], mode=best[2], weight=False, max_elements=limit,
-            upstream_in_dtype=private, notes=f"no per-element weight in the DSP signature; {memory_note}")
-    d = [x for x in dtypes if has(x, *KERNEL_OPS["bce_grad"])]
-    if d:
-        caps["bce_grad"] = KernelCaps.declare(
-            "bce_grad", dtypes=d, eps_mode="add", fixed={"eps": BCE_EPS}, max_elements=limit,
-            upstream_in_dtype=private, notes=f"the manual's x(1-x) + eps; {memory_note}")
-    d = [x for x in dtypes if has(x, *KERNEL_OPS["nll_loss_grad"])]
-    if d:
-        caps["nll_loss_grad"] = KernelCaps.declare("nll_loss_grad", dtypes=d, max_elements=limit, notes=memory_note)
-    d = [x for x in dtypes if has(x, *KERNEL_OPS["fused_linear_cross_entropy_grad"])]
-    if d:
-        caps["fused_linear_cross_entropy_grad"] = KernelCaps.declare(
-            "fused_linear_cross_entropy_grad", dtypes=d, label_smoothing=False, max_elements=limit,
-            partials_in_dtype=private,  # tiles add into 16-bit outputs (accumulate=1)
-            notes=f"no label smoothing in the DSP signature; {memory_note}")
+    for row in TABLE:
+        c = row.caps(CHIP_DTYPES[chip], has, memory, memory_note)
+        if c is not None:
+            caps[row.kernel] = c
     return caps
 
 
 def require_symbols(lib, ext: bool, paths: list[str], suffix: str, req) -> None:
     """BackendUnavailableError naming the first entry point of ``req`` that ``lib`` lacks (or
     exports without declaring our layout)."""
-    ops = FOCAL_MODES[req.variant["mode"]] if req.kernel == "focal_loss" else KERNEL_OPS[req.kernel]
-    for op in ops:
+    for op in DECLARATIONS[req.kernel].operators(req.variant):
         name = symbol(req.dtype, op, suffix)
         if not lib.has(name):
             raise BackendUnavailableError(f"{':'.join(paths)} does not export {name}")

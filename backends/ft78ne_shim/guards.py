@@ -43,8 +43,26 @@ ARGS = {
     "fusedlinearcrossentropylossgrad": ("bt", "hidden", "vocab", "grad", "input", "weight", "target_mask",
                                         "masked_target", "logits_max", "sum_exp_logits", "softmax", "input_grad",
                                         "weight_grad", "softmax_defined", "core_mask"),
+    "fusedlinearonlinemaxsum": ("bt", "hidden", "vocab", "input", "weight", "target", "vocab_start_index",
+                                "vocab_end_index", "logits_max_local", "sum_exp_logits_local",
+                                "predicted_logits_local", "target_mask", "masked_target", "vocab_parallel_logits",
+                                "logits_defined", "core_mask"),
+    "fusedcrossentropylosswithmaxsum": ("bt", "vocab", "logits_max", "sum_exp_logits", "predicted_logits",
+                                        "vocab_parallel_logits", "loss", "softmax", "softmax_defined", "core_mask"),
 }
 OUTPUTS = frozenset({"dx", "loss", "logits_grad", "input_grad", "weight_grad"})
+#: operators whose outputs are not (only) those of OUTPUTS: a name can be an input of one and an
+#: output of another (vocab_parallel_logits, softmax)
+OP_OUTPUTS = {
+    "fusedlinearonlinemaxsum": frozenset({"logits_max_local", "sum_exp_logits_local", "predicted_logits_local",
+                                          "target_mask", "masked_target", "vocab_parallel_logits"}),
+    "fusedcrossentropylosswithmaxsum": frozenset({"loss", "softmax"}),
+}
+
+
+def outputs(op: str) -> frozenset:
+    """The ABI arguments ``op`` writes."""
+    return OP_OUTPUTS.get(op, OUTPUTS)
 
 
 def poison(view: np.ndarray) -> None:
@@ -82,6 +100,16 @@ def extents(op: str, es: int, v: dict, codes: dict) -> dict:
         b, k, red = max(v["batch"], 0), max(v["class_num"], 0), v["reduction_type"]
         return {"logits": b * k * es, "loss_grad": upstream(b, red), "labels": b * 4, "weight": k * es if b else 0,
                 "total_weight": es if red == codes["mean"] and b else 0, "logits_grad": b * k * es}
+    if op == "fusedlinearonlinemaxsum":  # es: input, weight and logits only (the rest is float / int / byte)
+        bt, h, vocab = (max(v[k], 0) for k in ("bt", "hidden", "vocab"))
+        return {"input": bt * h * es, "weight": vocab * h * es, "target": bt * 4, "logits_max_local": bt * 4,
+                "sum_exp_logits_local": bt * 4, "predicted_logits_local": bt * 4, "target_mask": bt,
+                "masked_target": bt * 4, "vocab_parallel_logits": bt * vocab * es if v["logits_defined"] else 0}
+    if op == "fusedcrossentropylosswithmaxsum":
+        bt, vocab, sm = max(v["bt"], 0), max(v["vocab"], 0), v["softmax_defined"]
+        return {"logits_max": bt * 4, "sum_exp_logits": bt * 4, "predicted_logits": bt * 4,
+                "vocab_parallel_logits": bt * vocab * es if sm else 0, "loss": bt * 4,
+                "softmax": bt * vocab * 4 if sm else 0}
     (bt, h, vocab), sm = (max(v[k], 0) for k in ("bt", "hidden", "vocab")), v["softmax_defined"]
     return {"grad": bt * 4, "input": bt * h * es, "weight": vocab * h * es, "target_mask": bt,
             "masked_target": bt * 4, "logits_max": 0 if sm else bt * 4, "sum_exp_logits": 0 if sm else bt * 4,
@@ -153,7 +181,7 @@ def checked_call(backend, fname: str, fn, args, ffi, es: int, codes: dict, priva
     after the checks. Private memory (``private``: inner address -> guarded view): the blocks
     are re-armed at this call's extents."""
     op = fname[3:-2]
-    names = ARGS[op]
+    names, written = ARGS[op], outputs(op)
     values = {n: a for n, a in zip(names, args) if not isinstance(a, HostArg) and not isinstance(a, ffi.CData)}
     ext = extents(op, es, values, codes)
     regions, call_args, copy_back = [], list(args), []
@@ -167,18 +195,18 @@ def checked_call(backend, fname: str, fn, args, ffi, es: int, codes: dict, priva
             src = np.ascontiguousarray(a.arr).reshape(-1).view(np.uint8)
             body = raw[HOST_FRONT:HOST_FRONT + nbytes]
             poison(body)
-            if name not in OUTPUTS:  # outputs stay poisoned: an element the library never writes shows
+            if name not in written:  # outputs stay poisoned: an element the library never writes shows
                 body[:min(nbytes, src.size)] = src[:nbytes]
-            regions.append(_Region(name, raw, nbytes, name not in OUTPUTS, HOST_FRONT))
+            regions.append(_Region(name, raw, nbytes, name not in written, HOST_FRONT))
             call_args[i] = ffi.cast(a.ctype + " *", ffi.from_buffer(raw)) + HOST_FRONT // ffi.sizeof(a.ctype)
-            if name in OUTPUTS:
+            if name in written:
                 copy_back.append((a.arr, body))
         elif isinstance(a, ffi.CData) and private is not None and a != ffi.NULL:
             addr = int(ffi.cast("uintptr_t", a))
             raw = private.get(addr)
             if raw is not None:
                 nbytes = min(ext.get(name, 0), raw.size - 2 * GUARD)
-                regions.append(_Region(name, raw, nbytes, name not in OUTPUTS))
+                regions.append(_Region(name, raw, nbytes, name not in written))
     for r in regions:
         r.arm()
     fn(*call_args)

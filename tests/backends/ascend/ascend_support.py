@@ -110,6 +110,10 @@ def storage_size(shape, strides, offset) -> int:
 
 OPS = ("aclnnXlossSigmoidFocalLoss", "aclnnXlossSigmoidFocalLossBackward", "aclnnBinaryCrossEntropyBackward",
        "aclnnNLLLossBackward", "aclnnFusedLinearCrossEntropyLossGrad")
+#: the vocabulary-parallel forward's operators: in the generic ABI loops of tests/backends/ascend
+#: (ABI_OPS); the hardening fuzzers draw from OPS, whose operator-specific expectations they encode
+VOCAB_PARALLEL_OPS = ("aclnnFusedLinearOnlineMaxSum", "aclnnFusedCrossEntropyLossWithMaxSum")
+ABI_OPS = OPS + VOCAB_PARALLEL_OPS
 
 #: required pointer arguments per operator (NULL -> 161001)
 REQUIRED = {
@@ -119,6 +123,9 @@ REQUIRED = {
     "aclnnNLLLossBackward": ("gradOutput", "self", "target", "weight", "totalWeight", "out"),
     "aclnnFusedLinearCrossEntropyLossGrad": ("grad", "input", "weight", "targetMask", "maskedTarget",
                                              "inputGradOut", "weightGradOut"),
+    "aclnnFusedLinearOnlineMaxSum": ("input", "weight", "target", "logitsMaxLocalOut", "sumExpLogitsLocalOut",
+                                     "predictedLogitsLocalOut", "targetMaskOut", "maskedTargetOut"),
+    "aclnnFusedCrossEntropyLossWithMaxSum": ("logitsMax", "sumExpLogits", "predictedLogits", "lossOut"),
 }
 
 
@@ -150,6 +157,8 @@ def op_args(s, op, *, dtype=np.float32, reduction=0, mode="recompute"):
                 "reduction": reduction, "ignoreIndex": -100,
                 "totalWeight": s.put(np.array([3.0], dtype))[0],
                 "out": s.empty((N, K), dtype)[0]}
+    if op in VOCAB_PARALLEL_OPS:
+        return _vocab_parallel_args(s, op, rng, np.float16 if dtype == np.float32 else dtype)
     assert op == "aclnnFusedLinearCrossEntropyLossGrad"
     dt = np.float16 if dtype == np.float32 else dtype
     BT, H = 5, 4
@@ -173,3 +182,24 @@ def op_args(s, op, *, dtype=np.float32, reduction=0, mode="recompute"):
     return d
 
 
+def _vocab_parallel_args(s, op, rng, dt):
+    """A valid shard (BT 5, H 4, V 6, rows [3, 9) of the global vocabulary, two targets outside it):
+    the max-sum operator's arguments with its logits, or the loss operator's with logits and softmax."""
+    BT, H, V = 5, 4, 6
+    x = rng.uniform(-1, 1, (BT, H)).astype(dt)
+    w = rng.uniform(-1, 1, (V, H)).astype(dt)
+    if op == "aclnnFusedLinearOnlineMaxSum":
+        return {"input": s.put(x)[0], "weight": s.put(w)[0], "target": s.put(np.array([3, 0, 8, 12, 5], np.int64))[0],
+                "vocabStartIndex": 3, "vocabEndIndex": 9, "logitsMaxLocalOut": s.empty((BT,), np.float32)[0],
+                "sumExpLogitsLocalOut": s.empty((BT,), np.float32)[0],
+                "predictedLogitsLocalOut": s.empty((BT,), np.float32)[0],
+                "targetMaskOut": s.empty(((BT + 7) // 8,), np.uint8)[0], "maskedTargetOut": s.empty((BT,), np.int64)[0],
+                "vocabParallelLogitsOutOptional": s.empty((BT, V), dt)[0]}
+    logits = x.astype(np.float64) @ w.astype(np.float64).T
+    m = logits.max(axis=1)
+    return {"logitsMax": s.put(m.astype(np.float32))[0],
+            "sumExpLogits": s.put(np.exp(logits - m[:, None]).sum(axis=1).astype(np.float32))[0],
+            "predictedLogits": s.put((logits[:, 1] - m).astype(np.float32))[0], "labelSmoothing": 0.0,
+            "inputOptional": s.ffi.NULL, "weightOptional": s.ffi.NULL,
+            "vocabParallelLogitsOptional": s.put(logits.astype(dt))[0], "lossOut": s.empty((BT,), np.float32)[0],
+            "softMaxOutOptional": s.empty((BT, V), np.float32)[0]}

@@ -27,7 +27,7 @@ support = _load_support()
 REPO_PKG = support.PKG
 lib_build = support.lib_build
 Abi = support.Abi
-OPS, REQUIRED, op_args = support.OPS, support.REQUIRED, support.op_args
+ABI_OPS, REQUIRED, op_args = support.ABI_OPS, support.REQUIRED, support.op_args
 storage_size = support.storage_size
 
 
@@ -94,7 +94,7 @@ def helpers():
 
 
 class _Ops:
-    names = OPS
+    names = ABI_OPS
     required = REQUIRED
     args = staticmethod(op_args)
 

@@ -92,7 +92,8 @@ def test_create_tensor_with_null_strides_is_contiguous(session, abi):
 
 @pytest.mark.parametrize("op", ["aclnnXlossSigmoidFocalLoss", "aclnnXlossSigmoidFocalLossBackward",
                                 "aclnnBinaryCrossEntropyBackward", "aclnnNLLLossBackward",
-                                "aclnnFusedLinearCrossEntropyLossGrad"])
+                                "aclnnFusedLinearCrossEntropyLossGrad", "aclnnFusedLinearOnlineMaxSum",
+                                "aclnnFusedCrossEntropyLossWithMaxSum"])
 def test_null_required_pointer_is_161001(session, abi, ops, op):
     for name in ops.required[op]:
         d = ops.args(session, op)

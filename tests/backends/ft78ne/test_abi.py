@@ -174,7 +174,8 @@ def test_python_tables_match_the_headers():
         prefix = "FT78NE_NLL_REDUCTION_" if op == "nlllossgrad" else "FT78NE_REDUCTION_"
         assert table[op] == {r: d[prefix + r.upper()] for r in abi.REDUCTIONS}, op
     # the checked mode's argument names are the header's parameter names (the _s form)
-    header = (abi.EMULATOR.parent / "include" / "ft78ne.h").read_text()
+    header = "".join((abi.EMULATOR.parent / "include" / h).read_text()
+                     for h in ("ft78ne.h", "fusedlinearonlinemaxsum.h", "fusedcrossentropylosswithmaxsum.h"))
     for op, names in guards.ARGS.items():
         params = re.search(rf"void fp_{op}_s\((.*?)\);", header, re.DOTALL).group(1)
         assert tuple(p.split()[-1].lstrip("*") for p in params.split(",")) == names, op
@@ -203,7 +204,8 @@ SEED_PROTOTYPES = (  # the vendor manual page, verbatim
 
 def test_ours_are_marked_and_vendor_pages_are_not():
     """Every prototype of an operator with no vendor page carries OURS; the manual's do not."""
-    header = (abi.EMULATOR.parent / "include" / "ft78ne.h").read_text()
+    header = "".join((abi.EMULATOR.parent / "include" / h).read_text()
+                     for h in ("ft78ne.h", "fusedlinearonlinemaxsum.h", "fusedcrossentropylosswithmaxsum.h"))
     for line in header.splitlines():
         m = re.search(r"FT78NE_API \w+ \**(\w+)\(", line)
         if m:

@@ -21,8 +21,21 @@ from xloss.backends.ft78ne_shim import abi
 from xloss.conformance import DESCRIPTORS, supports, targets
 from xloss.conformance.descriptor import Case, compare
 
+
+class _Described:
+    """A backend's declarations limited to the kernels that have a conformance descriptor (a kernel
+    whose descriptor has not landed yet is tested by its own backend test file)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def capabilities(self):
+        return {k: c for k, c in self.backend.capabilities().items() if k in DESCRIPTORS}
+
+
 # what the emulator declares (a collection-time constant, whatever library the environment names)
-TARGETS = [(name, *t) for name in ("ft78ne", "mt7004") for t in targets(xloss.backend(name, lib=str(abi.EMULATOR)))]
+TARGETS = [(name, *t) for name in ("ft78ne", "mt7004")
+           for t in targets(_Described(xloss.backend(name, lib=str(abi.EMULATOR))))]
 CAPACITY = int(abi.load([str(abi.EMULATOR)]).ft78ne_emu_private_capacity())
 
 
