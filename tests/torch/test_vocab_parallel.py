@@ -142,28 +142,34 @@ def test_sharded_forward_and_backward_match_cross_entropy(world, dtype, backend,
     assert len(kernel_calls) == (3 * world if backend == "reference" else 0)
 
 
-def declares_online_max_sum(backend, dtype="bfloat16"):
-    req = Request("fused_linear_online_max_sum", dtype, None,
-                  {"logits": False, "mask": "bitpacked", "target_dtype": "int64"}, 1)
-    try:
-        registry.resolve(backend, req)
-    except xloss.XLossError:
-        return False
-    return True
+def declares_online_max_sum(backend, dtype):
+    for mask in ("bool", "bitpacked"):
+        req = Request("fused_linear_online_max_sum", dtype, None,
+                      {"logits": False, "mask": mask, "target_dtype": "int64"}, 1)
+        try:
+            registry.resolve(backend, req)
+        except xloss.XLossError:
+            continue
+        return True
+    return False
 
 
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_ascend_bf16_through_its_vocabulary_parallel_operators(world, reduction, kernel_calls):
-    """The Ascend emulator has no GEMM path of its own: aclnnFusedLinearOnlineMaxSum per shard (a
-    bit-packed mask), our all-reduce, aclnnFusedCrossEntropyLossWithMaxSum, then
-    aclnnFusedLinearCrossEntropyLossGrad with the forward's mask and masked target."""
-    if not declares_online_max_sum("ascend"):
-        pytest.skip("the ascend backend does not declare fused_linear_online_max_sum (adapter or library missing)")
+@pytest.mark.parametrize("backend, dtype", [("ascend", torch.bfloat16), ("ft78ne", torch.float32),
+                                            ("mt7004", torch.float16)], ids=["ascend-bf16", "ft78ne-f32", "mt7004-f16"])
+def test_vendor_backends_through_their_vocabulary_parallel_operators(world, reduction, backend, dtype, kernel_calls):
+    """The vendor emulators have no GEMM path of their own. Ascend: aclnnFusedLinearOnlineMaxSum per
+    shard (a bit-packed mask), our all-reduce, aclnnFusedCrossEntropyLossWithMaxSum, then
+    aclnnFusedLinearCrossEntropyLossGrad with the forward's mask and masked target; FT78NE/MT7004
+    (ours) the same over their fused*maxsum functions."""
+    if not declares_online_max_sum(backend, str(dtype).removeprefix("torch.")):
+        pytest.skip(f"the {backend} backend does not declare fused_linear_online_max_sum (adapter or library missing)")
     x, w, t, up = make_case(31 * world + len(reduction), bt=21, h=8, v=37)
-    x, w = x.to(torch.bfloat16), w.to(torch.bfloat16)
-    results = sharded(world, x, w, t, up, reduction, "ascend", chunk_size=8)
-    check_ranks(results, oracle(x, w, t, up, reduction), TOL[torch.bfloat16], f"ascend {world} shards {reduction}")
+    x, w = x.to(dtype), w.to(dtype)
+    results = sharded(world, x, w, t, up, reduction, backend, chunk_size=8)
+    tol = {torch.float16: 4e-3}.get(dtype) or TOL[dtype]
+    check_ranks(results, oracle(x, w, t, up, reduction), tol, f"{backend} {world} shards {reduction}")
     assert len(kernel_calls) == 3 * world
 
 
