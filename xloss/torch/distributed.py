@@ -4,9 +4,11 @@ Each rank holds a contiguous shard ``[start, start + V_r)`` of the vocabulary: t
 the output projection ``weight`` (and ``bias``). The fused linear-cross-entropy then needs,
 per token, three all-reduces over the group (see :mod:`xloss.torch.flce_chunks`): the MAX of
 the row maxima, and one SUM of the stacked (rescaled sum of exponentials, target logit,
-smoothing term) — the target logit lives on one rank and is 0 on the others. The partial input
-gradients are summed over ranks once. Everything goes through :class:`Collectives`, whose
-methods are no-ops without a group, so the single-process path is the same code.
+smoothing term) — the target logit lives on one rank and is 0 on the others (the kernel route of
+:mod:`xloss.torch.flce_max_sum` stacks two: the rescaled sum and the predicted logit rebased to the
+global maximum, CANN's Megatron all-reduce). The partial input gradients are summed over ranks
+once. Everything goes through :class:`Collectives`, whose methods are no-ops without a group, so
+the single-process path is the same code.
 """
 
 from __future__ import annotations

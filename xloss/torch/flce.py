@@ -14,6 +14,12 @@ Two ways through, chosen by what autograd will need:
   backward knows the per-token upstream gradients and runs the kernel in "recompute" mode —
   the Ascend kernel's own mode — at the cost of a fourth GEMM.
 
+Other backends (and float64 with ``cpu``) get the forward statistics from the backend's
+vocabulary-parallel kernels where it declares them and the call needs nothing they lack (no bias,
+label smoothing or token accuracy): ``fused_linear_online_max_sum`` per shard, our all-reduce,
+``fused_cross_entropy_loss_with_max_sum`` (:mod:`.flce_max_sum`, CANN's Megatron flow); otherwise
+from PyTorch GEMMs here (:mod:`.flce_chunks`). The gradients are the backend's either way.
+
 float32 and 16-bit operands with the ``cpu`` backend (or the default) take :mod:`.flce_native`:
 the same two ways, with PyTorch's GEMMs called here and fused Numba row passes (16-bit: the
 products on the CPU's native 16-bit GEMMs and G rounded once to the operand dtype); the loss is float32
@@ -89,8 +95,8 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, w, b, target, class_weight, args = inputs
-        loss, z_loss, acc, row_max, sum_exp, dx, dw, db = output
-        ctx.mark_non_differentiable(z_loss, acc, row_max, sum_exp, dx, dw, db)
+        loss, z_loss, acc, row_max, sum_exp, dx, dw, db, target_mask, masked_target = output
+        ctx.mark_non_differentiable(z_loss, acc, row_max, sum_exp, dx, dw, db, target_mask, masked_target)
         ctx.set_materialize_grads(False)
         ctx.args = args
         reduction, native, want = args[0], args[_NATIVE], args[_WANT]
@@ -100,7 +106,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         recompute = not precomputed or (native and x.dtype in H.HALF)
         keep = recompute or C._functorch_active()
         ctx.save_for_backward(x if keep else None, w if keep else None, b if keep else None, target, class_weight,
-                              *((row_max, sum_exp) if recompute else (None, None)),
+                              *((row_max, sum_exp, target_mask, masked_target) if recompute else (None,) * 4),
                               *((dx, dw, db) if precomputed else (None, None, None)))
 
     @staticmethod
@@ -109,7 +115,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             raise _second_order_error()
         if grad is None:
             return (None,) * 6
-        x, w, b, target, class_weight, row_max, sum_exp, dx, dw, db = ctx.saved_tensors
+        x, w, b, target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db = ctx.saved_tensors
         args = ctx.args
         want = args[_WANT]
         precomputed = args[0] != "none"
@@ -120,7 +126,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         else:
             detach = (lambda t: None if t is None else t.detach())
             out = ops.call(ops.fused_linear_cross_entropy_backward, grad.detach(), detach(x), detach(w), detach(b),
-                           target, class_weight, row_max, sum_exp, dx, dw, db, *args)
+                           target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db, *args)
             grads = tuple(t if wanted else None for t, wanted in zip(out, want))
         if C._functorch_active():
             grads = tuple(None if t is None else C.first_order_result(_WHAT, t, ref)
@@ -185,7 +191,9 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     ``process_group``: vocabulary parallelism (eager mode only). ``weight`` (and ``bias``) are then
     this rank's contiguous shard of the vocabulary, the shards lying in rank order; ``input``,
     ``target`` and ``class_weight`` (global, length K) are the same on every rank. Every rank gets
-    the full loss and the full input gradient; ``weight``'s gradient is its shard's.
+    the full loss and the full input gradient; ``weight``'s gradient is its shard's. A backend
+    other than ``cpu`` runs each shard's forward through its ``fused_linear_online_max_sum`` and
+    ``fused_cross_entropy_loss_with_max_sum`` kernels where it has them (:mod:`.flce_max_sum`).
 
     A ``torch.library`` custom op underneath (``torch.ops.xloss.fused_linear_cross_entropy``):
     ``torch.compile(fullgraph=True)`` and ``torch.func.grad`` trace through it; the class-index

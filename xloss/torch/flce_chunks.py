@@ -166,6 +166,19 @@ class RowStats:
     smooth: torch.Tensor  # sum_j w_j z_ij (only with label smoothing)
     blocks: list | None  # with keep: the chunk's blocks, turned into softmax in place
     first: torch.Tensor | None = None  # with sh.accuracy: global index of the row's first maximum (int64)
+    # from the online max-sum kernel (flce_max_sum): the shard's target mask (bool) and masked target,
+    # handed to the gradient kernel as they are; None: each block's are built from the targets
+    target_mask: torch.Tensor | None = None
+    masked_target: torch.Tensor | None = None
+
+    def block_args(self, tg: Targets, v0: int, v1: int, rows: int):
+        """(target_mask, masked_target) for the kernel call on shard rows [v0, v1) of ``rows``."""
+        if self.target_mask is None:
+            return tg.block_args(v0, v1)
+        if v0 == 0 and v1 == rows:  # the whole shard: the forward kernel's own
+            return self.target_mask, self.masked_target
+        hit = ~self.target_mask & (self.masked_target >= v0) & (self.masked_target < v1)
+        return ~hit, torch.where(hit, self.masked_target - v0, 0)
 
 
 def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowStats:
@@ -302,7 +315,7 @@ def chunk_grads(sh: Shard, kernels: Kernels, gr: Grads, t0: int, t1: int, tg: Ta
     k = (g * a).contiguous()
     x_c = x_raw.to(sh.cdt) if (mode == "softmax" and st.blocks is None) else None
     for i, (v0, v1) in enumerate(spans(sh.rows, sh.block)):
-        mask, mt = tg.block_args(v0, v1)
+        mask, mt = st.block_args(tg, v0, v1, sh.rows)
         if st.blocks is not None:
             p = st.blocks[i]
         elif mode == "softmax":

@@ -12,10 +12,17 @@ Two ways through, chosen by what autograd will need (``want``: input/weight/bias
 * ``reduction="none"`` (or no gradient wanted): the forward keeps the per-token row max and
   sum of exponentials, the backward recomputes with the per-token upstream gradients.
 
+The statistics: :mod:`.flce_native` on the cpu backend's GEMM path; otherwise the backend's
+vocabulary-parallel kernels where :func:`.flce_max_sum.route` finds them, else
+:func:`.flce_chunks.chunk_stats` (PyTorch GEMMs).
+
 The forward's outputs, always all of them (shapes fixed by the arguments, so the fake
 implementation needs no data): ``loss`` (() or (BT,), z-loss included), ``z_loss`` (same shape;
 empty (0,) without z-loss), ``accuracy`` (() or (BT,), float32; empty when not asked),
-``row_max``/``sum_exp`` (BT,), and the precomputed ``dx``/``dw``/``db`` (empty where not computed).
+``row_max``/``sum_exp`` (BT,), the precomputed ``dx``/``dw``/``db`` (empty where not computed), and
+``target_mask``/``masked_target`` (BT,) — where the target lies in this shard, as the forward found it
+(from the online max-sum kernel on its route) for the backward's gradient kernel; empty (0,) on the
+native path, which recomputes with its own row passes.
 
 Reductions (Liger-Kernel's): ``mean`` divides the cross entropy by the summed class weight of the
 tokens not ignored, the z-loss and the accuracy by their count; ``sum`` sums both losses and
@@ -31,6 +38,7 @@ import torch
 from ..errors import UnsupportedRequestError
 from . import _checks as C
 from . import flce_chunks as F
+from . import flce_max_sum as VP
 from . import flce_native as H
 from .chunking import spans
 from .distributed import Collectives, group_of
@@ -102,7 +110,8 @@ def _empty_if_none(t, like: torch.Tensor) -> torch.Tensor:
 
 
 def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
-    """The forward op's body: ``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db)``."""
+    """The forward op's body: ``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db, target_mask,
+    masked_target)``."""
     C.check_class_indices(target, p.vocab, p.ignore_index)
     sh = _shard(x, w, b, target, cw, p, backend)
     bt, cdt = x.shape[0], sh.cdt
@@ -110,6 +119,7 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
     denom, count = _divisors(sh, p)
     z_denom = count if p.reduction == "mean" else 1.0
     grads = (None, None, None)
+    target_mask = masked_target = None
     if p.native:
         g_all = gz_all = None
         if precomputed:
@@ -122,19 +132,28 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
     else:
         losses, correct = torch.zeros(bt, dtype=cdt), torch.zeros(bt)
         row_max, sum_exp = torch.empty(bt, dtype=cdt), torch.empty(bt, dtype=cdt)
+        target_mask, masked_target = torch.empty(bt, dtype=torch.bool), torch.empty(bt, dtype=torch.int64)
         zl = None
         kernels = F.Kernels(sh) if precomputed else None
         gr = F.Grads.new(sh, *want) if precomputed else None
         row_sum = F.remainder_row_sum(sh) if precomputed and want[0] and _needs_remainder(sh, kernels, "softmax") \
             else None
         scale = _inverse(denom)
+        rt = VP.route(sh, keep=precomputed)  # the backend's vocabulary-parallel kernels, where they serve
         for t0, t1 in spans(bt, p.chunk):
             tg = F.targets_of(sh, t0, t1)
-            st = F.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=precomputed)
-            losses[t0:t1] = F.token_loss(sh, tg, st)
+            if rt is not None:
+                st, losses[t0:t1] = VP.chunk_stats(sh, rt, tg, t0, t1)
+            else:
+                st = F.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=precomputed)
+                losses[t0:t1] = F.token_loss(sh, tg, st)
             if p.accuracy:
                 correct[t0:t1] = F.correct(sh, tg, st, t0, t1)
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
+            if st.target_mask is not None:  # the online max-sum kernel's
+                target_mask[t0:t1], masked_target[t0:t1] = st.target_mask, st.masked_target
+            else:
+                target_mask[t0:t1], masked_target[t0:t1] = ~tg.in_shard, tg.local
             if precomputed:
                 g = torch.zeros(t1 - t0, dtype=cdt).masked_fill_(tg.valid, scale)
                 F.chunk_grads(sh, kernels, gr, t0, t1, tg, g, st, row_sum)
@@ -154,11 +173,15 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
             z = _divided(zl, z_denom)
             loss, z_out = (ce + z).to(ldt), z.to(ldt)
         acc = _divided(correct, count).to(torch.float32) if p.accuracy else torch.empty(0)
-    return (loss, z_out, acc, row_max, sum_exp) + tuple(_empty_if_none(t, x) for t in grads)
+    masks = tuple(target.new_empty(0, dtype=dt) if t is None else t
+                  for t, dt in ((target_mask, torch.bool), (masked_target, torch.int64)))
+    return (loss, z_out, acc, row_max, sum_exp) + tuple(_empty_if_none(t, x) for t in grads) + masks
 
 
-def backward(grad, x, w, b, target, cw, row_max, sum_exp, dx, dw, db, p: Params, want: tuple, backend):
-    """The backward op's body: ``(dx, dw, db)``, empty (0,) where not wanted."""
+def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_target, dx, dw, db, p: Params,
+             want: tuple, backend):
+    """The backward op's body: ``(dx, dw, db)``, empty (0,) where not wanted. ``target_mask`` and
+    ``masked_target``: the forward's (or None), handed to the gradient kernel."""
     precomputed = any(want) and p.reduction != "none"
     if precomputed:
         g = grad.reshape(()).item()
@@ -187,6 +210,8 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, dx, dw, db, p: Params,
         for t0, t1 in spans(x.shape[0], p.chunk):
             tg = F.targets_of(sh, t0, t1)
             st = F.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
+            if target_mask is not None and target_mask.numel():
+                st.target_mask, st.masked_target = target_mask[t0:t1], masked_target[t0:t1]
             F.chunk_grads(sh, kernels, gr, t0, t1, tg, torch.where(tg.valid, g_all[t0:t1], 0.0), st, row_sum)
         grads = F.finish(sh, gr)
     return tuple(t if wanted and t is not None else x.new_empty(0) for t, wanted in zip(grads, want))
