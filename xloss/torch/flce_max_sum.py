@@ -73,7 +73,8 @@ def route(sh: Shard, keep: bool) -> Route | None:
     except UnsupportedRequestError:
         return None
     for fmt in ("bool", "bitpacked"):
-        req = Request(_MAX_SUM, dtype, None, {"logits": logits, "mask": fmt, "target_dtype": target_dtype}, numel)
+        req = Request(_MAX_SUM, dtype, None, {"logits": logits, "mask": fmt, "target_dtype": target_dtype}, numel,
+                      {"hidden": sh.x.shape[1]})  # a declared hidden-size limit falls back, as a refusal does
         try:
             return Route(registry.resolve(sh.backend, req), loss, fmt, logits)
         except UnsupportedRequestError:
