@@ -13,13 +13,13 @@ import torch
 
 from ..kernels import BCE_GRAD
 from ..validation import real_number
-from . import _checks as C
+from . import _checks as checks
 from . import ops
 
 _WHAT = "xloss.torch.binary_cross_entropy"
 
 
-@C.with_eager_twin
+@checks.with_eager_twin
 class _BinaryCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(x, y, weight, reduction, eps, eps_mode, backend):
@@ -32,12 +32,12 @@ class _BinaryCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(x, y, weight)
 
     @staticmethod
-    @C.first_order_only(_WHAT)
+    @checks.first_order_only(_WHAT)
     def backward(ctx, grad):
         x, y, weight = ctx.saved_tensors
         # detached: under torch.func the op must not see tensors tracked at the transform's level
         dx = ops.call(ops.binary_cross_entropy_backward, grad.detach(), x.detach(), y, weight, *ctx.params)
-        return C.first_order_result(_WHAT, dx, x), None, None, None, None, None, None
+        return checks.first_order_result(_WHAT, dx, x), None, None, None, None, None, None
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *, eps: float = 1e-12,
@@ -49,29 +49,29 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
     ``eps_mode`` select the gradient's denominator (``"clamp"``: PyTorch's; ``"add"``: what
     the FT78NE/MT7004 library implements — pass it to run on those backends).
     """
-    input = C.float_tensor(input, "input", backend)
-    target = C.same_device(C.tensor(target, "target", backend), "target", input, "input")
+    input = checks.float_tensor(input, "input", backend)
+    target = checks.same_device(checks.tensor(target, "target", backend), "target", input, "input")
     if target.shape != input.shape:
-        raise C.XLossValueError(f"target must have the shape of input {C.shape_str(input.shape)}; "
-                                f"got {C.shape_str(target.shape)}")
-    C.no_grad_required(target, "target", "binary_cross_entropy gives no gradient w.r.t. the target")
+        raise checks.XLossValueError(f"target must have the shape of input {checks.shape_str(input.shape)}; "
+                                     f"got {checks.shape_str(target.shape)}")
+    checks.no_grad_required(target, "target", "binary_cross_entropy gives no gradient w.r.t. the target")
     if weight is not None:
-        weight = C.same_device(C.float_tensor(weight, "weight", backend), "weight", input, "input")
-        C.no_grad_required(weight, "weight", "binary_cross_entropy gives no gradient w.r.t. the weight")
+        weight = checks.same_device(checks.float_tensor(weight, "weight", backend), "weight", input, "input")
+        checks.no_grad_required(weight, "weight", "binary_cross_entropy gives no gradient w.r.t. the weight")
         try:
             ok = torch.broadcast_shapes(weight.shape, input.shape) == input.shape
         except RuntimeError:
             ok = False
         if not ok:
-            raise C.XLossValueError(f"weight of shape {C.shape_str(weight.shape)} does not broadcast to input "
-                                    f"{C.shape_str(input.shape)}")
-    reduction = C.reduction(reduction)
+            raise checks.XLossValueError(f"weight of shape {checks.shape_str(weight.shape)} does not broadcast to "
+                                         f"input {checks.shape_str(input.shape)}")
+    reduction = checks.reduction(reduction)
     if eps_mode not in BCE_GRAD.axes["eps_mode"]:
-        raise C.XLossValueError(f"eps_mode must be 'clamp' (max(x(1-x), eps)) or 'add' (x(1-x) + eps); "
-                                f"got {eps_mode!r}")
+        raise checks.XLossValueError(f"eps_mode must be 'clamp' (max(x(1-x), eps)) or 'add' (x(1-x) + eps); "
+                                     f"got {eps_mode!r}")
     eps = real_number(eps, "eps")
     if eps < 0:
-        raise C.XLossValueError(f"eps must be >= 0; got {eps}")
+        raise checks.XLossValueError(f"eps must be >= 0; got {eps}")
     # the [0, 1] check needs the data: it runs inside the op (no graph break under torch.compile)
     if not (torch.is_grad_enabled() and input.requires_grad):
         return ops.call(ops.binary_cross_entropy, input, target, weight, reduction)
@@ -86,7 +86,7 @@ class BCELoss(torch.nn.Module):
                  backend=None):
         super().__init__()
         self.register_buffer("weight", weight)
-        self.reduction, self.eps, self.eps_mode, self.backend = C.reduction(reduction), eps, eps_mode, backend
+        self.reduction, self.eps, self.eps_mode, self.backend = checks.reduction(reduction), eps, eps_mode, backend
 
     def forward(self, input, target):
         return binary_cross_entropy(input, target, self.weight, self.reduction, eps=self.eps,

@@ -29,7 +29,7 @@ loaded CPU: each call hands the cores between PyTorch's OpenMP pool and the back
 from __future__ import annotations
 
 from ..errors import XLossValueError
-from . import _checks as C
+from . import _checks as checks
 
 LOGITS_MIN_ELEMENTS = 1 << 20
 LOGITS_MAX_ELEMENTS = 1 << 26
@@ -65,13 +65,13 @@ def resolve_sizes(chunk_size, vocab_chunk_size, hidden: int, vocab: int, half: b
     if chunk_size is None:
         chunk = default_half_chunk_size(vocab) if half else default_chunk_size(hidden, vocab)
     else:
-        chunk = C.integer(chunk_size, "chunk_size")
+        chunk = checks.integer(chunk_size, "chunk_size")
         if chunk < 1:
             raise XLossValueError(f"chunk_size must be a positive number of tokens; got {chunk}")
     if vocab_chunk_size is None:
         block = default_vocab_chunk_size(chunk, hidden, vocab)
     else:
-        block = C.integer(vocab_chunk_size, "vocab_chunk_size")
+        block = checks.integer(vocab_chunk_size, "vocab_chunk_size")
         if block < 1:
             raise XLossValueError(f"vocab_chunk_size must be a positive number of vocabulary rows; got {block}")
     return chunk, block

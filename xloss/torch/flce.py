@@ -47,9 +47,8 @@ import torch
 
 from ..errors import UnsupportedRequestError, XLossTypeError, XLossValueError
 from ..validation import real_number
-from . import _checks as C
-from . import flce_native as H
-from . import ops
+from . import _checks as checks
+from . import flce_native, ops
 from .chunking import resolve_sizes
 from .distributed import Collectives, group_key
 from .flce_passes import Params, loss_dtype  # noqa: F401  (loss_dtype: the dtype of the returned loss)
@@ -76,7 +75,7 @@ def _second_order_error() -> UnsupportedRequestError:
         "gradients with create_graph=False, or use F.cross_entropy(F.linear(...)) for double backward")
 
 
-@C.with_eager_twin
+@checks.with_eager_twin
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     """The op ``xloss::fused_linear_cross_entropy`` for autograd; backward: the saved gradients
     scaled, or ``xloss::fused_linear_cross_entropy_backward``. ``args``: the op's settings after
@@ -103,15 +102,15 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         precomputed = reduction != "none" and any(want)
         # the operands are needed to recompute (reduction "none"; 16-bit scaled by a non-power of two)
         # and, under torch.func, by the second-order guard
-        recompute = not precomputed or (native and x.dtype in H.HALF)
-        keep = recompute or C._functorch_active()
+        recompute = not precomputed or (native and x.dtype in flce_native.HALF)
+        keep = recompute or checks._functorch_active()
         ctx.save_for_backward(x if keep else None, w if keep else None, b if keep else None, target, class_weight,
                               *((row_max, sum_exp, target_mask, masked_target) if recompute else (None,) * 4),
                               *((dx, dw, db) if precomputed else (None, None, None)))
 
     @staticmethod
     def backward(ctx, grad, *_):
-        if torch.is_grad_enabled() and not C._functorch_active():
+        if torch.is_grad_enabled() and not checks._functorch_active():
             raise _second_order_error()
         if grad is None:
             return (None,) * 6
@@ -119,17 +118,18 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         args = ctx.args
         want = args[_WANT]
         precomputed = args[0] != "none"
-        eager = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or C._functorch_active())
-        g = C.scalar_value(grad) if (precomputed and eager) else None
-        if g is not None and (not args[_NATIVE] or dx.dtype not in H.HALF or H.exact_scale(dx.dtype, g)):
-            grads = tuple(C.scaled(t, g) if wanted else None for t, wanted in zip((dx, dw, db), want))
+        eager = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or checks._functorch_active())
+        g = checks.scalar_value(grad) if (precomputed and eager) else None
+        if g is not None and (not args[_NATIVE] or dx.dtype not in flce_native.HALF
+                              or flce_native.exact_scale(dx.dtype, g)):
+            grads = tuple(checks.scaled(t, g) if wanted else None for t, wanted in zip((dx, dw, db), want))
         else:
             detach = (lambda t: None if t is None else t.detach())
             out = ops.call(ops.fused_linear_cross_entropy_backward, grad.detach(), detach(x), detach(w), detach(b),
                            target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db, *args)
             grads = tuple(t if wanted else None for t, wanted in zip(out, want))
-        if C._functorch_active():
-            grads = tuple(None if t is None else C.first_order_result(_WHAT, t, ref)
+        if checks._functorch_active():
+            grads = tuple(None if t is None else checks.first_order_result(_WHAT, t, ref)
                           for t, ref in zip(grads, (x, w, b)))
         return grads + (None, None, None)
 
@@ -203,14 +203,14 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
               softcap=softcap, lse_square_scale=lse_square_scale, return_z_loss=return_z_loss,
               accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
               use_token_scaling=use_token_scaling)
-    input = C.float_tensor(input, "input")
+    input = checks.float_tensor(input, "input")
     cast = _autocast_dtype(input)
     if cast is not None:  # as F.linear under autocast: operands in the autocast dtype (differentiably)
         with torch.autocast("cpu", enabled=False):
-            weight = C.float_tensor(weight, "weight")
+            weight = checks.float_tensor(weight, "weight")
             return fused_linear_cross_entropy(
                 input.to(cast), weight.to(cast) if weight.dtype != torch.float64 else weight, target,
-                None if bias is None else C.float_tensor(bias, "bias").to(cast), ignore_index, reduction,
+                None if bias is None else checks.float_tensor(bias, "bias").to(cast), ignore_index, reduction,
                 label_smoothing, chunk_size, backend, **kw)
     if torch.is_autocast_enabled("cpu"):  # float64, or already the autocast dtype: no casts, no autocast inside
         with torch.autocast("cpu", enabled=False):
@@ -219,23 +219,23 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     if input.ndim < 1:
         raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
     hidden = input.shape[-1]
-    weight = C.same_dtype(C.float_tensor(weight, "weight"), "weight", input.dtype, "input")
+    weight = checks.same_dtype(checks.float_tensor(weight, "weight"), "weight", input.dtype, "input")
     if weight.ndim != 2 or weight.shape[1] != hidden:
         raise XLossValueError(f"weight must have shape (V, {hidden}) to match input (..., H) = "
-                              f"{C.shape_str(input.shape)}; got {C.shape_str(weight.shape)}")
+                              f"{checks.shape_str(input.shape)}; got {checks.shape_str(weight.shape)}")
     rows = weight.shape[0]
     if bias is not None:
-        bias = C.same_dtype(C.float_tensor(bias, "bias"), "bias", input.dtype, "input")
+        bias = checks.same_dtype(checks.float_tensor(bias, "bias"), "bias", input.dtype, "input")
         if tuple(bias.shape) != (rows,):
             raise XLossValueError(f"bias must have shape ({rows},), one per row of weight; "
-                                  f"got {C.shape_str(bias.shape)}")
+                                  f"got {checks.shape_str(bias.shape)}")
     _refuse_probability_targets(target, input, rows)
-    target = C.index_tensor(target, "target")
+    target = checks.index_tensor(target, "target")
     if tuple(target.shape) != tuple(input.shape[:-1]):
-        raise XLossValueError(f"target must have shape {C.shape_str(input.shape[:-1])} (input's without H); "
-                              f"got {C.shape_str(target.shape)}")
-    ignore_index = C.integer(ignore_index, "ignore_index")
-    reduction = C.reduction(reduction)
+        raise XLossValueError(f"target must have shape {checks.shape_str(input.shape[:-1])} (input's without H); "
+                              f"got {checks.shape_str(target.shape)}")
+    ignore_index = checks.integer(ignore_index, "ignore_index")
+    reduction = checks.reduction(reduction)
     ls = real_number(label_smoothing, "label_smoothing")
     if not 0.0 <= ls < 1.0:
         raise XLossValueError(f"label_smoothing must be in [0, 1); got {ls}")
@@ -251,30 +251,30 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
                                       "(its collectives run inside the op); call it outside torch.compile")
     coll = Collectives(process_group)
     bt = target.numel()
-    given_chunk = 0 if chunk_size is None else C.integer(chunk_size, "chunk_size")
+    given_chunk = 0 if chunk_size is None else checks.integer(chunk_size, "chunk_size")
     start, vocab = coll.vocab_layout(rows, bt, given_chunk)
     # the token chunk must be the same on every rank (each chunk is one round of collectives):
     # its default depends on the global vocabulary only; the vocabulary block is per rank
     cpu = _cpu_backend(backend)
     scaling = bool(use_token_scaling)
-    native = cpu and (input.dtype in H.DTYPES or bool(cap or z_scale or scaling or accum == "float64"))
+    native = cpu and (input.dtype in flce_native.DTYPES or bool(cap or z_scale or scaling or accum == "float64"))
     if not native and (cap or z_scale or scaling or (accum == "float64" and input.dtype != torch.float64)):
         raise UnsupportedRequestError(
             "softcap, lse_square_scale, use_token_scaling and accum_dtype=torch.float64 run on the cpu backend's "
             "PyTorch-GEMM path "
             f"(backend='cpu' or None); backend {getattr(backend, 'name', backend)!r} computes G in its "
             "fused_linear_cross_entropy_grad kernel, which has no soft-capping or z-loss term")
-    chunk, _ = resolve_sizes(chunk_size, 1, hidden, vocab, half=native and input.dtype in H.HALF)
+    chunk, _ = resolve_sizes(chunk_size, 1, hidden, vocab, half=native and input.dtype in flce_native.HALF)
     _, block = resolve_sizes(chunk, vocab_chunk_size, hidden, rows)
     if vocab < 1 and bt:
         raise XLossValueError("weight has no rows: the vocabulary must hold at least one class")
     cdt = torch.float64 if input.dtype == torch.float64 else torch.float32
     if class_weight is not None:
-        class_weight = C.float_tensor(class_weight, "class_weight")
+        class_weight = checks.float_tensor(class_weight, "class_weight")
         if tuple(class_weight.shape) != (vocab,):
             raise XLossValueError(f"class_weight must have shape ({vocab},), one per class of the (global) "
-                                  f"vocabulary; got {C.shape_str(class_weight.shape)}")
-        C.no_grad_required(class_weight, "class_weight", "fused_linear_cross_entropy gives no gradient w.r.t. it")
+                                  f"vocabulary; got {checks.shape_str(class_weight.shape)}")
+        checks.no_grad_required(class_weight, "class_weight", "fused_linear_cross_entropy gives no gradient w.r.t. it")
         class_weight = class_weight.to(cdt).contiguous()
 
     grad_on = torch.is_grad_enabled()
@@ -305,7 +305,7 @@ def _refuse_probability_targets(target, input, rows) -> None:
     vocabulary) read in every pass and a different ``mean``; the fused path takes class indices."""
     if isinstance(target, torch.Tensor) and target.is_floating_point():
         raise XLossTypeError(
-            f"target has dtype {target.dtype} and shape {C.shape_str(target.shape)}: fused_linear_cross_entropy "
+            f"target has dtype {target.dtype} and shape {checks.shape_str(target.shape)}: fused_linear_cross_entropy "
             "takes class indices (int64/int32/uint8 of input's shape without H); class-probability targets "
             f"(float (..., {rows})) are not supported — use F.cross_entropy(F.linear(input, weight, bias), target) "
             "for them, or pass target.argmax(-1) for one-hot targets")
@@ -315,7 +315,7 @@ def _accum_name(accum_dtype, dtype: torch.dtype) -> str | None:
     """``accum_dtype`` as the op's string: None (the compute dtype), "float32" or "float64"."""
     if accum_dtype is None:
         return None
-    if not isinstance(accum_dtype, torch.dtype) or accum_dtype not in C.FLOAT_DTYPES:
+    if not isinstance(accum_dtype, torch.dtype) or accum_dtype not in checks.FLOAT_DTYPES:
         raise XLossTypeError(f"accum_dtype must be None or a torch floating dtype; got {accum_dtype!r}")
     if accum_dtype == torch.float64 and dtype != torch.float64:
         return "float64"
@@ -341,7 +341,8 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
                  softcap=None, lse_square_scale: float = 0.0, return_z_loss: bool = False, accum_dtype=None,
                  return_token_accuracy: bool = False, use_token_scaling: bool = False):
         super().__init__()
-        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, C.reduction(reduction), label_smoothing
+        self.ignore_index, self.reduction = ignore_index, checks.reduction(reduction)
+        self.label_smoothing = label_smoothing
         self.chunk_size, self.vocab_chunk_size, self.backend = chunk_size, vocab_chunk_size, backend
         self.process_group = process_group
         self.softcap, self.lse_square_scale, self.accum_dtype = softcap, lse_square_scale, accum_dtype

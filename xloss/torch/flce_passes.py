@@ -36,10 +36,10 @@ from typing import NamedTuple
 import torch
 
 from ..errors import UnsupportedRequestError
-from . import _checks as C
-from . import flce_chunks as F
+from . import _checks as checks
+from . import flce_chunks as chunks
 from . import flce_max_sum as VP
-from . import flce_native as H
+from . import flce_native
 from .chunking import spans
 from .distributed import Collectives, group_of
 
@@ -67,26 +67,26 @@ class Params(NamedTuple):
 
 def loss_dtype(dtype: torch.dtype) -> torch.dtype:
     """Losses of 16-bit operands are float32; otherwise the operands' dtype."""
-    return torch.float32 if dtype in H.HALF else dtype
+    return torch.float32 if dtype in flce_native.HALF else dtype
 
 
-def _shard(x, w, b, target, cw, p: Params, backend) -> F.Shard:
-    return F.Shard(x, w, b, target, cw, p.start, p.vocab, p.ignore_index, p.label_smoothing, p.chunk, p.block,
-                   Collectives(group_of(p.group)), backend, p.softcap, p.z_scale,
-                   None if p.accum is None else _ACCUM[p.accum], p.accuracy, p.token_scaling)
+def _shard(x, w, b, target, cw, p: Params, backend) -> chunks.Shard:
+    return chunks.Shard(x, w, b, target, cw, p.start, p.vocab, p.ignore_index, p.label_smoothing, p.chunk, p.block,
+                        Collectives(group_of(p.group)), backend, p.softcap, p.z_scale,
+                        None if p.accum is None else _ACCUM[p.accum], p.accuracy, p.token_scaling)
 
 
-def _divisors(sh: F.Shard, p: Params) -> tuple[float, float]:
+def _divisors(sh: chunks.Shard, p: Params) -> tuple[float, float]:
     """(cross entropy's divisor, z-loss's and accuracy's divisor): the summed class weight and the
     count of the tokens not ignored for ``mean``; 1 and the count otherwise (0 when unused)."""
     need_count = p.reduction == "mean" or p.z_scale or p.accuracy
     count = float((sh.target != sh.ignore_index).sum()) if need_count else 0.0
     if p.reduction != "mean":
         return 1.0, count
-    return (F.denominator(sh) if sh.class_weight is not None else count), count
+    return (chunks.denominator(sh) if sh.class_weight is not None else count), count
 
 
-def _upstream(sh: F.Shard, scale: float) -> torch.Tensor:
+def _upstream(sh: chunks.Shard, scale: float) -> torch.Tensor:
     """Per-token upstream gradient of a scalar reduction: ``scale`` on non-ignored tokens."""
     return torch.zeros(sh.x.shape[0], dtype=sh.cdt).masked_fill_(sh.target != sh.ignore_index, scale)
 
@@ -95,7 +95,7 @@ def _inverse(d: float) -> float:
     return 1.0 / d if d else float("inf")
 
 
-def _needs_remainder(sh: F.Shard, kernels: F.Kernels, mode: str) -> bool:
+def _needs_remainder(sh: chunks.Shard, kernels: chunks.Kernels, mode: str) -> bool:
     return bool(sh.label_smoothing) and (sh.class_weight is not None or kernels.get(mode, 1)[1] == 0.0)
 
 
@@ -112,7 +112,7 @@ def _empty_if_none(t, like: torch.Tensor) -> torch.Tensor:
 def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
     """The forward op's body: ``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db, target_mask,
     masked_target)``."""
-    C.check_class_indices(target, p.vocab, p.ignore_index)
+    checks.check_class_indices(target, p.vocab, p.ignore_index)
     sh = _shard(x, w, b, target, cw, p, backend)
     bt, cdt = x.shape[0], sh.cdt
     precomputed = any(want) and p.reduction != "none"
@@ -125,7 +125,7 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
         if precomputed:
             g_all = _upstream(sh, _inverse(denom))
             gz_all = _upstream(sh, _inverse(z_denom)) if p.z_scale else None
-        per, (row_max, sum_exp), made = H.run(sh, want if precomputed else (False,) * 3, g_all, None, gz_all)
+        per, (row_max, sum_exp), made = flce_native.run(sh, want if precomputed else (False,) * 3, g_all, None, gz_all)
         losses, zl, correct = per.loss, per.z, per.correct
         if precomputed:
             grads = made
@@ -134,21 +134,21 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
         row_max, sum_exp = torch.empty(bt, dtype=cdt), torch.empty(bt, dtype=cdt)
         target_mask, masked_target = torch.empty(bt, dtype=torch.bool), torch.empty(bt, dtype=torch.int64)
         zl = None
-        kernels = F.Kernels(sh) if precomputed else None
-        gr = F.Grads.new(sh, *want) if precomputed else None
-        row_sum = F.remainder_row_sum(sh) if precomputed and want[0] and _needs_remainder(sh, kernels, "softmax") \
+        kernels = chunks.Kernels(sh) if precomputed else None
+        gr = chunks.Grads.new(sh, *want) if precomputed else None
+        row_sum = chunks.remainder_row_sum(sh) if precomputed and want[0] and _needs_remainder(sh, kernels, "softmax") \
             else None
         scale = _inverse(denom)
         rt = VP.route(sh, keep=precomputed)  # the backend's vocabulary-parallel kernels, where they serve
         for t0, t1 in spans(bt, p.chunk):
-            tg = F.targets_of(sh, t0, t1)
+            tg = chunks.targets_of(sh, t0, t1)
             if rt is not None:
                 st, losses[t0:t1] = VP.chunk_stats(sh, rt, tg, t0, t1)
             else:
-                st = F.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=precomputed)
-                losses[t0:t1] = F.token_loss(sh, tg, st)
+                st = chunks.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=precomputed)
+                losses[t0:t1] = chunks.token_loss(sh, tg, st)
             if p.accuracy:
-                correct[t0:t1] = F.correct(sh, tg, st, t0, t1)
+                correct[t0:t1] = chunks.correct(sh, tg, st, t0, t1)
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
             if st.target_mask is not None:  # the online max-sum kernel's
                 target_mask[t0:t1], masked_target[t0:t1] = st.target_mask, st.masked_target
@@ -156,10 +156,10 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
                 target_mask[t0:t1], masked_target[t0:t1] = ~tg.in_shard, tg.local
             if precomputed:
                 g = torch.zeros(t1 - t0, dtype=cdt).masked_fill_(tg.valid, scale)
-                F.chunk_grads(sh, kernels, gr, t0, t1, tg, g, st, row_sum)
+                chunks.chunk_grads(sh, kernels, gr, t0, t1, tg, g, st, row_sum)
             del st
         if precomputed:
-            grads = F.finish(sh, gr)
+            grads = chunks.finish(sh, gr)
     ldt = loss_dtype(x.dtype)
     if p.reduction == "none":
         z_out = x.new_empty(0, dtype=ldt) if zl is None else zl.to(ldt)
@@ -186,7 +186,7 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_ta
     if precomputed:
         g = grad.reshape(()).item()
         dt = next(t.dtype for t, wanted in zip((dx, dw, db), want) if wanted)
-        if not (p.native and dt in H.HALF) or H.exact_scale(dt, g):
+        if not (p.native and dt in flce_native.HALF) or flce_native.exact_scale(dt, g):
             # fresh tensors: an op's outputs may not alias its inputs
             return tuple(t * g if wanted else t.new_empty(0) for t, wanted in zip((dx, dw, db), want))
     if x is None or w is None:
@@ -201,17 +201,17 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_ta
         g_all = grad.reshape(-1).to(cdt)  # (ignored tokens are masked chunk by chunk)
         gz_all = g_all if p.z_scale else None
     if p.native:
-        _, _, grads = H.run(sh, want, g_all, (row_max, sum_exp), gz_all)
+        _, _, grads = flce_native.run(sh, want, g_all, (row_max, sum_exp), gz_all)
     else:
-        kernels = F.Kernels(sh)
+        kernels = chunks.Kernels(sh)
         mode = "softmax" if b is not None else "recompute"
-        gr = F.Grads.new(sh, *want)
-        row_sum = F.remainder_row_sum(sh) if _needs_remainder(sh, kernels, mode) and want[0] else None
+        gr = chunks.Grads.new(sh, *want)
+        row_sum = chunks.remainder_row_sum(sh) if _needs_remainder(sh, kernels, mode) and want[0] else None
         for t0, t1 in spans(x.shape[0], p.chunk):
-            tg = F.targets_of(sh, t0, t1)
-            st = F.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
+            tg = chunks.targets_of(sh, t0, t1)
+            st = chunks.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
             if target_mask is not None and target_mask.numel():
                 st.target_mask, st.masked_target = target_mask[t0:t1], masked_target[t0:t1]
-            F.chunk_grads(sh, kernels, gr, t0, t1, tg, torch.where(tg.valid, g_all[t0:t1], 0.0), st, row_sum)
-        grads = F.finish(sh, gr)
+            chunks.chunk_grads(sh, kernels, gr, t0, t1, tg, torch.where(tg.valid, g_all[t0:t1], 0.0), st, row_sum)
+        grads = chunks.finish(sh, gr)
     return tuple(t if wanted and t is not None else x.new_empty(0) for t, wanted in zip(grads, want))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks as C
+from . import _checks as checks
 from . import ops
 
 _WHAT = "xloss.torch.sigmoid_focal_loss"
@@ -41,7 +41,7 @@ def _targets_grad(inputs, targets, weight, alpha, gamma, reduction, grad):
     return (d * grad.to(cdt)).to(targets.dtype)
 
 
-@C.with_eager_twin
+@checks.with_eager_twin
 class _SigmoidFocalLoss(torch.autograd.Function):
     @staticmethod
     def forward(inputs, targets, weight, alpha, gamma, reduction, backend):
@@ -55,26 +55,26 @@ class _SigmoidFocalLoss(torch.autograd.Function):
         ctx.params = (alpha, gamma, reduction)
         if ctx.needs_input_grad[1]:  # torchvision's targets may require grad: keep what d/dtargets needs
             ctx.save_for_backward(output[1], x, targets, weight)
-        elif C._functorch_active():  # the second-order guard needs x
+        elif checks._functorch_active():  # the second-order guard needs x
             ctx.save_for_backward(output[1], x)
         else:
             ctx.save_for_backward(output[1])
 
     @staticmethod
-    @C.first_order_only(_WHAT)
+    @checks.first_order_only(_WHAT)
     def backward(ctx, grad, _):
         if grad is None:  # no gradient reached the loss (grads are not materialised)
             return (None,) * 7
         dx, *rest = ctx.saved_tensors
-        eager_cpu = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or C._functorch_active())
-        g = C.scalar_value(grad) if eager_cpu else None
-        gx = C.scaled(dx, g) if g is not None else dx * grad  # eager: no pass over memory for an upstream 1
+        eager_cpu = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or checks._functorch_active())
+        g = checks.scalar_value(grad) if eager_cpu else None
+        gx = checks.scaled(dx, g) if g is not None else dx * grad  # eager: no pass over memory for an upstream 1
         if rest:
-            gx = C.first_order_result(_WHAT, gx, rest[0])
+            gx = checks.first_order_result(_WHAT, gx, rest[0])
         gy = None
         if ctx.needs_input_grad[1]:
             _, targets, weight = rest
-            gy = C.first_order_result(_WHAT, _targets_grad(rest[0], targets, weight, *ctx.params, grad), rest[0])
+            gy = checks.first_order_result(_WHAT, _targets_grad(rest[0], targets, weight, *ctx.params, grad), rest[0])
         return gx, gy, None, None, None, None, None
 
 
@@ -94,15 +94,15 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0,
     A ``torch.library`` custom op underneath (``torch.ops.xloss.sigmoid_focal_loss*``):
     ``torch.compile(fullgraph=True)`` and ``torch.func.grad`` trace through it.
     """
-    inputs = C.float_tensor(inputs, "inputs", backend)
-    targets = C.same_device(C.tensor(targets, "targets", backend), "targets", inputs, "inputs")
+    inputs = checks.float_tensor(inputs, "inputs", backend)
+    targets = checks.same_device(checks.tensor(targets, "targets", backend), "targets", inputs, "inputs")
     if targets.shape != inputs.shape:
-        raise C.XLossValueError(f"targets must have the shape of inputs {C.shape_str(inputs.shape)}; "
-                                f"got {C.shape_str(targets.shape)}")
+        raise checks.XLossValueError(f"targets must have the shape of inputs {checks.shape_str(inputs.shape)}; "
+                                     f"got {checks.shape_str(targets.shape)}")
     if weight is not None:
-        weight = C.same_device(C.float_tensor(weight, "weight", backend), "weight", inputs, "inputs")
-        C.no_grad_required(weight, "weight", "sigmoid_focal_loss gives no gradient w.r.t. the weight")
-    reduction = C.reduction_torchvision(reduction)
+        weight = checks.same_device(checks.float_tensor(weight, "weight", backend), "weight", inputs, "inputs")
+        checks.no_grad_required(weight, "weight", "sigmoid_focal_loss gives no gradient w.r.t. the weight")
+    reduction = checks.reduction_torchvision(reduction)
     key = ops.backend_key(backend)
     if not (torch.is_grad_enabled() and (inputs.requires_grad or targets.requires_grad)):
         return ops.call(ops.sigmoid_focal_loss, inputs, targets, weight, alpha, gamma, reduction, key)
@@ -118,7 +118,7 @@ class SigmoidFocalLoss(torch.nn.Module):
     def __init__(self, alpha: float = 0.25, gamma: float = 2.0, reduction: str = "none", *, backend=None):
         super().__init__()
         self.alpha, self.gamma, self.backend = alpha, gamma, backend
-        self.reduction = C.reduction_torchvision(reduction)
+        self.reduction = checks.reduction_torchvision(reduction)
 
     def forward(self, inputs, targets, weight=None):
         return sigmoid_focal_loss(inputs, targets, self.alpha, self.gamma, self.reduction, weight=weight,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks as C
+from . import _checks as checks
 from .flce import fused_linear_cross_entropy
 
 
@@ -37,7 +37,7 @@ class LigerCompatFusedLinearCrossEntropyLoss(torch.nn.Module):
         super().__init__()
         self.register_buffer("ce_weight", ce_weight)
         self.ignore_index, self.lse_square_scale, self.label_smoothing = ignore_index, lse_square_scale, label_smoothing
-        self.reduction, self.softcap, self.return_z_loss = C.reduction(reduction), softcap, return_z_loss
+        self.reduction, self.softcap, self.return_z_loss = checks.reduction(reduction), softcap, return_z_loss
         self.accum_dtype, self.use_token_scaling = accum_dtype, use_token_scaling
         self.return_token_accuracy = return_token_accuracy
         self.chunk_size, self.vocab_chunk_size, self.backend = chunk_size, vocab_chunk_size, backend

@@ -22,15 +22,15 @@ from __future__ import annotations
 import torch
 
 from ..errors import XLossValueError
-from . import _checks as C
+from . import _checks as checks
 from .focal import sigmoid_focal_loss
 
 _EPS = float(torch.finfo(torch.float32).eps)
 
 
 def _elementwise_weight(weight, n: int, classes: int, pred):
-    weight = C.same_device(C.float_tensor(weight, "weight"), "weight", pred, "pred")
-    C.no_grad_required(weight, "weight", "mmdet_sigmoid_focal_loss gives no gradient w.r.t. the weight")
+    weight = checks.same_device(checks.float_tensor(weight, "weight"), "weight", pred, "pred")
+    checks.no_grad_required(weight, "weight", "mmdet_sigmoid_focal_loss gives no gradient w.r.t. the weight")
     if tuple(weight.shape) == (n, classes):
         return weight
     if weight.ndim == 1 and weight.shape[0] == n:
@@ -38,7 +38,7 @@ def _elementwise_weight(weight, n: int, classes: int, pred):
     if weight.numel() == n * classes:
         return weight.reshape(n, classes)
     raise XLossValueError(f"weight must have shape ({n},) (per sample), ({n}, {classes}) or ({n * classes},) "
-                          f"(per element); got {C.shape_str(weight.shape)}")
+                          f"(per element); got {checks.shape_str(weight.shape)}")
 
 
 def mmdet_sigmoid_focal_loss(pred, target, weight=None, gamma: float = 2.0, alpha: float = 0.25,
@@ -47,16 +47,16 @@ def mmdet_sigmoid_focal_loss(pred, target, weight=None, gamma: float = 2.0, alph
 
     ``pred``: (N, C) logits; ``target``: (N,) class indices in [0, C] (C = background).
     """
-    pred = C.float_tensor(pred, "pred", backend)
+    pred = checks.float_tensor(pred, "pred", backend)
     if pred.ndim != 2:
-        raise XLossValueError(f"pred must have shape (N, C); got {C.shape_str(pred.shape)}")
+        raise XLossValueError(f"pred must have shape (N, C); got {checks.shape_str(pred.shape)}")
     n, classes = pred.shape
-    target = C.same_device(C.index_tensor(target, "target", backend), "target", pred, "pred")
+    target = checks.same_device(checks.index_tensor(target, "target", backend), "target", pred, "pred")
     if tuple(target.shape) != (n,):
         raise XLossValueError(f"target must hold one class index per row, shape ({n},); "
-                              f"got {C.shape_str(target.shape)}")
-    C.check_class_indices(target, classes + 1, -1)  # C itself is the background class
-    reduction = C.reduction(reduction)
+                              f"got {checks.shape_str(target.shape)}")
+    checks.check_class_indices(target, classes + 1, -1)  # C itself is the background class
+    reduction = checks.reduction(reduction)
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0.0 <= alpha <= 1.0:
         raise XLossValueError(f"alpha must be in [0, 1] (mmdetection weighs positives by alpha, negatives by "
                               f"1 - alpha); got {alpha!r}")
@@ -66,10 +66,12 @@ def mmdet_sigmoid_focal_loss(pred, target, weight=None, gamma: float = 2.0, alph
     onehot = (t[:, None] == torch.arange(classes, device=t.device)).to(pred.dtype)  # background: all zero
     w = None if weight is None else _elementwise_weight(weight, n, classes, pred)
     if class_weight is not None:
-        class_weight = C.same_device(C.float_tensor(class_weight, "class_weight"), "class_weight", pred, "pred")
+        class_weight = checks.same_device(checks.float_tensor(class_weight, "class_weight"), "class_weight", pred,
+                                          "pred")
         if tuple(class_weight.shape) != (classes,):
-            raise XLossValueError(f"class_weight must have shape ({classes},); got {C.shape_str(class_weight.shape)}")
-        C.no_grad_required(class_weight, "class_weight", "it is a constant")
+            raise XLossValueError(f"class_weight must have shape ({classes},); "
+                                  f"got {checks.shape_str(class_weight.shape)}")
+        checks.no_grad_required(class_weight, "class_weight", "it is a constant")
         per_row = torch.cat([class_weight, class_weight.new_ones(1)])[t].reshape(n, 1)  # background: 1
         w = per_row if w is None else w * per_row
     kernel_reduction = "sum" if avg_factor is not None and reduction == "mean" else reduction

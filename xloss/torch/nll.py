@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks as C
+from . import _checks as checks
 from . import ops
 
 _WHAT = "xloss.torch.nll_loss"
 
 
-@C.with_eager_twin
+@checks.with_eager_twin
 class _NLLLoss(torch.autograd.Function):
     @staticmethod
     def forward(x, target, weight, ignore_index, reduction, backend):
@@ -31,14 +31,14 @@ class _NLLLoss(torch.autograd.Function):
         ctx.save_for_backward(x, target, weight, output[1])
 
     @staticmethod
-    @C.first_order_only(_WHAT)
+    @checks.first_order_only(_WHAT)
     def backward(ctx, grad, _):
         if grad is None:  # no gradient reached the loss (grads are not materialised)
             return (None,) * 6
         x, target, weight, total_weight = ctx.saved_tensors
         # detached: under torch.func the op must not see tensors tracked at the transform's level
         dx = ops.call(ops.nll_loss_backward, grad.detach(), x.detach(), target, weight, total_weight, *ctx.params)
-        return C.first_order_result(_WHAT, dx, x), None, None, None, None, None
+        return checks.first_order_result(_WHAT, dx, x), None, None, None, None, None
 
 
 def _nll_2d(input, target, weight, ignore_index, reduction, key):
@@ -55,23 +55,23 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: st
     weights (constant). ``mean`` divides by the sum of the weights of the rows not ignored
     (NaN when that is 0, as PyTorch).
     """
-    input = C.float_tensor(input, "input", backend)
-    target = C.same_device(C.index_tensor(target, "target", backend), "target", input, "input")
+    input = checks.float_tensor(input, "input", backend)
+    target = checks.same_device(checks.index_tensor(target, "target", backend), "target", input, "input")
     if input.ndim == 0:
-        raise C.XLossValueError("input must have shape (N, C), (C) or (N, C, d1, ..., dk); got ()")
+        raise checks.XLossValueError("input must have shape (N, C), (C) or (N, C, d1, ..., dk); got ()")
     expected = (input.shape[0],) + tuple(input.shape[2:]) if input.ndim >= 2 else ()
     if tuple(target.shape) != expected:
-        raise C.XLossValueError(f"target must have shape {C.shape_str(expected)} for input of shape "
-                                f"{C.shape_str(input.shape)}; got {C.shape_str(target.shape)}")
-    ignore_index = C.integer(ignore_index, "ignore_index")
+        raise checks.XLossValueError(f"target must have shape {checks.shape_str(expected)} for input of shape "
+                                     f"{checks.shape_str(input.shape)}; got {checks.shape_str(target.shape)}")
+    ignore_index = checks.integer(ignore_index, "ignore_index")
     classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
     if weight is not None:
-        weight = C.same_device(C.float_tensor(weight, "weight", backend), "weight", input, "input")
+        weight = checks.same_device(checks.float_tensor(weight, "weight", backend), "weight", input, "input")
         if tuple(weight.shape) != (classes,):
-            raise C.XLossValueError(f"weight must have shape ({classes},), one per class; "
-                                    f"got {C.shape_str(weight.shape)}")
-        C.no_grad_required(weight, "weight", "nll_loss gives no gradient w.r.t. the class weights")
-    reduction = C.reduction(reduction)
+            raise checks.XLossValueError(f"weight must have shape ({classes},), one per class; "
+                                         f"got {checks.shape_str(weight.shape)}")
+        checks.no_grad_required(weight, "weight", "nll_loss gives no gradient w.r.t. the class weights")
+    reduction = checks.reduction(reduction)
     key = ops.backend_key(backend)
     if input.ndim <= 2:
         return _nll_2d(input, target, weight, ignore_index, reduction, key)
@@ -87,7 +87,7 @@ class NLLLoss(torch.nn.Module):
     def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean", *, backend=None):
         super().__init__()
         self.register_buffer("weight", weight)
-        self.ignore_index, self.reduction, self.backend = ignore_index, C.reduction(reduction), backend
+        self.ignore_index, self.reduction, self.backend = ignore_index, checks.reduction(reduction), backend
 
     def forward(self, input, target):
         return nll_loss(input, target, self.weight, self.ignore_index, self.reduction, backend=self.backend)

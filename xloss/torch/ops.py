@@ -29,8 +29,8 @@ from torch.library import custom_op
 from .. import api
 from ..backend import Backend
 from ..errors import XLossTypeError, XLossValueError
-from . import _checks as C
-from . import flce_passes as FP
+from . import _checks as checks
+from . import flce_passes as passes
 
 # -- Backend instances as op arguments ------------------------------------------------------
 
@@ -69,7 +69,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _scalar_or(grad: torch.Tensor):
     """A float for an upstream gradient that is one value (0-d or expanded), else the tensor."""
-    g = C.scalar_value(grad)
+    g = checks.scalar_value(grad)
     return grad if g is None else g
 
 
@@ -158,7 +158,7 @@ def nll_loss_forward(input: torch.Tensor, target: torch.Tensor, weight: torch.Te
     """``(loss, total_weight)`` for (N, C) or (C) input; total_weight (float64, 0-d) is the sum of
     the weights of the rows not ignored, the divisor of ``mean``. Checks the class indices."""
     classes = input.shape[-1]
-    C.check_class_indices(target, classes, ignore_index)
+    checks.check_class_indices(target, classes, ignore_index)
     cdt = _compute_dtype(input.dtype)
     x2 = input.reshape(1, -1) if input.ndim == 1 else input
     t = target.reshape(-1).to(torch.int64)
@@ -211,9 +211,9 @@ def fused_linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor
                                                              torch.Tensor, torch.Tensor]:
     """``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db, target_mask, masked_target)``
     (:func:`xloss.torch.flce_passes.forward`)."""
-    p = FP.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
-                  native, accum, accuracy, token_scaling)
-    return FP.forward(x, w, b, target, class_weight, p, (want_dx, want_dw, want_db), backend_of(backend))
+    p = passes.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
+                      native, accum, accuracy, token_scaling)
+    return passes.forward(x, w, b, target, class_weight, p, (want_dx, want_dw, want_db), backend_of(backend))
 
 
 @fused_linear_cross_entropy.register_fake
@@ -221,7 +221,7 @@ def _(x, w, b, target, class_weight, reduction, ignore_index, label_smoothing, s
       start, vocab, group, native, accum, accuracy, token_scaling, want_dx, want_dw, want_db, backend):
     bt = x.shape[0]
     shape = (bt,) if reduction == "none" else ()
-    ldt, cdt = FP.loss_dtype(x.dtype), _compute_dtype(x.dtype)
+    ldt, cdt = passes.loss_dtype(x.dtype), _compute_dtype(x.dtype)
     pre = reduction != "none" and (want_dx or want_dw or want_db)
     grads = [x.new_empty(shape if pre and wanted else (0,)) for shape, wanted in
              ((x.shape, want_dx), (w.shape, want_dw), ((w.shape[0],), want_db))]
@@ -248,10 +248,10 @@ def fused_linear_cross_entropy_backward(grad: torch.Tensor, x: torch.Tensor | No
     """``(dx, dw, db)``, empty where not wanted (:func:`xloss.torch.flce_passes.backward`). The
     forward's row statistics (and target mask and masked target) are given where the backward
     recomputes, its gradients where it scales them (scalar reductions)."""
-    p = FP.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
-                  native, accum, accuracy, token_scaling)
-    return FP.backward(grad, x, w, b, target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db, p,
-                       (want_dx, want_dw, want_db), backend_of(backend))
+    p = passes.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
+                      native, accum, accuracy, token_scaling)
+    return passes.backward(grad, x, w, b, target, class_weight, row_max, sum_exp, target_mask, masked_target,
+                           dx, dw, db, p, (want_dx, want_dw, want_db), backend_of(backend))
 
 
 @fused_linear_cross_entropy_backward.register_fake
@@ -331,7 +331,7 @@ def call(op, *args):
     (its body runs directly: about 0.1-0.3 ms less per call, which small losses notice). Traced
     (torch.compile, export), torch.func, dispatch-mode (fake tensors), tensor-subclass and
     other-device calls go through the op."""
-    if (torch.compiler.is_compiling() or C._functorch_active() or torch._C._len_torch_dispatch_stack()
+    if (torch.compiler.is_compiling() or checks._functorch_active() or torch._C._len_torch_dispatch_stack()
             or any(args[i] is not None and (type(args[i]) not in _PLAIN or args[i].device.type != "cpu")
                    for i in _TENSOR_AT[op])):
         return op(*args)
