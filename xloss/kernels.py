@@ -47,6 +47,15 @@ class KernelSpec:
     #: axis or bounded parameter -> how a refused value reads, naming its argument ({value}, {supported})
     refusals: Mapping[str, str] = field(default_factory=dict)
 
+    def parameters(self) -> frozenset:
+        """The arguments a call of this kernel takes (its public functions' parameters, but the
+        backend and the output buffers): what a saved conformance case may hold."""
+        import inspect
+
+        api = importlib.import_module("xloss.api")
+        names = {p for fn in self.functions for p in inspect.signature(getattr(api, fn)).parameters}
+        return frozenset(n for n in names if n != "backend" and n != "out" and not n.endswith("_out"))
+
     def load(self, link: str):
         """The object behind one of the row's links (``"descriptor"``, ``"validator"``, ...)."""
         module, _, attr = getattr(self, link).partition(":")

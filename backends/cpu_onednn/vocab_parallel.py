@@ -8,29 +8,27 @@ Numba pass per tile (:func:`.vp_rows.tile_stats`) merges each row into its runni
 tile max, sum of exp rescaled to the new max, target logit (and, when asked, writes the tile
 into the logits output, rounded once). Nothing of the logits' size is allocated unless the
 caller asks for the logits; then the tiles are whole rows, and the GEMM writes float32/float64
-logits (and bf16's ``hi``, below) straight into the output, a budget of rows at a time; float16
-logits are rounded once from the float32 tile. Products accumulate in float32 (float64 for float64
-input): bfloat16 with PyTorch's BLAS on a CPU with native bf16 GEMMs runs two bf16 GEMMs per
-tile, ``hi = round(x @ w)`` and ``lo = round(x @ w - hi)`` (the subtraction inside the float32
-accumulator, as in :mod:`.flce_native16`), joined in float32 by one Numba pass (about 16
-significant bits); float16, and bfloat16 otherwise, widen the input once and the weight per column chunk
-(whole, when the logits are asked for: their tiles are then whole rows, so that each lands in
-the output contiguously).
+logits straight into the output, a budget of rows at a time; half logits are rounded once from
+the float32 tile. Products accumulate in float32 (float64 for float64 input): half inputs widen
+the input once and the weight per column chunk (whole, when the logits are asked for: their
+tiles are then whole rows, so that each lands in the output contiguously). bfloat16 does not
+take the native bf16 GEMMs of :mod:`.flce_native16`: their ``hi + lo`` split carries about 16
+significant bits, enough for a gradient rounded to bf16 but not for float32 statistics, which
+the vendor's operator forms from float32 products (measured: a max off by 2**-17 relative).
 
 Loss: ``log(sum_exp) - predicted`` (per token, NumPy), and the softmax in one parallel Numba
 pass (:func:`.vp_rows.softmax_rows`) reading float32, float64 or bfloat16 logits as they are
 (float16 ones are widened into the output first).
 
 Cold compile is kept small: the tile pass exists for float32 and float64 tiles only, the
-softmax for float32, float64 and bfloat16 logits (each a separate Numba specialization), plus
-the small bf16 join.
+softmax for float32, float64 and bfloat16 logits (each a separate Numba specialization).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import flce_native16, vp_rows
+from . import vp_rows
 from .access import convert_into, storage_view, writeable
 from .flce import plan
 from .layout import threads_for
@@ -46,11 +44,7 @@ def online_max_sum(a, backend) -> None:
     m, s, zt = a.logits_max_out, a.sum_exp_out, np.zeros(bt, cdt)
     m.fill(-np.inf)
     s.fill(0)
-    gemm = backend.gemm()
-    if flce_native16.applies(a, gemm):
-        _native_bf16_tiles(a, backend.flce_chunk_bytes(), tcol, zt)
-    else:
-        _tiles(a, gemm, backend.flce_chunk_bytes(), tcol, zt)
+    _tiles(a, backend.gemm(), backend.flce_chunk_bytes(), tcol, zt)
     with np.errstate(invalid="ignore"):
         s[m == -np.inf] = np.nan  # every logit -inf: exp(-inf - -inf), as the float64 formulas give
         np.subtract(zt, m, out=a.predicted_out)
@@ -89,7 +83,7 @@ def _row_tiles(bt, v, itemsize, chunk_bytes):
 
 
 def _tiles(a, gemm, chunk_bytes, tcol, zt) -> None:
-    """float32/float64 products (half inputs widened to float32)."""
+    """float32/float64 products (half inputs widened to float32: exact, then accumulated in float32)."""
     (bt, h), v = a.input.shape, a.weight.shape[0]
     m, s = a.logits_max_out, a.sum_exp_out
     cdt = m.dtype
@@ -129,42 +123,6 @@ def _tiles(a, gemm, chunk_bytes, tcol, zt) -> None:
             tile = tile_buf[:nr * nc].reshape(nr, nc)
             gemm.mm(inp[r0:r0 + nr], wc.T, tile)
             _stats(tile, r0, c0, tcol, m, s, zt)
-
-
-def _native_bf16_tiles(a, chunk_bytes, tcol, zt) -> None:
-    """bfloat16 on native bf16 GEMMs: each tile as hi + lo in float32 (see the module docstring);
-    with the logits asked for, whole rows, ``hi`` (x @ w rounded once) written straight into them."""
-    import torch
-
-    (bt, _), v = a.input.shape, a.weight.shape[0]
-    bf = torch.bfloat16
-
-    def t16(arr):  # a uint16 (bf16 bits) array as a torch bf16 tensor, zero-copy
-        return torch.from_numpy(arr).view(bf)
-
-    x16, w16 = t16(storage_view(a.input)), t16(storage_view(a.weight))
-    m, s = a.logits_max_out, a.sum_exp_out
-    if a.logits_out is not None:
-        out = storage_view(a.logits_out)
-        tiles = [(0, v, r0, nr) for r0, nr in _row_tiles(bt, v, 4, chunk_bytes)]
-    else:
-        out = None
-        rows, cols = plan(bt, v, 4, chunk_bytes)
-        tiles = [(c0, min(cols, v - c0), r0, min(rows, bt - r0)) for c0 in range(0, v, cols)
-                 for r0 in range(0, bt, rows)]
-    size = max(nr * nc for _, nc, _, nr in tiles)
-    hi_buf = np.empty(0 if out is not None else size, np.uint16)
-    lo_buf, z_buf = np.empty(size, np.uint16), np.empty(size, np.float32)
-    for c0, nc, r0, nr in tiles:
-        wt = w16[c0:c0 + nc].T
-        xr = x16[r0:r0 + nr]
-        hi = out[r0:r0 + nr] if out is not None else hi_buf[:nr * nc].reshape(nr, nc)
-        lo, z = lo_buf[:nr * nc].reshape(nr, nc), z_buf[:nr * nc].reshape(nr, nc)
-        torch.mm(xr, wt, out=t16(hi))
-        torch.addmm(t16(hi), xr, wt, beta=-1, out=t16(lo))  # x @ w - hi, rounded once
-        with threads_for(z.size):
-            vp_rows.join_halves(hi, lo, z)
-        _stats(z, r0, c0, tcol, m, s, zt)
 
 
 def loss_with_max_sum(a, backend) -> None:

@@ -1,8 +1,7 @@
 """Row passes of the vocabulary-parallel forward (:mod:`.vocab_parallel`): the online statistics
-of one logits tile, the float32 join of a bf16 tile's two halves, and the softmax from
-all-reduced statistics. Each reads a row while it is in cache; the max uses LLVM's ``maxnum``
-(it vectorizes; a compare-and-select running max does not) and the sum ``radd``, so both loops
-vectorize.
+of one logits tile and the softmax from all-reduced statistics. Each reads a row while it is
+in cache; the max uses LLVM's ``maxnum`` (it vectorizes; a compare-and-select running max does
+not) and the sum ``radd``, so both loops vectorize.
 
 NaN and infinities give what the float64 formulas give (``reference/flce.py``): ``maxnum``
 skips NaN, so a NaN logit shows up as a NaN sum, and only then is the row scanned for it (a
@@ -77,19 +76,6 @@ def tile_stats(z, r0, c0, tcol, m, s, zt):
             continue
         s[i] = s[i] * np.exp(mo - mn) + acc  # mo = -inf: 0 (a NaN only from +inf - +inf)
         m[i] = mn
-
-
-@njit(parallel=True, cache=True, error_model="numpy")
-def join_halves(hi, lo, z):
-    """z = hi + lo in float32 from bf16 halves (``uint16`` bits, (rows, cols)); where hi is +-inf,
-    z = hi (lo = x @ w - hi is NaN there). One pass: PyTorch's float32 += bf16 is a slow
-    mixed-dtype path (about 4x a copy)."""
-    rows, cols = hi.shape
-    for r in prange(rows):
-        hr, lr, zr = hi[r], lo[r], z[r]
-        for j in range(cols):
-            h = load(hr, np.uint64(j))
-            zr[np.uint64(j)] = h if abs(h) == np.inf else h + load(lr, np.uint64(j))
 
 
 @njit(parallel=True, cache=True, error_model="numpy")

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import dtypes as xdt
 from ..errors import XLossValueError
+from ..kernels import KERNELS
 from .descriptor import Case
 
 FORMAT = "xloss-cases/1"
@@ -33,17 +34,6 @@ MAX_CASES = 10000
 OUTPUT_LIMIT = 1 << 20
 ARRAY_DTYPES = (*xdt.FLOAT_DTYPES, "int64", "int32", "uint8", "bool")
 #: The keyword arguments each kernel's public function takes from a case.
-PARAMETERS = {
-    "focal_loss": {"x", "y", "alpha", "gamma", "reduction", "weight", "grad"},
-    "bce_grad": {"x", "y", "grad", "reduction", "eps", "eps_mode", "weight"},
-    "nll_loss_grad": {"grad", "self", "target", "reduction", "ignore_index", "weight", "total_weight"},
-    "fused_linear_cross_entropy_grad": {"grad", "input", "weight", "target_mask", "masked_target", "softmax",
-                                        "logits_max", "sum_exp_logits", "label_smoothing", "vocab_size"},
-    "fused_linear_online_max_sum": {"input", "weight", "target", "vocab_start", "vocab_end", "return_logits",
-                                    "mask_format"},
-    "fused_cross_entropy_loss_with_max_sum": {"logits_max", "sum_exp_logits", "predicted_logits",
-                                              "vocab_parallel_logits", "label_smoothing"},
-}
 META_KEYS = {"backend": str, "library": (str, type(None)), "options": dict, "status": str, "message": str,
              "outputs": (dict, type(None)), "kernel_info": dict}
 
@@ -170,7 +160,7 @@ def _case_from_json(obj, where: str) -> Case:
     kw = obj["kwargs"]
     if not isinstance(kw, dict):
         _fail(where, "kwargs must be an object")
-    unknown = set(kw) - PARAMETERS[kernel]
+    unknown = set(kw) - KERNELS[kernel].parameters()
     if unknown:
         _fail(where, f"{kernel} takes no argument(s) {', '.join(sorted(unknown))}")
     return Case(kernel, obj["mode"], obj["dtype"], {k: _decode_value(v, f"{where}: {k}") for k, v in kw.items()},
