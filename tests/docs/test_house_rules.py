@@ -3,6 +3,7 @@ clang-format over every tracked C/C++ file (/.clang-format). Both tools come wit
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tool(name):
-    path = shutil.which(name)
+    # the test extra's console scripts sit beside this interpreter, on PATH or not (an unactivated venv)
+    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     if path is None:
         pytest.fail(f"{name} is not installed: it is part of the test extra (pip install '.[test]')")
     return path

@@ -19,13 +19,12 @@ example budgets.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
+import ascend_support as support  # tests/backends/ascend, on pytest's pythonpath
 import cffi
 import numpy as np
 import pytest
@@ -36,18 +35,6 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 from xloss import reference as ref
 from xloss.backends.ascend_aclnn import _cdef as C
 
-
-def _load_support():
-    if "ascend_support" not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "backends" / "ascend" / "ascend_support.py"
-        spec = importlib.util.spec_from_file_location("ascend_support", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["ascend_support"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["ascend_support"]
-
-
-support = _load_support()
 OPS, REQUIRED, op_args = support.OPS, support.REQUIRED, support.op_args
 BCE, NLL, FLCE, FOCAL = ("aclnnBinaryCrossEntropyBackward", "aclnnNLLLossBackward",
                          "aclnnFusedLinearCrossEntropyLossGrad", "aclnnXlossSigmoidFocalLoss")

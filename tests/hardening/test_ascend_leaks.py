@@ -5,13 +5,13 @@ the C example and the C stress program) reports no leak and no memory error."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import ascend_support as support  # tests/backends/ascend, on pytest's pythonpath
 import ml_dtypes
 import numpy as np
 import pytest
@@ -24,19 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "ascend_valgrind.sh"
 BCE, NLL, FLCE, FOCAL = ("aclnnBinaryCrossEntropyBackward", "aclnnNLLLossBackward",
                          "aclnnFusedLinearCrossEntropyLossGrad", "aclnnXlossSigmoidFocalLoss")
-
-
-def _load_support():
-    if "ascend_support" not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "backends" / "ascend" / "ascend_support.py"
-        spec = importlib.util.spec_from_file_location("ascend_support", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["ascend_support"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["ascend_support"]
-
-
-support = _load_support()
 
 
 def rss_bytes() -> int:
@@ -144,6 +131,7 @@ def test_api_cycles_keep_the_counter_at_zero_and_memory_flat(emu):
     assert grown < 512 << 10, f"resident memory grew by {grown / 2**10:.0f} KiB over 600 cycles"
 
 
+@pytest.mark.slow  # programs under valgrind
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_valgrind_script_reports_no_leaks(tmp_path):
     # the script builds with the interpreter that has xloss installed (this one), not whatever python3 is

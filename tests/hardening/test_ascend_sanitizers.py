@@ -26,6 +26,8 @@ import pytest
 import xloss
 from xloss.conformance import targets
 
+pytestmark = pytest.mark.slow  # rebuilds the emulator instrumented and reruns suites under it: about 25 s
+
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "backends" / "ascend_aclnn"
 STRESS = ROOT / "tests" / "backends" / "ascend" / "c" / "abi_stress.c"

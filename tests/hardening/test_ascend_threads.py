@@ -7,11 +7,9 @@ context and stream."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
-from pathlib import Path
 
+import ascend_support as support  # tests/backends/ascend, on pytest's pythonpath
 import ml_dtypes
 import numpy as np
 import pytest
@@ -19,19 +17,6 @@ import pytest
 import xloss
 
 THREADS = 8
-
-
-def _load_support():
-    if "ascend_support" not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "backends" / "ascend" / "ascend_support.py"
-        spec = importlib.util.spec_from_file_location("ascend_support", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["ascend_support"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["ascend_support"]
-
-
-support = _load_support()
 
 
 @pytest.fixture(scope="module")

@@ -165,6 +165,7 @@ def test_private_alloc_free_cycles_leave_the_arenas_whole():
         assert lib.ft78ne_emu_private_free(core, whole) == 0
 
 
+@pytest.mark.slow  # programs under valgrind
 @pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("gcc") is None, reason="needs valgrind and gcc")
 def test_valgrind_finds_no_leak_in_the_c_example_and_stress(tmp_path):
     res = subprocess.run(["sh", str(REPO / "scripts" / "ft78ne_valgrind.sh"), "--stress", str(tmp_path)],

@@ -21,6 +21,8 @@ import pytest
 
 from xloss.backends.ft78ne_shim import abi
 
+pytestmark = pytest.mark.slow  # rebuilds the emulator instrumented and reruns suites under it: about 25 s
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "ft78ne_sanitized.py"
 

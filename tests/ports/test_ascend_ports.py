@@ -143,6 +143,7 @@ def _numel(case_json) -> int:
 
 # ---- the correct port, the incomplete port, the port ABI ------------------------------------------
 
+@pytest.mark.slow  # the CLI over every declared target: about 12 s
 def test_correct_port_passes_everything_it_declares_through_the_cli(ports, port_backend, xloss_cli, tmp_path):
     """Through the CLI (child-process isolation, JSON): every declared target passes; the undeclared
     ones are refused, except BCE's "add" form, which runs but computes the clamp ("wrong if forced")."""
@@ -270,6 +271,7 @@ def test_seeded_bug_fails_its_kernel_only_with_a_replayable_input(variant, ports
                               examples=first.result.examples, seconds=first.seconds, sweep_seconds=sweep_seconds))
 
 
+@pytest.mark.slow  # about 6 s
 def test_a_buggy_port_through_the_cli_saves_a_replay_that_tells_the_ports_apart(ports, xloss_cli, tmp_path, capsys):
     out = xloss_cli("check", "--backend", "ascend", "--lib", ports["bce_eps_added"], "--kernels", "bce",
                     "--no-large", "--max-examples", MAX_EXAMPLES, "--seed", SEED, "--json", tmp_path / "r.json",
@@ -294,6 +296,7 @@ def test_a_buggy_port_through_the_cli_saves_a_replay_that_tells_the_ports_apart(
 
 # ---- a stride/offset bug: invisible to compact tensors, caught with layout=strided ------------------
 
+@pytest.mark.slow  # about 7 s
 @pytest.mark.parametrize("variant", sorted(STRIDED_ONLY))
 def test_stride_bug_is_caught_only_with_layout_strided(variant, ports, port_backend, xloss_cli, tmp_path, capsys,
                                                        port_findings):

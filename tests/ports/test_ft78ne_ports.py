@@ -265,6 +265,7 @@ def test_split_bugs_need_a_split(variant, ft78ne_ports):
     assert not failing(results), table(list(results.values()))
 
 
+@pytest.mark.slow  # about 7 s
 def test_half_ulp_allowance_catches_truncation_everywhere(ft78ne_ports, port_harness):
     """Float32 math and one round-to-nearest-even stay within half an output ulp plus the compute
     term (the correct port meets it: the first test); truncation does not: every float16 target
@@ -279,6 +280,7 @@ def test_half_ulp_allowance_catches_truncation_everywhere(ft78ne_ports, port_har
 # -- nlllossgrad's reduction codes: the manual reads both ways ----------------------------------------
 
 
+@pytest.mark.slow  # about 6 s
 def test_nll_reduction_codes_option_selects_the_reading(ft78ne_ports, tmp_path, capsys):
     """A port built from the page's parameter list (0 sum, 1 mean, 2 none) fails the default
     reading (0 none, 1 sum, 2 mean) and passes with nll_reduction_codes=sum,mean,none, given as
@@ -385,6 +387,7 @@ PRIVATE_BUGS = [
 ]
 
 
+@pytest.mark.slow  # every declared target twice through the private arenas: about 15 s
 def test_correct_port_passes_in_private_memory(ft78ne_ports):
     """Every declared target through the shim's arenas: whole (default budget) and tiled over three
     cores (a small budget: uneven tiles, global means, FLCE accumulation), float16 included: tiled
@@ -396,11 +399,14 @@ def test_correct_port_passes_in_private_memory(ft78ne_ports):
     results = run_targets(whole, sorted(DECLARED, key=str), max_examples=8)
     tiled = xloss.backend("mt7004", lib=lib, memory="private", core_mask=0x0B, private_bytes=4096)
     exact = sorted(DECLARED, key=str)
-    results.update({("tiled",) + t: r for t, r in run_targets(tiled, exact, max_examples=8).items()})
+    # (the core-mask and repeat configurations ran on the whole arenas above; tiled adds the tiling)
+    results.update({("tiled",) + t: r for t, r in run_targets(tiled, exact, max_examples=8,
+                                                              configurations=False).items()})
     assert not failing(results), table(list(results.values())) + "\n".join(r.message for r in results.values())
     assert all(int(whole.lib.ft78ne_emu_private_in_use(c)) == 0 for c in range(8))  # every tile buffer freed
 
 
+@pytest.mark.slow  # private-memory builds and sweeps: about 8 s
 @pytest.mark.parametrize("bug", PRIVATE_BUGS, ids=lambda b: b.variant)
 def test_private_only_bug_is_caught_in_private_memory(bug, ft78ne_ports, port_findings, tmp_path, capsys):
     kernel = next(iter(bug.must))[0]
@@ -500,6 +506,7 @@ VIOLATIONS = [  # variant, backend options, target, the error class and ABI argu
 ]
 
 
+@pytest.mark.slow  # checked-mode builds of four ports: about 19 s
 @pytest.mark.parametrize("variant,options,target,kind,buffer", VIOLATIONS,
                          ids=lambda v: v if isinstance(v, str) else None)
 def test_checked_mode_names_the_buffer_a_port_violates(ft78ne_ports, variant, options, target, kind, buffer,

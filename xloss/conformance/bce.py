@@ -11,6 +11,8 @@ from ..kernels import BCE_GRAD
 from ..reference._common import as_f64
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, upstream_rounding
+from .large import BCE_LADDER
+from .shrink import ELEMENTWISE
 
 EPS_CHOICES = (1e-12, 1e-7, 1e-3)
 
@@ -111,4 +113,5 @@ def allowed(case: Case, expected, caps=None):
 
 DESCRIPTOR = KernelDescriptor(spec=BCE_GRAD, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
-                              output_names=lambda mode: ("dx",))
+                              output_names=lambda mode: ("dx",), shrinking=ELEMENTWISE,
+                              ladder=BCE_LADDER)

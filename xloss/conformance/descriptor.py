@@ -22,8 +22,8 @@ a handful of roundings), and ``floor`` a tiny absolute allowance for intermediat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -184,7 +184,13 @@ class KernelDescriptor:
     oracle: Callable  # (case) -> tuple of float64 outputs
     allowed: Callable  # (case, oracle outputs, caps=None) -> tuple of allowed-error arrays
     output_names: Callable  # (mode) -> tuple of names
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: the unit the last shrinking pass cuts a failing case by (a :class:`~.shrink.Shrinking`)
+    shrinking: Any = None
+    #: the sizes a real tiling sees (a :class:`~.large.Ladder`); None: no large rungs
+    ladder: Any = None
+    #: whole-output checks after the per-element ones, (case, outputs, expected, caps) -> comparisons
+    #: (FLCE's error scale and G-rounding bias); not run on ladder cases
+    statistics: Callable | None = None
 
     @property
     def name(self) -> str:

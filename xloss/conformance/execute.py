@@ -190,9 +190,8 @@ def judge(d: KernelDescriptor, case: Case, outputs: tuple, caps, expected=None) 
         b = bias(n, a, e, t, case.dtype)
         if b is not None:
             out.append(b)
-    statistics = d.extra.get("statistics")
-    if statistics is not None and case.ladder is None:  # kernel-specific checks over all elements
-        out.extend(statistics(case, outputs, expected, caps))
+    if d.statistics is not None and case.ladder is None:  # kernel-specific checks over all elements
+        out.extend(d.statistics(case, outputs, expected, caps))
     return out
 
 

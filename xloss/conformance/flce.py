@@ -14,6 +14,8 @@ from ..kernels import FLCE_GRAD
 from ..reference._common import as_f64
 from . import values as V
 from .descriptor import K_SLACK, Case, ErrorCase, KernelDescriptor, allowance
+from .large import FLCE_LADDER
+from .shrink import FLCE_TOKENS
 
 
 def shard_case(dtype, mode, *, x, w_global, target, start, v, grad, mask_format="bool", target_dtype=np.int64,
@@ -348,4 +350,4 @@ def statistics(case: Case, outputs, expected, caps=None) -> list:
 DESCRIPTOR = KernelDescriptor(spec=FLCE_GRAD, draw_case=draw_case,
                               edge_cases=edge_cases, error_cases=error_cases, call=call, oracle=oracle,
                               allowed=allowed, output_names=lambda mode: ("input_grad", "weight_grad"),
-                              extra={"statistics": statistics})
+                              shrinking=FLCE_TOKENS, ladder=FLCE_LADDER, statistics=statistics)

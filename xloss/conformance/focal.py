@@ -12,6 +12,8 @@ from ..kernels import FOCAL
 from ..reference._common import as_f64
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, upstream_rounding
+from .large import FOCAL_LADDER
+from .shrink import ELEMENTWISE
 
 _FUNCTIONS = {"forward": "focal_loss", "grad": "focal_loss_grad", "forward+grad": "focal_loss_with_grad"}
 
@@ -197,4 +199,4 @@ def output_names(mode):
 
 DESCRIPTOR = KernelDescriptor(spec=FOCAL, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
-                              output_names=output_names)
+                              output_names=output_names, shrinking=ELEMENTWISE, ladder=FOCAL_LADDER)

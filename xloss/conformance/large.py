@@ -6,8 +6,11 @@ Per kernel a few rungs, each with a label that names it in reports and replay fi
   wraps there), above 2**20 and above 2**24 elements (partial sums of tiles, 24-bit counts);
 * NLL backward: C in the tens of thousands with enough rows for every core;
 * FLCE: V >= 32000 and BT >= 4096, H small so the C emulators finish in seconds;
-* a kernel whose descriptor lists its own rungs (``extra["ladder"]``: :class:`Rung`, tiled along the
-  rows of ``extra["rows"]``), e.g. the vocabulary-parallel forward's.
+* the vocabulary-parallel forward: its own rungs (``xloss/conformance/vocab_parallel.py``).
+
+Each descriptor holds its kernel's :class:`Ladder` (``KernelDescriptor.ladder``): the rungs, and
+the argument whose leading axis a rung's period repeats along. The built-in kernels' ladders are
+built here from the tables below.
 
 Values are drawn deterministically from ``(seed, kernel, dtype, mode, rung)`` and realistic:
 logits ~N(0, 3) with a few extremes, binary targets with some soft ones (all binary for a backend
@@ -68,21 +71,21 @@ class Rung:
     period: Callable
 
 
+@dataclass(frozen=True)
+class Ladder:
+    """A kernel's large ladder: its rungs, and the argument whose leading axis a rung's period is
+    repeated along (``"x"`` for the elementwise kernels: their flattened elements)."""
+
+    rungs: tuple
+    rows: str
+
+
 def _rng(seed: int, *parts) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(repr(parts).encode())])
 
 
 #: The deterministic generator of a rung's values (for descriptors' own rungs).
 rng_for = _rng
-
-
-def _own(kernel: str):
-    """(the descriptor's rungs, the argument whose rows they repeat), or None (built-in kernels: the tables above)."""
-    spec = KERNELS.get(kernel)
-    if spec is None:
-        return None
-    extra = spec.load("descriptor").extra
-    return (extra["ladder"], extra["rows"]) if "ladder" in extra else None
 
 
 def _logits(rng, n: int) -> np.ndarray:
@@ -165,53 +168,62 @@ def _flce_period(dtype, mode, seed, label, h, v, mask_formats) -> Case:
                       mask_format=fmt, label=f"large: {label}")
 
 
-def _find(table, rung):
-    found = [r for r in table if r[0] == rung]
-    return found[0] if found else None
+def _elementwise_ladder(kernel: str) -> Ladder:
+    def period(reduction):
+        return lambda dtype, mode, seed, label, caps: _period_case(kernel, dtype, mode, seed, label, reduction, caps)
+
+    return Ladder(tuple(Rung(label, periods, agree, period(red)) for label, periods, red, agree in ELEMENTWISE), "x")
+
+
+def _nll_rung(n, c, reduction):
+    def period(dtype, mode, seed, label, caps):
+        declared = sorted(caps.variants["target_dtype"]) if caps is not None else ["int64"]
+        tdt = "int64" if "int64" in declared else "int32" if "int32" in declared else None
+        return None if tdt is None else _nll(dtype, seed, label, n, c, reduction, tdt)
+
+    return period
+
+
+def _flce_rung(h, v):
+    def period(dtype, mode, seed, label, caps):
+        formats = tuple(sorted(caps.variants["mask"])) if caps is not None else ("bool", "bitpacked")
+        return _flce_period(dtype, mode, seed, label, h, v, formats)
+
+    return period
+
+
+FOCAL_LADDER = _elementwise_ladder(FOCAL.name)
+BCE_LADDER = _elementwise_ladder(BCE_GRAD.name)
+NLL_LADDER = Ladder(tuple(Rung(label, 1, True, _nll_rung(n, c, red)) for label, n, c, red in NLL), "self")
+FLCE_LADDER = Ladder(tuple(Rung(label, periods, agree, _flce_rung(h, v)) for label, periods, h, v, agree in FLCE),
+                     "input")
+
+
+def _ladder(kernel: str) -> Ladder | None:
+    spec = KERNELS.get(kernel)
+    return None if spec is None else spec.load("descriptor").ladder
+
+
+def _rung(kernel: str, label: str) -> Rung:
+    return next(r for r in _ladder(kernel).rungs if r.label == label)
 
 
 def rungs(kernel: str) -> list[str]:
-    """The labels of ``kernel``'s rungs."""
-    own = _own(kernel)
-    if own is not None:
-        return [r.label for r in own[0]]
-    if kernel in (FOCAL.name, BCE_GRAD.name):
-        return [r[0] for r in ELEMENTWISE]
-    return [r[0] for r in (NLL if kernel == NLL_GRAD.name else FLCE)]
+    """The labels of ``kernel``'s rungs (none for a kernel without a ladder)."""
+    ladder = _ladder(kernel)
+    return [] if ladder is None else [r.label for r in ladder.rungs]
 
 
 def agrees(kernel: str, rung: str) -> bool:
     """Whether the rung is repeated and run under every configuration."""
-    own = _own(kernel)
-    if own is not None:
-        return _find_rung(own[0], rung).agrees
-    if kernel in (FOCAL.name, BCE_GRAD.name):
-        return _find(ELEMENTWISE, rung)[3]
-    return True if kernel == NLL_GRAD.name else _find(FLCE, rung)[4]
-
-
-def _find_rung(own, rung) -> Rung:
-    return next(r for r in own if r.label == rung)
+    return _rung(kernel, rung).agrees
 
 
 def _base(kernel, dtype, mode, rung, seed, caps):
-    """(the case of one period or of the whole rung, repetitions, the argument repeated: "x" for
-    elementwise kernels, else the one whose rows are)."""
-    own = _own(kernel)
-    if own is not None:
-        r = _find_rung(own[0], rung)
-        return r.period(dtype, mode, seed, rung, caps), r.periods, own[1]
-    if kernel in (FOCAL.name, BCE_GRAD.name):
-        _, reps, red, _ = _find(ELEMENTWISE, rung)
-        return _period_case(kernel, dtype, mode, seed, rung, red, caps), reps, "x"
-    if kernel == NLL_GRAD.name:
-        _, n, c, red = _find(NLL, rung)
-        declared = sorted(caps.variants["target_dtype"]) if caps is not None else ["int64"]
-        tdt = "int64" if "int64" in declared else "int32" if "int32" in declared else None
-        return (None if tdt is None else _nll(dtype, seed, rung, n, c, red, tdt)), 1, "x"
-    _, reps, h, v, _ = _find(FLCE, rung)
-    formats = tuple(sorted(caps.variants["mask"])) if caps is not None else ("bool", "bitpacked")
-    return _flce_period(dtype, mode, seed, rung, h, v, formats), reps, "input"
+    """(the case of one period, or None where no declared variant fits the rung; the repetitions;
+    the argument repeated)."""
+    r = _rung(kernel, rung)
+    return r.period(dtype, mode, seed, rung, caps), r.periods, _ladder(kernel).rows
 
 
 def build(kernel: str, dtype: str, mode, rung: str, seed: int = 0, caps=None) -> Case | None:
@@ -276,15 +288,8 @@ def expectations(d, case: Case, caps) -> tuple[tuple, tuple]:
 def repetitions(case: Case) -> tuple[int, int]:
     """(periods, leading length) of a large case: outputs whose leading axis has that length
     repeat with the period where the library is correct (see :func:`compare_repeated`)."""
-    kernel = case.kernel
-    own = _own(kernel)
-    if own is not None:
-        return _find_rung(own[0], case.ladder["rung"]).periods, int(np.shape(case.kwargs[own[1]])[0])
-    if kernel in (FOCAL.name, BCE_GRAD.name):
-        return _find(ELEMENTWISE, case.ladder["rung"])[1], int(np.shape(case.kwargs["x"])[0])
-    if kernel == FLCE_GRAD.name:
-        return _find(FLCE, case.ladder["rung"])[1], int(np.shape(case.kwargs["input"])[0])
-    return 1, 0
+    periods = _rung(case.kernel, case.ladder["rung"]).periods
+    return periods, int(np.shape(case.kwargs[_ladder(case.kernel).rows])[0])
 
 
 def compare_repeated(name, actual, oracle, allowed, dtype: str, reps: int):

@@ -14,6 +14,8 @@ from ..kernels import NLL_GRAD
 from ..reference._common import as_f64
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance
+from .large import NLL_LADDER
+from .shrink import NLL_ROWS
 
 _INDEX = {"int64": np.int64, "int32": np.int32, "uint8": np.uint8}
 
@@ -148,4 +150,5 @@ def allowed(case: Case, expected, caps=None):
 
 DESCRIPTOR = KernelDescriptor(spec=NLL_GRAD, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
-                              output_names=lambda mode: ("grad_input",))
+                              output_names=lambda mode: ("grad_input",), shrinking=NLL_ROWS,
+                              ladder=NLL_LADDER)

@@ -4,88 +4,123 @@ Hypothesis shrinks a drawn case, but a case drawn as one seeded array (over 16 e
 its size when the bug shows on any element. This pass tries the failing elements alone, then
 halves, so a bug visible on one element is reported on one element.
 
-The unit is an element for the elementwise kernels (the arrays are flattened; a broadcast
-weight is materialised), a row for NLL (2-D) and a token for FLCE. A descriptor may say what its
-unit is itself (``extra``: ``units(case)``, ``select(case, keep) -> kwargs``, ``unit_of(case,
-flat_index, output)``), as the vocabulary-parallel ones do.
+What a unit is, each descriptor says (``KernelDescriptor.shrinking``, a :class:`Shrinking`): an
+element for the elementwise kernels (the arrays are flattened; a broadcast weight is
+materialised), a row for NLL (2-D), a token for FLCE and the vocabulary-parallel forward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import reference
-from ..kernels import BCE_GRAD, FLCE_GRAD, FOCAL, KERNELS, NLL_GRAD
+from ..kernels import KERNELS
 from .descriptor import Case
 
 #: Backend runs the pass may spend.
 BUDGET = 40
 
 
-def _hook(case: Case, name: str):
-    """The descriptor's own ``name`` hook, or None (the built-in kernels' units are below)."""
+@dataclass(frozen=True)
+class Shrinking:
+    """A kernel's unit of shrinking: ``units(case)``, how many a case has (0 or 1: nothing to
+    shrink); ``select(case, keep)``, the case's kwargs restricted to the units ``keep`` (sorted
+    indices); ``unit_of(case, flat_index, output)``, the unit holding an element of an output
+    (-1: no hint); ``noun``, what a report calls the units."""
+
+    units: Callable
+    select: Callable
+    unit_of: Callable
+    noun: str = "rows"
+
+
+def _elementwise_units(case: Case) -> int:
+    x = case.kwargs["x"]
+    return int(np.size(x)) if np.ndim(x) else 0
+
+
+def _elementwise_select(case: Case, keep) -> dict:
+    kw = dict(case.kwargs)
+    shape = np.shape(kw["x"])
+    for name in ("x", "y", "weight", "grad"):
+        v = kw.get(name)
+        if isinstance(v, np.ndarray) and (name != "grad" or v.shape == shape):
+            kw[name] = np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1)[keep]
+    return kw
+
+
+#: focal and BCE: an element of the flattened arrays.
+ELEMENTWISE = Shrinking(_elementwise_units, _elementwise_select, lambda case, flat_index, output: flat_index,
+                        "elements")
+
+
+def _nll_units(case: Case) -> int:
+    s = case.kwargs["self"]
+    return int(np.shape(s)[0]) if np.ndim(s) == 2 else 0
+
+
+def _nll_select(case: Case, keep) -> dict:
+    kw = dict(case.kwargs)
+    n = np.shape(kw["self"])[0]
+    kw["self"], kw["target"] = kw["self"][keep], kw["target"][keep]
+    if isinstance(kw["grad"], np.ndarray) and kw["grad"].shape == (n,):
+        kw["grad"] = kw["grad"][keep]
+    return kw
+
+
+def _nll_unit_of(case: Case, flat_index: int, output: int) -> int:
+    s = case.kwargs["self"]  # a row of a 2-D input (a 1-D input is one unit: no hint)
+    return flat_index // max(1, np.shape(s)[1]) if np.ndim(s) == 2 else -1
+
+
+#: the NLL backward: a row of a 2-D input.
+NLL_ROWS = Shrinking(_nll_units, _nll_select, _nll_unit_of)
+
+
+def _flce_select(case: Case, keep) -> dict:
+    kw = dict(case.kwargs)
+    bt = np.shape(kw["input"])[0]
+    packed = np.asarray(kw["target_mask"]).dtype == np.uint8
+    mask = reference.mask_as_bool(kw["target_mask"], bt)[keep]
+    kw["target_mask"] = reference.pack_mask(mask) if packed else mask
+    for name in ("grad", "input", "masked_target", "softmax", "logits_max", "sum_exp_logits"):
+        if kw.get(name) is not None:
+            kw[name] = np.ascontiguousarray(kw[name][keep])
+    return kw
+
+
+#: the FLCE backward: a token (a row of input; the input gradient's rows hint at it).
+FLCE_TOKENS = Shrinking(lambda case: int(np.shape(case.kwargs["input"])[0]), _flce_select,
+                        lambda case, flat_index, output: (flat_index // max(1, np.shape(case.kwargs["input"])[1])
+                                                          if output == 0 else -1))
+
+
+def _shrinking(case: Case) -> Shrinking | None:
     spec = KERNELS.get(case.kernel)
-    if spec is None:
-        return None
-    return spec.load("descriptor").extra.get(name)
+    return None if spec is None else spec.load("descriptor").shrinking
 
 
 def units(case: Case) -> int:
-    own = _hook(case, "units")
-    if own is not None:
-        return own(case)
-    kw = case.kwargs
-    if case.kernel in (FOCAL.name, BCE_GRAD.name):
-        return int(np.size(kw["x"])) if np.ndim(kw["x"]) else 0
-    if case.kernel == NLL_GRAD.name:
-        return int(np.shape(kw["self"])[0]) if np.ndim(kw["self"]) == 2 else 0
-    if case.kernel == FLCE_GRAD.name:
-        return int(np.shape(kw["input"])[0])
-    return 0
+    own = _shrinking(case)
+    return 0 if own is None else own.units(case)
 
 
 def select(case: Case, keep) -> Case:
     """``case`` restricted to the units ``keep`` (sorted indices)."""
+    own = _shrinking(case)
     keep = np.asarray(keep, dtype=np.int64)
-    kw = dict(case.kwargs)
-    own = _hook(case, "select")
-    if own is not None:
-        kw = own(case, keep)
-    elif case.kernel in (FOCAL.name, BCE_GRAD.name):
-        shape = np.shape(kw["x"])
-        for name in ("x", "y", "weight", "grad"):
-            v = kw.get(name)
-            if isinstance(v, np.ndarray) and (name != "grad" or v.shape == shape):
-                kw[name] = np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1)[keep]
-    elif case.kernel == NLL_GRAD.name:
-        n = np.shape(kw["self"])[0]
-        kw["self"], kw["target"] = kw["self"][keep], kw["target"][keep]
-        if isinstance(kw["grad"], np.ndarray) and kw["grad"].shape == (n,):
-            kw["grad"] = kw["grad"][keep]
-    else:
-        bt = np.shape(kw["input"])[0]
-        packed = np.asarray(kw["target_mask"]).dtype == np.uint8
-        mask = reference.mask_as_bool(kw["target_mask"], bt)[keep]
-        kw["target_mask"] = reference.pack_mask(mask) if packed else mask
-        for name in ("grad", "input", "masked_target", "softmax", "logits_max", "sum_exp_logits"):
-            if kw.get(name) is not None:
-                kw[name] = np.ascontiguousarray(kw[name][keep])
     label = f"{case.label}; " if case.label else ""
-    return Case(case.kernel, case.mode, case.dtype, kw, f"{label}{len(keep)} of {units(case)} "
-                f"{'elements' if case.kernel in (FOCAL.name, BCE_GRAD.name) else 'rows'} kept")
+    return Case(case.kernel, case.mode, case.dtype, own.select(case, keep),
+                f"{label}{len(keep)} of {units(case)} {own.noun} kept")
 
 
 def _unit_of(case: Case, flat_index: int, output: int) -> int:
-    """The unit holding element ``flat_index`` of output ``output``."""
-    kw = case.kwargs
-    own = _hook(case, "unit_of")
-    if own is not None:
-        return own(case, flat_index, output)
-    if case.kernel in (FOCAL.name, BCE_GRAD.name):
-        return flat_index
-    if case.kernel == NLL_GRAD.name:  # a row of a 2-D input (a 1-D input is one unit: no hint)
-        return flat_index // max(1, np.shape(kw["self"])[1]) if np.ndim(kw["self"]) == 2 else -1
-    return flat_index // max(1, np.shape(kw["input"])[1]) if output == 0 else -1
+    """The unit holding element ``flat_index`` of output ``output`` (-1: none)."""
+    own = _shrinking(case)
+    return -1 if own is None else own.unit_of(case, flat_index, output)
 
 
 def shrink(case: Case, fails, hints=()) -> Case:

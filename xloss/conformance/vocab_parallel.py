@@ -35,7 +35,8 @@ from ..kernels import ONLINE_MAX_SUM as MAX_SUM_SPEC
 from ..reference._common import as_f64
 from . import values as V
 from .descriptor import K_SLACK, Case, ErrorCase, KernelDescriptor, allowance
-from .large import Rung
+from .large import Ladder, Rung
+from .shrink import Shrinking
 
 _TARGET = {"int64": np.int64, "int32": np.int32}
 INT32_MAX = int(np.iinfo(np.int32).max)
@@ -546,11 +547,9 @@ ONLINE_MAX_SUM = KernelDescriptor(
     spec=MAX_SUM_SPEC, draw_case=draw_max_sum_case,
     edge_cases=max_sum_edge_cases, error_cases=_bad_max_sum_cases, call=call_max_sum, oracle=oracle_max_sum,
     allowed=allowed_max_sum, output_names=lambda mode: MAX_SUM_OUTPUTS,
-    extra={"units": max_sum_units, "select": max_sum_select, "unit_of": max_sum_unit_of, "ladder": MAX_SUM_LADDER,
-           "rows": "input"})
+    shrinking=Shrinking(max_sum_units, max_sum_select, max_sum_unit_of), ladder=Ladder(MAX_SUM_LADDER, "input"))
 LOSS_WITH_MAX_SUM = KernelDescriptor(
     spec=LOSS_SPEC, draw_case=draw_loss_case,
     edge_cases=loss_edge_cases, error_cases=_bad_loss_cases, call=call_loss, oracle=oracle_loss,
     allowed=allowed_loss, output_names=lambda mode: LOSS_OUTPUTS,
-    extra={"units": loss_units, "select": loss_select, "unit_of": loss_unit_of, "ladder": LOSS_LADDER,
-           "rows": "logits_max"})
+    shrinking=Shrinking(loss_units, loss_select, loss_unit_of), ladder=Ladder(LOSS_LADDER, "logits_max"))

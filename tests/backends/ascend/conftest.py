@@ -3,27 +3,13 @@ The helpers themselves live in ascend_support.py (shared with tests/hardening/te
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
-import sys
-from pathlib import Path
 
+import ascend_support as support  # tests/backends/ascend, on pytest's pythonpath
 import numpy as np
 import pytest
 
-
-def _load_support():
-    # one module object per process, shared with tests/hardening (pytest's importlib mode gives no package)
-    if "ascend_support" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("ascend_support", Path(__file__).with_name("ascend_support.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["ascend_support"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["ascend_support"]
-
-
-support = _load_support()
 REPO_PKG = support.PKG
 lib_build = support.lib_build
 Abi = support.Abi

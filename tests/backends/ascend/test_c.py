@@ -135,6 +135,7 @@ def test_c_example_runs_the_documented_flow(example):
     assert "all checks passed" in res.stdout and "FAIL" not in res.stdout
 
 
+@pytest.mark.slow  # compiles and runs the C programs under ASan/UBSan: about 6 s
 def test_c_example_and_stress_under_sanitizers(tmp_path, helpers):
     mod = _example_module()
     exe = tmp_path / "example_asan"

@@ -42,6 +42,7 @@ def asan_emulator(cc, tmp_path_factory):
     return sorted(str(p) for p in out.glob("*.o"))
 
 
+@pytest.mark.slow  # an instrumented emulator build
 def test_example_and_emulator_under_asan_ubsan(compile_c, asan_emulator, tmp_path):
     exe = compile_c([EXAMPLE, *asan_emulator], tmp_path / "example", *SANITIZE)
     res = _run([str(exe)])
@@ -49,6 +50,7 @@ def test_example_and_emulator_under_asan_ubsan(compile_c, asan_emulator, tmp_pat
     assert "runtime error" not in res.stderr
 
 
+@pytest.mark.slow  # an instrumented emulator build
 def test_abi_stress_under_asan_ubsan(compile_c, asan_emulator, tmp_path):
     """Exact-size buffers at every boundary size, private-arena writes confined to the outputs,
     refused calls writing nothing (see c/abi_stress.c)."""
@@ -58,6 +60,7 @@ def test_abi_stress_under_asan_ubsan(compile_c, asan_emulator, tmp_path):
     assert "runtime error" not in res.stderr
 
 
+@pytest.mark.slow  # an instrumented emulator build
 def test_concurrent_callers_under_tsan(cc, tmp_path):
     exe = tmp_path / "stress_tsan"
     cmd = [cc, "-std=c11", "-O1", "-g", "-pthread", "-fsanitize=thread", f"-I{SHIM}/include", f"-I{SHIM}/csrc",
