@@ -281,10 +281,11 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start, vocab_end=No
     masked = (target < vocab_start) | (target >= vocab_end)
     masked_target = np.where(masked, 0, target - vocab_start)
     row_max = logits.max(axis=1) if bt else np.zeros(0)
-    sub = logits - row_max[:, None]
-    predicted = np.where(masked, 0.0, sub[np.arange(bt), masked_target])
-    return OnlineMaxSumOut(row_max, np.exp(sub).sum(axis=1), predicted, pack_target_mask(masked), masked_target,
-                           logits)
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, as IEEE gives it (the special-value cases)
+        sub = logits - row_max[:, None]
+        predicted = np.where(masked, 0.0, sub[np.arange(bt), masked_target])
+        sum_exp = np.exp(sub).sum(axis=1)
+    return OnlineMaxSumOut(row_max, sum_exp, predicted, pack_target_mask(masked), masked_target, logits)
 
 
 def all_reduce_online_max_sum(shards):
