@@ -9,7 +9,9 @@ declared over exactly these axes, and the conformance suite enumerates them.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -17,6 +19,14 @@ from types import MappingProxyType
 REDUCTIONS = ("none", "mean", "sum")
 #: Vendor reduction codes (Ascend and FT78NE agree).
 REDUCTION_CODES = MappingProxyType({"none": 0, "mean": 1, "sum": 2})
+
+
+@functools.cache
+def _parameters(functions: tuple) -> frozenset:
+    """Read once per row (a case file may hold thousands of cases)."""
+    api = importlib.import_module("xloss.api")
+    names = {p for fn in functions for p in inspect.signature(getattr(api, fn)).parameters}
+    return frozenset(n for n in names if n != "backend" and n != "out" and not n.endswith("_out"))
 
 
 @dataclass(frozen=True)
@@ -50,11 +60,7 @@ class KernelSpec:
     def parameters(self) -> frozenset:
         """The arguments a call of this kernel takes (its public functions' parameters, but the
         backend and the output buffers): what a saved conformance case may hold."""
-        import inspect
-
-        api = importlib.import_module("xloss.api")
-        names = {p for fn in self.functions for p in inspect.signature(getattr(api, fn)).parameters}
-        return frozenset(n for n in names if n != "backend" and n != "out" and not n.endswith("_out"))
+        return _parameters(self.functions)
 
     def load(self, link: str):
         """The object behind one of the row's links (``"descriptor"``, ``"validator"``, ...)."""

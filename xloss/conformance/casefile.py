@@ -33,7 +33,7 @@ MAX_CASES = 10000
 #: Disagreeing outputs up to this many elements are saved whole, larger ones as their differences.
 OUTPUT_LIMIT = 1 << 20
 ARRAY_DTYPES = (*xdt.FLOAT_DTYPES, "int64", "int32", "uint8", "bool")
-#: The keyword arguments each kernel's public function takes from a case.
+#: The keys of a saved case's metadata and their types (a case's own arguments: its kernel row's parameters()).
 META_KEYS = {"backend": str, "library": (str, type(None)), "options": dict, "status": str, "message": str,
              "outputs": (dict, type(None)), "kernel_info": dict}
 
