@@ -1,6 +1,8 @@
 """The default chunk sizes of the fused linear-cross-entropy (xloss.torch.chunking)."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import xloss
 from xloss.torch import chunking
@@ -43,3 +45,17 @@ def test_resolve_sizes_checks_what_the_caller_gives():
 def test_spans_cover_the_range_with_a_short_last_span():
     assert chunking.spans(10, 4) == [(0, 4), (4, 8), (8, 10)]
     assert chunking.spans(0, 4) == []
+
+
+@given(st.integers(0, 5000), st.integers(1, 3000), st.sampled_from([1, 16, 64]))
+def test_even_spans_make_as_many_pieces_of_at_most_the_step(total, step, multiple):
+    got = chunking.even_spans(total, step, multiple)
+    assert len(got) == len(chunking.spans(total, step))  # no more pieces (GEMM passes over the weight)
+    assert [a for a, _ in got] == [0] + [b for _, b in got[:-1]] if got else total == 0
+    assert not got or got[-1][1] == total
+    sizes = [b - a for a, b in got]
+    assert all(0 < s <= step for s in sizes)
+    assert all(s == sizes[0] for s in sizes[:-1])
+    assert len(sizes) < 2 or sizes[0] % multiple == 0 or sizes[0] == step  # a multiple where the step allows
+    if len(sizes) > 1:  # near-equal: the tail is not a sliver of a few tokens
+        assert sizes[-1] >= sizes[0] - len(sizes) * (multiple + 1)

@@ -174,6 +174,33 @@ def test_large_logits_are_stable():
     compare(x, w, b, t, reduction="sum", chunk_size=3, vocab_chunk_size=4, backend="reference")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("bias", [False, True])
+def test_cpu_path_leaves_ignored_tokens_out_whatever_their_hidden_states(dtype, reduction, bias):
+    # the cpu path runs no GEMM on ignored tokens (their outputs and gradient rows are 0 anyway): NaN or
+    # inf in their hidden states reaches no output, bit for bit the call with those rows zeroed
+    x, w, b, t = problem(45, 8, 21, seed=7, dtype=dtype, ignore_every=4, bias=bias, scale=0.5)
+    dirty, clean = x.clone(), x.clone()
+    dirty[::4] = float("nan")
+    dirty[4::8, 0] = float("inf")
+    clean[::4] = 0
+
+    def run(inp):
+        leaves = [a.detach().clone().requires_grad_() for a in (inp, w) + ((b,) if bias else ())]
+        loss = xt.fused_linear_cross_entropy(*leaves[:2], t, leaves[2] if bias else None, reduction=reduction,
+                                             chunk_size=16, backend="cpu")
+        loss.backward(torch.ones_like(loss))
+        return [loss.detach()] + [a.grad for a in leaves]
+
+    got, exp = run(dirty), run(clean)
+    for name, a, e in zip(("loss", "input", "weight", "bias"), got, exp):
+        assert torch.equal(a, e), name
+    assert not got[1][::4].any()
+    if dtype == torch.float32:  # and the clean call is PyTorch's
+        compare(clean, w, b, t, reduction=reduction, chunk_size=16, backend="cpu", tol=2e-5)
+
+
 # -- gradcheck -------------------------------------------------------------------------------
 
 

@@ -80,3 +80,16 @@ def resolve_sizes(chunk_size, vocab_chunk_size, hidden: int, vocab: int, half: b
 def spans(total: int, step: int):
     """``(start, stop)`` pairs covering ``range(total)`` in steps of ``step`` (the last one shorter)."""
     return [(s, min(s + step, total)) for s in range(0, total, step)]
+
+
+def even_spans(total: int, step: int, multiple: int = 1):
+    """As many spans as :func:`spans` makes, of near-equal sizes: each at most ``step`` and, where
+    ``step`` allows, a multiple of ``multiple`` (the last one shorter). A ragged tail chunk of a
+    few tokens costs nearly a full pass over the weight for little work."""
+    if total <= 0:
+        return []
+    pieces = -(-total // step)
+    size = -(-total // pieces)
+    size = min(step, -(-size // multiple) * multiple)
+    return spans(total, size)
+

@@ -22,10 +22,12 @@ from PyTorch GEMMs here (:mod:`.flce_chunks`). The gradients are the backend's e
 
 float32 and 16-bit operands with the ``cpu`` backend (or the default) take :mod:`.flce_native`:
 the same two ways, with PyTorch's GEMMs called here and fused Numba row passes (16-bit: the
-products on the CPU's native 16-bit GEMMs and G rounded once to the operand dtype); the loss is float32
-(as transformers and cut-cross-entropy
-return it), the gradients are in the operands' dtype. Under ``torch.autocast("cpu")`` the
-operands are cast to the autocast dtype first, as ``F.linear`` would cast them.
+products on the CPU's native 16-bit GEMMs and G rounded once to the operand dtype); the loss is
+float32 (as transformers and cut-cross-entropy return it), the gradients are in the operands'
+dtype. That path leaves ignored tokens out of its GEMMs, as cut-cross-entropy does: their losses
+and gradient rows are 0 whatever their hidden states (NaN in a padding row reaches no gradient),
+and a masked prompt or padding costs no work. Under ``torch.autocast("cpu")`` the operands are
+cast to the autocast dtype first, as ``F.linear`` would cast them.
 
 Second-order gradients (``create_graph=True``) are not supported: the backward raises
 :class:`~xloss.errors.UnsupportedRequestError` rather than return gradients that autograd
@@ -178,6 +180,9 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     * ``accum_dtype``: the dtype of the weight/bias gradient accumulators. They are float32 (float64
       for float64 operands) already, the project's floor, so only ``torch.float64`` changes anything
       (the cpu backend's path; refused elsewhere); narrower dtypes are accepted and mean float32.
+
+    Ignored tokens: the cpu path (float32 and 16-bit operands) runs no GEMM on them, so their
+    hidden states never reach an output; other backends compute them with a zero upstream gradient.
 
     Memory: tokens are processed ``chunk_size`` at a time, so the transient logits are
     ``chunk_size × V`` float32. The default (:func:`xloss.torch.chunking.default_chunk_size`) is

@@ -84,6 +84,7 @@ class Shard:
 class Targets:
     """Per-token target facts for one chunk."""
 
+    target: torch.Tensor  # the chunk's targets as given (global class indices or ignore_index)
     valid: torch.Tensor  # not ignore_index
     w_t: torch.Tensor  # class weight of the target (0 where ignored), compute dtype
     in_shard: torch.Tensor  # valid and the target is one of this shard's rows
@@ -95,8 +96,9 @@ class Targets:
         return ~hit, torch.where(hit, self.local - v0, 0)
 
 
-def targets_of(sh: Shard, t0: int, t1: int) -> Targets:
-    t = sh.target[t0:t1]
+def targets_of(sh: Shard, rows) -> Targets:
+    """The target facts of the tokens ``rows`` (a slice, or an index tensor of token positions)."""
+    t = sh.target[rows]
     valid = t != sh.ignore_index
     safe = torch.where(valid, t, 0)
     if sh.class_weight is None:
@@ -104,13 +106,13 @@ def targets_of(sh: Shard, t0: int, t1: int) -> Targets:
     else:
         w_t = torch.where(valid, sh.class_weight[safe], 0.0)
     in_shard = valid & (safe >= sh.start) & (safe < sh.start + sh.rows)
-    return Targets(valid, w_t, in_shard, torch.where(in_shard, safe - sh.start, 0))
+    return Targets(t, valid, w_t, in_shard, torch.where(in_shard, safe - sh.start, 0))
 
 
 def denominator(sh: Shard) -> float:
     """``mean``'s divisor: the summed class weight of every non-ignored token (the token count
     without class weights), over the whole batch — never per chunk."""
-    return float(targets_of(sh, 0, sh.x.shape[0]).w_t.sum(dtype=torch.float64))
+    return float(targets_of(sh, slice(None)).w_t.sum(dtype=torch.float64))
 
 
 # -- choosing the kernel --------------------------------------------------------------------
@@ -261,10 +263,10 @@ def token_scale(tg: Targets, st: RowStats) -> torch.Tensor:
     return torch.where(tg.valid, torch.exp(st.target_logit - st.logits_max) / st.sum_exp, 0.0)
 
 
-def correct(sh: Shard, tg: Targets, st: RowStats, t0: int, t1: int) -> torch.Tensor:
+def correct(tg: Targets, st: RowStats) -> torch.Tensor:
     """Per token: 1.0 where ``argmax(logits) == target`` (the first maximum, as torch.argmax),
     0.0 otherwise and for ignored tokens. float32."""
-    return (tg.valid & (st.first == sh.target[t0:t1])).to(torch.float32)
+    return (tg.valid & (st.first == tg.target)).to(torch.float32)
 
 
 # -- gradients --------------------------------------------------------------------------------

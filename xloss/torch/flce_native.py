@@ -29,6 +29,10 @@ take this path (every product and sum in float64) when a call needs what only it
 soft-capping and z-loss (:func:`xloss.torch.fused_linear_cross_entropy`); ``accum_dtype=float64``
 widens the weight/bias gradient accumulators.
 
+The chunks cover only the tokens that are not ignored (gathered when some are), in near-equal
+sizes (a ragged tail chunk would cost a pass over the weight for little work), each padded with zero
+rows to a multiple of ``GEMM_ROWS`` tokens; the logits buffer is allocated once per call.
+
 On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
 ``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows``) where Numba is
 installed — one sweep over the 2-byte logits each — and as PyTorch ops otherwise (and when a
@@ -42,12 +46,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .chunking import spans
+from .chunking import even_spans, spans
 from .flce_chunks import NO_INDEX, RowStats, Shard, Targets, targets_of, token_loss, token_scale
 
 HALF = (torch.bfloat16, torch.float16)
 DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 goes through the backend kernel)
 # float64 takes this path too when a call needs what only it computes (softcap, z-loss): see NativePass
+GEMM_ROWS = 16  # a chunk's token count is padded to a multiple of this (see NativePass.tokens)
 _ROW_PASSES = []  # the Numba row passes, loaded once (None where Numba is missing)
 
 
@@ -100,23 +105,27 @@ class NativeGrads:
 class NativePass:
     """One pass over the batch: logits, statistics and loss, and (when ``want`` any) the gradients."""
 
-    def __init__(self, sh: Shard, want=(False, False, False)):
+    def __init__(self, sh: Shard, want=(False, False, False), tokens: int | None = None):
+        """``tokens``: how many tokens the chunks will cover (the batch's, unless ignored tokens are
+        left out); the input-gradient rows of tokens left out stay zero."""
         self.sh = sh
         self.dt = sh.x.dtype
         self.native = self.dt in HALF and native_gemm(self.dt)
         self.cdt = sh.cdt  # float32, or float64 for float64 operands
         self.odt = self.dt if self.native else self.cdt  # the GEMMs' operand dtype
         bt, h = sh.x.shape
-        self.one_chunk = sh.chunk >= bt
+        n = bt if tokens is None else tokens
+        self.one_chunk = sh.chunk >= n
         wx, ww, wb = want
         # accumulators: accum_dtype where it is wider than the compute dtype
         acc = sh.accum if sh.accum is not None and sh.accum.itemsize > self.cdt.itemsize else self.cdt
         dx_dt = self.dt if (self.native and not sh.coll.active) else self.cdt
         dw_dt = self.dt if (self.native and self.one_chunk and acc == self.cdt) else acc
-        alloc = torch.empty if bt else torch.zeros  # every chunk writes its dx rows; the first one dw
-        self.gr = NativeGrads(alloc(bt, h, dtype=dx_dt) if wx else None,
-                              alloc(sh.rows, h, dtype=dw_dt) if ww else None,
+        # the chunks write every dx row they cover and the first one writes dw: no fill unless rows are left out
+        self.gr = NativeGrads((torch.empty if 0 < n == bt else torch.zeros)(bt, h, dtype=dx_dt) if wx else None,
+                              (torch.empty if n else torch.zeros)(sh.rows, h, dtype=dw_dt) if ww else None,
                               torch.zeros(sh.rows, dtype=acc) if wb else None)
+        self._z = None  # the chunks' logits buffer, allocated once (a fresh large tensor per chunk costs page faults)
         # the weight (and bias) in the GEMMs' dtype: a view when native, one widened copy otherwise
         self.w = sh.w.to(self.odt)
         self.b = None if sh.b is None else sh.b.to(self.odt)
@@ -134,7 +143,11 @@ class NativePass:
     def logits(self, x_c: torch.Tensor) -> torch.Tensor:
         """(chunk, V_r) logits in the GEMMs' dtype (rounded once on the native path), soft-capped
         (``softcap * tanh(z / softcap)``, in the compute dtype, rounded once) when asked."""
-        z = torch.mm(x_c, self.w.T) if self.b is None else torch.addmm(self.b, x_c, self.w.T)
+        c = x_c.shape[0]
+        if self._z is None or self._z.shape[0] < c:  # the first chunk is the largest one
+            self._z = torch.empty(c, self.w.shape[0], dtype=self.odt)
+        z = self._z[:c]
+        torch.mm(x_c, self.w.T, out=z) if self.b is None else torch.addmm(self.b, x_c, self.w.T, out=z)
         cap = self.sh.softcap
         if cap:
             if z.dtype == self.cdt:
@@ -233,20 +246,41 @@ class NativePass:
                 self.gr.db[v0:v1] += gf.sum(0)
             z[:, v0:v1].copy_(gf if self.native else gf.to(self.dt))  # the one rounding of G
 
-    def products(self, z: torch.Tensor, x_c: torch.Tensor, t0: int, t1: int) -> None:
-        """dx[t0:t1] and this chunk's part of dW from G (in z)."""
+    def tokens(self, rows) -> torch.Tensor:
+        """The chunk's hidden states in the GEMMs' dtype, zero rows appended up to a multiple of
+        ``GEMM_ROWS`` (oneDNN's bfloat16 GEMMs run 25-35% slower per token on a ragged row count).
+        A zero row has zero gradient: its upstream gradient is 0 and its logits (0, or the bias) are finite."""
+        x_c = self.sh.x[rows]
+        m = x_c.shape[0]
+        if not m % GEMM_ROWS:
+            return x_c.to(self.odt)
+        padded = torch.zeros(m + (-m) % GEMM_ROWS, x_c.shape[1], dtype=self.odt)
+        padded[:m] = x_c
+        return padded
+
+    def products(self, zp: torch.Tensor, x_c: torch.Tensor, rows, first: bool) -> None:
+        """dx[rows] and this chunk's part of dW from G (in ``zp``, the padding rows zero); ``first``: the
+        first chunk (writes dW)."""
         gr = self.gr
         if gr.dx is not None:
-            _product_into(gr.dx[t0:t1], z, self.w, first=True)
+            m = gr.dx[rows].shape[0] if isinstance(rows, slice) else rows.numel()
+            if isinstance(rows, slice) and m == zp.shape[0]:
+                _product_into(gr.dx[rows], zp, self.w, first=True)
+            else:
+                dx_c = torch.empty(zp.shape[0], gr.dx.shape[1], dtype=gr.dx.dtype)
+                _product_into(dx_c, zp, self.w, first=True)
+                gr.dx[rows] = dx_c[:m]
         if gr.dw is not None:
-            _product_into(gr.dw, z.T, x_c, first=t0 == 0)
+            _product_into(gr.dw, zp.T, x_c, first=first)
 
-    def chunk(self, t0: int, t1: int, g: torch.Tensor | None, st: RowStats | None, gz: torch.Tensor | None = None):
-        """Run tokens [t0, t1): returns (per-token compute-dtype loss or None, stats, targets)."""
+    def chunk(self, rows, first: bool, g: torch.Tensor | None, st: RowStats | None, gz: torch.Tensor | None = None):
+        """Run the tokens ``rows`` (a slice, or an index tensor of positions); ``first``: the first chunk.
+        Returns (per-token compute-dtype loss or None, stats, targets)."""
         sh = self.sh
-        tg = targets_of(sh, t0, t1)
-        x_c = sh.x[t0:t1].to(self.odt)
-        z = self.logits(x_c)
+        tg = targets_of(sh, rows)
+        x_c = self.tokens(rows)
+        zp = self.logits(x_c)
+        z = zp[:tg.target.shape[0]]  # the chunk's own rows, without the padding
         loss = None
         if st is None:
             st = self.stats(z, tg)
@@ -260,7 +294,8 @@ class NativePass:
                 s = token_scale(tg, st)
                 g, gz = g * s, None if gz is None else gz * s
             self.gradient_in_place(z, tg, g, st, gz)
-            self.products(z, x_c, t0, t1)
+            zp[z.shape[0]:].zero_()
+            self.products(zp, x_c, rows, first)
         return loss, st, tg
 
     def _target_logit(self, z: torch.Tensor, tg: Targets) -> torch.Tensor:
@@ -312,27 +347,41 @@ def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all
     """The whole batch. ``g_all``: per-token upstream gradient of the cross entropy (compute dtype, BT)
     or None for no gradients; ``gz_all``: that of the z-loss (when ``sh.z_scale``); ``stats``: saved
     (row max, sum of exponentials) to skip the statistics (backward), or None.
-    Returns (PerToken or None, (row max, sum exp), (dx, dw, db))."""
+    Returns (PerToken or None, (row max, sum exp), (dx, dw, db)).
+
+    Ignored tokens (``target == ignore_index``) are left out of the chunks: every per-token output of
+    theirs is 0 and their gradient rows are 0 whatever their logits, so their three GEMMs would be
+    wasted work (a quarter of the batch when a prompt or padding is masked). Their row max and sum of
+    exponentials are returned as 0 and 1."""
     from .flce_chunks import correct, z_loss
 
-    hp = NativePass(sh, want if g_all is not None else (False, False, False))
     bt, cdt = sh.x.shape[0], sh.cdt
+    kept = (sh.target != sh.ignore_index).nonzero().squeeze(1) if bt else None
+    if kept is not None and kept.numel() == bt:
+        kept = None  # every token counts: chunks are slices, no gathers
+    n = bt if kept is None else kept.numel()
+    hp = NativePass(sh, want if g_all is not None else (False, False, False), tokens=n)
     out = None
     if stats is None:
         out = PerToken(torch.zeros(bt, dtype=cdt), torch.zeros(bt, dtype=cdt) if sh.z_scale else None,
                        torch.zeros(bt) if sh.accuracy else None)
-    row_max = torch.empty(bt, dtype=cdt) if stats is None else stats[0]
-    sum_exp = torch.empty(bt, dtype=cdt) if stats is None else stats[1]
-    for t0, t1 in spans(bt, sh.chunk):
-        st = None if stats is None else RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
-        loss, st, tg = hp.chunk(t0, t1, None if g_all is None else g_all[t0:t1], st,
-                                None if gz_all is None else gz_all[t0:t1])
+    if stats is not None:
+        row_max, sum_exp = stats
+    elif kept is None:  # every row is written below
+        row_max, sum_exp = torch.empty(bt, dtype=cdt), torch.empty(bt, dtype=cdt)
+    else:
+        row_max, sum_exp = torch.zeros(bt, dtype=cdt), torch.ones(bt, dtype=cdt)
+    for a, b in even_spans(n, sh.chunk, GEMM_ROWS):
+        rows = slice(a, b) if kept is None else kept[a:b]
+        st = None if stats is None else RowStats(row_max[rows], sum_exp[rows], None, None, None)
+        loss, st, tg = hp.chunk(rows, a == 0, None if g_all is None else g_all[rows], st,
+                                None if gz_all is None else gz_all[rows])
         if loss is not None:
             scale = token_scale(tg, st) if sh.token_scaling else None
-            out.loss[t0:t1] = loss if scale is None else loss * scale
-            row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
+            out.loss[rows] = loss if scale is None else loss * scale
+            row_max[rows], sum_exp[rows] = st.logits_max, st.sum_exp
             if out.z is not None:
-                out.z[t0:t1] = z_loss(sh, tg, st) if scale is None else z_loss(sh, tg, st) * scale
+                out.z[rows] = z_loss(sh, tg, st) if scale is None else z_loss(sh, tg, st) * scale
             if out.correct is not None:
-                out.correct[t0:t1] = correct(sh, tg, st, t0, t1)
+                out.correct[rows] = correct(tg, st)
     return out, (row_max, sum_exp), hp.finish()

@@ -141,14 +141,14 @@ def forward(x, w, b, target, cw, p: Params, want: tuple, backend):
         scale = _inverse(denom)
         rt = VP.route(sh, keep=precomputed)  # the backend's vocabulary-parallel kernels, where they serve
         for t0, t1 in spans(bt, p.chunk):
-            tg = chunks.targets_of(sh, t0, t1)
+            tg = chunks.targets_of(sh, slice(t0, t1))
             if rt is not None:
                 st, losses[t0:t1] = VP.chunk_stats(sh, rt, tg, t0, t1)
             else:
                 st = chunks.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=precomputed)
                 losses[t0:t1] = chunks.token_loss(sh, tg, st)
             if p.accuracy:
-                correct[t0:t1] = chunks.correct(sh, tg, st, t0, t1)
+                correct[t0:t1] = chunks.correct(tg, st)
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
             if st.target_mask is not None:  # the online max-sum kernel's
                 target_mask[t0:t1], masked_target[t0:t1] = st.target_mask, st.masked_target
@@ -208,7 +208,7 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_ta
         gr = chunks.Grads.new(sh, *want)
         row_sum = chunks.remainder_row_sum(sh) if _needs_remainder(sh, kernels, mode) and want[0] else None
         for t0, t1 in spans(x.shape[0], p.chunk):
-            tg = chunks.targets_of(sh, t0, t1)
+            tg = chunks.targets_of(sh, slice(t0, t1))
             st = chunks.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None)
             if target_mask is not None and target_mask.numel():
                 st.target_mask, st.masked_target = target_mask[t0:t1], masked_target[t0:t1]
