@@ -13,6 +13,9 @@ Cases (``CASES``):
   the three bare GEMMs (logits, ``G @ W``, ``G.T @ x``) alone. Target: >= 1.2x autograd at <= 0.25
   of its memory.
 * ``skinny_fp32`` / ``skinny_bf16``: BT 4, H 1024, V 262144 (decode-like): no slower than stock.
+* ``sft_bf16``: the ``bf16`` shape as instruction tuning sees it: four sequences of 512 tokens whose
+  first quarter (the prompt) is masked with ``ignore_index``. The other cases mask every 17th token
+  (padding). The cpu path runs no GEMM on ignored tokens; the stock path computes them all.
 
 Every candidate runs the same number of rounds, in the same order each round after one warm-up
 call each; the report gives each candidate's median and the median of the per-round ratios
@@ -39,16 +42,22 @@ import xloss.torch as xt
 from xloss.torch.memory import track_peak_memory
 
 SHAPES = {"bf16": (2048, 1024, 32000, torch.bfloat16), "fp32": (2048, 1024, 32000, torch.float32),
-          "skinny_fp32": (4, 1024, 262144, torch.float32), "skinny_bf16": (4, 1024, 262144, torch.bfloat16)}
+          "skinny_fp32": (4, 1024, 262144, torch.float32), "skinny_bf16": (4, 1024, 262144, torch.bfloat16),
+          "sft_bf16": (2048, 1024, 32000, torch.bfloat16)}
 CASES = tuple(SHAPES)
+PROMPT_MASKED = {"sft_bf16": (512, 128)}  # case -> (sequence length, masked prompt tokens at its start)
 
 
-def problem(bt, h, v, dtype, seed=0):
+def problem(bt, h, v, dtype, seed=0, prompt=None):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(bt, h, generator=g) * 0.5).to(dtype).requires_grad_()
     w = (torch.randn(v, h, generator=g) * 0.02).to(dtype).requires_grad_()
     t = torch.randint(0, v, (bt,), generator=g)
-    t[::17] = -100  # some padding
+    if prompt is None:
+        t[::17] = -100  # some padding
+    else:
+        seq, masked = prompt
+        t.view(-1, seq)[:, :masked] = -100
     return x, w, t
 
 
@@ -82,7 +91,7 @@ def _clear(x, w):
 
 def measure(case: str, reps: int = 5) -> dict:
     bt, h, v, dtype = SHAPES[case]
-    x, w, t = problem(bt, h, v, dtype)
+    x, w, t = problem(bt, h, v, dtype, prompt=PROMPT_MASKED.get(case))
     fns = candidates(case, x, w, t)
     base = next(iter(fns))
     for fn in fns.values():  # warm-up: imports, kernels, allocator

@@ -177,28 +177,40 @@ def test_large_logits_are_stable():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("bias", [False, True])
-def test_cpu_path_leaves_ignored_tokens_out_whatever_their_hidden_states(dtype, reduction, bias):
-    # the cpu path runs no GEMM on ignored tokens (their outputs and gradient rows are 0 anyway): NaN or
-    # inf in their hidden states reaches no output, bit for bit the call with those rows zeroed
-    x, w, b, t = problem(45, 8, 21, seed=7, dtype=dtype, ignore_every=4, bias=bias, scale=0.5)
+@pytest.mark.parametrize("bt,chunk", [(45, 16), (400, None), (1200, 400)])
+def test_cpu_path_leaves_ignored_tokens_out_whatever_their_hidden_states(dtype, reduction, bias, bt, chunk):
+    # the cpu path runs no GEMM on ignored tokens (their outputs and gradient rows are 0 anyway) from
+    # flce_native.PAD_FROM tokens on, and zeroes them in smaller batches: NaN or inf in their hidden
+    # states reaches no output, bit for bit the call with those rows zeroed. (400, None): one gathered
+    # chunk of 300 tokens, padded; (1200, 400): three of 300, the last padded.
+    x, w, b, t = problem(bt, 8, 21, seed=7, dtype=dtype, ignore_every=4, bias=bias, scale=0.5)
     dirty, clean = x.clone(), x.clone()
     dirty[::4] = float("nan")
     dirty[4::8, 0] = float("inf")
     clean[::4] = 0
+    upstream = torch.tensor(1.0, dtype=F64) if reduction != "none" else torch.linspace(0.5, 1.5, bt, dtype=F64)
 
     def run(inp):
         leaves = [a.detach().clone().requires_grad_() for a in (inp, w) + ((b,) if bias else ())]
         loss = xt.fused_linear_cross_entropy(*leaves[:2], t, leaves[2] if bias else None, reduction=reduction,
-                                             chunk_size=16, backend="cpu")
-        loss.backward(torch.ones_like(loss))
+                                             chunk_size=chunk, backend="cpu")
+        loss.backward(upstream.to(loss.dtype))
         return [loss.detach()] + [a.grad for a in leaves]
 
     got, exp = run(dirty), run(clean)
     for name, a, e in zip(("loss", "input", "weight", "bias"), got, exp):
         assert torch.equal(a, e), name
     assert not got[1][::4].any()
-    if dtype == torch.float32:  # and the clean call is PyTorch's
-        compare(clean, w, b, t, reduction=reduction, chunk_size=16, backend="cpu", tol=2e-5)
+    # and the clean call is PyTorch's (float32) or the documented 16-bit numerics
+    if dtype == torch.float32:
+        compare(clean, w, b, t, upstream=lambda loss: upstream.expand_as(loss), reduction=reduction,
+                chunk_size=chunk, backend="cpu", tol=2e-5)
+    else:
+        exp_loss, want = half_reference(clean, w, b, t, upstream, native=flce_native.native_gemm(dtype),
+                                        reduction=reduction)
+        close(got[0], exp_loss, 2e-6, "loss")
+        for name, a, e in zip(("input", "weight", "bias"), got[1:], want):
+            assert_within_ulps(a, e, 1, f"{name} grad", floor=e.abs().max().item() * 2**-14)
 
 
 # -- gradcheck -------------------------------------------------------------------------------

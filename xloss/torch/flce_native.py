@@ -29,9 +29,10 @@ take this path (every product and sum in float64) when a call needs what only it
 soft-capping and z-loss (:func:`xloss.torch.fused_linear_cross_entropy`); ``accum_dtype=float64``
 widens the weight/bias gradient accumulators.
 
-The chunks cover only the tokens that are not ignored (gathered when some are), in near-equal
-sizes (a ragged tail chunk would cost a pass over the weight for little work), each padded with zero
-rows to a multiple of ``GEMM_ROWS`` tokens; the logits buffer is allocated once per call.
+The chunks cover only the tokens that are not ignored (gathered when some are; in a batch of fewer
+than ``PAD_FROM`` tokens their hidden states are zeroed instead), in near-equal sizes (a ragged
+tail chunk would cost a pass over the weight for little work), chunks of ``PAD_FROM`` tokens or more
+padded with zero rows to a multiple of ``GEMM_ROWS``; the logits buffer is allocated once per call.
 
 On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
 ``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows``) where Numba is
@@ -52,7 +53,8 @@ from .flce_chunks import NO_INDEX, RowStats, Shard, Targets, targets_of, token_l
 HALF = (torch.bfloat16, torch.float16)
 DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 goes through the backend kernel)
 # float64 takes this path too when a call needs what only it computes (softcap, z-loss): see NativePass
-GEMM_ROWS = 16  # a chunk's token count is padded to a multiple of this (see NativePass.tokens)
+GEMM_ROWS = 16  # a chunk of at least PAD_FROM tokens is padded to a multiple of this (see NativePass.tokens)
+PAD_FROM = 256  # below, the GEMMs stream the weight (memory-bound): padding only costs time and memory
 _ROW_PASSES = []  # the Numba row passes, loaded once (None where Numba is missing)
 
 
@@ -246,24 +248,29 @@ class NativePass:
                 self.gr.db[v0:v1] += gf.sum(0)
             z[:, v0:v1].copy_(gf if self.native else gf.to(self.dt))  # the one rounding of G
 
-    def tokens(self, rows) -> torch.Tensor:
-        """The chunk's hidden states in the GEMMs' dtype, zero rows appended up to a multiple of
-        ``GEMM_ROWS`` (oneDNN's bfloat16 GEMMs run 25-35% slower per token on a ragged row count).
-        A zero row has zero gradient: its upstream gradient is 0 and its logits (0, or the bias) are finite."""
+    def tokens(self, rows, valid: torch.Tensor) -> torch.Tensor:
+        """The chunk's hidden states in the GEMMs' dtype. From ``PAD_FROM`` tokens on, zero rows are
+        appended up to a multiple of ``GEMM_ROWS`` (oneDNN's bfloat16 GEMMs run 25-35% slower per token
+        on a ragged row count); :meth:`chunk` zeroes the padding rows of G, so they add nothing to dW.
+        Ignored tokens still in the chunk (``valid`` False: a batch too small to leave them out) are
+        zeroed, so their hidden states reach no output here either."""
         x_c = self.sh.x[rows]
         m = x_c.shape[0]
-        if not m % GEMM_ROWS:
+        pad = (-m) % GEMM_ROWS if m >= PAD_FROM else 0
+        ignored = not bool(valid.all())
+        if not (pad or ignored):
             return x_c.to(self.odt)
-        padded = torch.zeros(m + (-m) % GEMM_ROWS, x_c.shape[1], dtype=self.odt)
+        padded = torch.zeros(m + pad, x_c.shape[1], dtype=self.odt)
         padded[:m] = x_c
+        if ignored:
+            padded[:m][~valid] = 0
         return padded
 
-    def products(self, zp: torch.Tensor, x_c: torch.Tensor, rows, first: bool) -> None:
-        """dx[rows] and this chunk's part of dW from G (in ``zp``, the padding rows zero); ``first``: the
-        first chunk (writes dW)."""
+    def products(self, zp: torch.Tensor, m: int, x_c: torch.Tensor, rows, first: bool) -> None:
+        """dx[rows] and this chunk's part of dW from G (the first ``m`` rows of ``zp``, the padding rows
+        zero); ``first``: the first chunk (writes dW)."""
         gr = self.gr
         if gr.dx is not None:
-            m = gr.dx[rows].shape[0] if isinstance(rows, slice) else rows.numel()
             if isinstance(rows, slice) and m == zp.shape[0]:
                 _product_into(gr.dx[rows], zp, self.w, first=True)
             else:
@@ -278,7 +285,7 @@ class NativePass:
         Returns (per-token compute-dtype loss or None, stats, targets)."""
         sh = self.sh
         tg = targets_of(sh, rows)
-        x_c = self.tokens(rows)
+        x_c = self.tokens(rows, tg.valid)
         zp = self.logits(x_c)
         z = zp[:tg.target.shape[0]]  # the chunk's own rows, without the padding
         loss = None
@@ -295,7 +302,7 @@ class NativePass:
                 g, gz = g * s, None if gz is None else gz * s
             self.gradient_in_place(z, tg, g, st, gz)
             zp[z.shape[0]:].zero_()
-            self.products(zp, x_c, rows, first)
+            self.products(zp, z.shape[0], x_c, rows, first)
         return loss, st, tg
 
     def _target_logit(self, z: torch.Tensor, tg: Targets) -> torch.Tensor:
@@ -349,16 +356,18 @@ def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all
     (row max, sum of exponentials) to skip the statistics (backward), or None.
     Returns (PerToken or None, (row max, sum exp), (dx, dw, db)).
 
-    Ignored tokens (``target == ignore_index``) are left out of the chunks: every per-token output of
-    theirs is 0 and their gradient rows are 0 whatever their logits, so their three GEMMs would be
-    wasted work (a quarter of the batch when a prompt or padding is masked). Their row max and sum of
-    exponentials are returned as 0 and 1."""
+    Ignored tokens (``target == ignore_index``) are left out of the chunks from ``PAD_FROM`` tokens
+    on: every per-token output of theirs is 0 and their gradient rows are 0 whatever their logits, so
+    their three GEMMs would be wasted work (a quarter of the batch when a prompt is masked). Their
+    row max and sum of exponentials are returned as 0 and 1. A smaller batch keeps them in, with
+    their hidden states zeroed (:meth:`NativePass.tokens`)."""
     from .flce_chunks import correct, z_loss
 
     bt, cdt = sh.x.shape[0], sh.cdt
-    kept = (sh.target != sh.ignore_index).nonzero().squeeze(1) if bt else None
-    if kept is not None and kept.numel() == bt:
-        kept = None  # every token counts: chunks are slices, no gathers
+    kept = None  # every token in the chunks (slices, no gathers)
+    if bt >= PAD_FROM:  # below, the weight's stream sets the GEMMs' time, not the token count
+        kept = (sh.target != sh.ignore_index).nonzero().squeeze(1)
+        kept = None if kept.numel() == bt else kept
     n = bt if kept is None else kept.numel()
     hp = NativePass(sh, want if g_all is not None else (False, False, False), tokens=n)
     out = None
