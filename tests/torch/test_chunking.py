@@ -9,22 +9,27 @@ from xloss.torch import chunking
 
 
 @pytest.mark.parametrize("hidden,vocab", [(1024, 32000), (4096, 128256), (768, 50257), (64, 1000), (16, 50),
-                                          (8192, 256000), (1, 1)])
-def test_default_chunk_keeps_the_logits_near_the_weight_size_within_the_clamps(hidden, vocab):
+                                          (8192, 256000), (1, 1), (256, 32000)])
+def test_default_chunk_is_the_gemm_floor_within_the_logits_clamps(hidden, vocab):
     chunk = chunking.default_chunk_size(hidden, vocab)
     logits = chunk * vocab
     assert chunk >= 1
     assert logits <= chunking.LOGITS_MAX_ELEMENTS
-    # at least the floor (up to the rounding to a multiple of 64 tokens), at most the weight's size
+    # at least the floor (up to the rounding to a multiple of 64 tokens)
     assert logits >= min(chunking.LOGITS_MIN_ELEMENTS, chunking.LOGITS_MAX_ELEMENTS) - 64 * vocab
-    assert logits <= max(vocab * hidden, chunking.LOGITS_MIN_ELEMENTS)
-    if chunking.LOGITS_MIN_ELEMENTS <= vocab * hidden <= chunking.LOGITS_MAX_ELEMENTS and hidden >= 64:
-        assert hidden - 64 < chunk <= hidden
+    if chunking.LOGITS_MIN_ELEMENTS <= chunking.CHUNK_TOKENS * vocab <= chunking.LOGITS_MAX_ELEMENTS:
+        assert chunking.CHUNK_TOKENS - 64 < chunk <= chunking.CHUNK_TOKENS
+    # the same whatever the hidden size
+    assert chunk == chunking.default_chunk_size(1, vocab) == chunking.default_chunk_size(8 * hidden, vocab)
 
 
-def test_the_issue_target_shape_uses_four_chunks_of_1024_tokens():
-    assert chunking.default_chunk_size(1024, 32000) == 1024
-    assert chunking.default_vocab_chunk_size(1024, 1024, 32000) == 8192
+def test_the_issue_target_shape_runs_five_even_chunks():
+    # BT 2048, H 1024, V 32000: at most 448 tokens a chunk makes five chunks, evened out to 416 tokens (a
+    # multiple of 16) and a 384-token tail; the vocabulary in blocks of 8192 rows
+    chunk = chunking.default_chunk_size(1024, 32000)
+    assert chunk == 448
+    assert chunking.even_spans(2048, chunk, 16) == [(0, 416), (416, 832), (832, 1248), (1248, 1664), (1664, 2048)]
+    assert chunking.default_vocab_chunk_size(chunk, 1024, 32000) == 8192
 
 
 def test_vocabulary_block_is_bounded_and_never_exceeds_the_shard():

@@ -181,14 +181,15 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
       for float64 operands) already, the project's floor, so only ``torch.float64`` changes anything
       (the cpu backend's path; refused elsewhere); narrower dtypes are accepted and mean float32.
 
-    Ignored tokens: the cpu path (float32 and 16-bit operands) runs no GEMM on them, so their
-    hidden states never reach an output; other backends compute them with a zero upstream gradient.
+    Ignored tokens: the cpu path (float32 and 16-bit operands) runs no GEMM on them (a batch of
+    fewer than 256 tokens keeps them in, zeroed), so their hidden states never reach an output;
+    other backends compute them with a zero upstream gradient.
 
-    Memory: tokens are processed ``chunk_size`` at a time, so the transient logits are
-    ``chunk_size × V`` float32. The default (:func:`xloss.torch.chunking.default_chunk_size`) is
-    ``H`` tokens — logits about the size of the weight gradient — clamped to between 2**20 and
-    2**26 logits per chunk. ``vocab_chunk_size`` bounds the rows of ``weight`` per kernel call
-    (default: about 32 MiB of kernel outputs per call).
+    Memory: tokens are processed ``chunk_size`` at a time (at most; the chunks are evened out), so
+    the transient logits are ``chunk_size × V`` float32. The default
+    (:func:`xloss.torch.chunking.default_chunk_size`) is 448 tokens, the fewest at which the GEMMs
+    keep their rate, clamped to between 2**20 and 2**26 logits per chunk. ``vocab_chunk_size``
+    bounds the rows of ``weight`` per kernel call (default: about 32 MiB of kernel outputs per call).
 
     ``backend``: the xloss backend whose ``fused_linear_cross_entropy_grad`` computes the
     gradients (name or object; default ``cpu`` where available).
