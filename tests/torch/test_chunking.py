@@ -10,26 +10,28 @@ from xloss.torch import chunking
 
 @pytest.mark.parametrize("hidden,vocab", [(1024, 32000), (4096, 128256), (768, 50257), (64, 1000), (16, 50),
                                           (8192, 256000), (1, 1), (256, 32000)])
-def test_default_chunk_is_the_gemm_floor_within_the_logits_clamps(hidden, vocab):
+def test_default_chunk_keeps_the_logits_near_the_weight_size_within_the_clamps(hidden, vocab):
     chunk = chunking.default_chunk_size(hidden, vocab)
     logits = chunk * vocab
     assert chunk >= 1
     assert logits <= chunking.LOGITS_MAX_ELEMENTS
-    # at least the floor (up to the rounding to a multiple of 64 tokens)
+    # at least the floor (up to the rounding to a multiple of 64 tokens), at most the weight's size
+    # or the token floor's logits
     assert logits >= min(chunking.LOGITS_MIN_ELEMENTS, chunking.LOGITS_MAX_ELEMENTS) - 64 * vocab
-    if chunking.LOGITS_MIN_ELEMENTS <= chunking.CHUNK_TOKENS * vocab <= chunking.LOGITS_MAX_ELEMENTS:
-        assert chunking.CHUNK_TOKENS - 64 < chunk <= chunking.CHUNK_TOKENS
-    # the same whatever the hidden size
-    assert chunk == chunking.default_chunk_size(1, vocab) == chunking.default_chunk_size(8 * hidden, vocab)
+    tokens = max(hidden, chunking.MIN_CHUNK_TOKENS)
+    assert logits <= max(vocab * tokens, chunking.LOGITS_MIN_ELEMENTS)
+    if chunking.LOGITS_MIN_ELEMENTS <= vocab * tokens <= chunking.LOGITS_MAX_ELEMENTS:
+        assert tokens - 64 < chunk <= tokens
 
 
-def test_the_issue_target_shape_runs_five_even_chunks():
-    # BT 2048, H 1024, V 32000: at most 448 tokens a chunk makes five chunks, evened out to 416 tokens (a
-    # multiple of 16) and a 384-token tail; the vocabulary in blocks of 8192 rows
+def test_the_issue_target_shape_uses_two_chunks_of_1024_tokens():
     chunk = chunking.default_chunk_size(1024, 32000)
-    assert chunk == 448
-    assert chunking.even_spans(2048, chunk, 16) == [(0, 416), (416, 832), (832, 1248), (1248, 1664), (1664, 2048)]
+    assert chunk == 1024
+    assert chunking.even_spans(2048, chunk, 16) == [(0, 1024), (1024, 2048)]
+    assert chunking.even_spans(1927, chunk, 16) == [(0, 976), (976, 1927)]  # every 17th token ignored
     assert chunking.default_vocab_chunk_size(chunk, 1024, 32000) == 8192
+    # a small hidden size gets the token floor, not H tokens
+    assert chunking.default_chunk_size(256, 32000) == chunking.MIN_CHUNK_TOKENS
 
 
 def test_vocabulary_block_is_bounded_and_never_exceeds_the_shard():

@@ -1,14 +1,17 @@
 """How the fused linear-cross-entropy cuts its work: tokens into chunks, the vocabulary into blocks.
 
 Token chunk (``chunk_size``). The transient the chunk costs is its logits, ``chunk × V``
-float32, so the chunk should be as small as the GEMMs allow. The default is ``CHUNK_TOKENS``
-(448) tokens, clamped so the chunk's logits hold between 2**20 elements (smaller chunks only add
-per-chunk overhead) and 2**26 elements (256 MiB). On the reference machine (2-core AMD Zen 4,
-PyTorch's MKL/oneDNN GEMMs, 2026-11-26) the three products of a chunk ran at full rate from about
-384 tokens up (logits and ``dx`` have M = tokens, ``dW`` has K = tokens and accumulates inside the
-GEMM), and 256-token chunks lost 5-10% whatever H was. The earlier default of H tokens was 1.5%
-faster at H = 1024, V = 32000, BT 2048 (within noise), at 0.35 of autograd's peak memory against
-0.25 now. At H = 256 it was 10% slower. The number of chunks is kept and their sizes evened out
+float32. The default makes that about the size of the weight gradient the call must hold anyway
+(``V × H``): ``chunk_size = H`` tokens, but never fewer than ``MIN_CHUNK_TOKENS`` (448), and
+clamped so the chunk's logits hold between 2**20 elements (smaller chunks only add per-chunk
+overhead) and 2**26 elements (256 MiB). Why not smaller: every chunk streams the weight twice
+(logits, ``dx``) and reads and writes the (V, H) weight-gradient accumulator once, and below a
+few hundred tokens the GEMMs lose rate. Measured on the reference machine (2-core AMD Zen 4,
+2026-11-26, float32, interleaved): at BT 2048, H 1024, V 32000, chunks of at most 1024 / 512 /
+448 tokens ran 1.16× / 1.11× / 1.08× autograd at 0.35 / 0.26 / 0.25 of its peak memory; at H 256
+(BT 4096), 448-token chunks were 8-12% faster than 256-token ones. Why not larger: peak memory
+grows with the chunk, and at ``chunk = H`` the whole call peaks near 2× the weight gradient
+instead of 3 × BT × V floats. The number of chunks is kept and their sizes evened out
 (:func:`even_spans`), so the actual chunk is often a little smaller.
 
 16-bit operands on the native path (:mod:`.flce_native`) hold a chunk's logits in the operand
@@ -31,7 +34,7 @@ from __future__ import annotations
 from ..errors import XLossValueError
 from . import _checks as checks
 
-CHUNK_TOKENS = 448
+MIN_CHUNK_TOKENS = 448
 LOGITS_MIN_ELEMENTS = 1 << 20
 LOGITS_MAX_ELEMENTS = 1 << 26
 BLOCK_ELEMENTS = 1 << 23
@@ -43,10 +46,9 @@ def _round_down(n: int, multiple: int) -> int:
 
 
 def default_chunk_size(hidden: int, vocab: int) -> int:
-    """Tokens per chunk for (this shard's) vocabulary V: see the module docstring. ``hidden`` stays in
-    the signature for callers of the earlier, H-based default; the default no longer depends on it."""
+    """Tokens per chunk for hidden size H and (this shard's) vocabulary V: see the module docstring."""
     vocab = max(vocab, 1)
-    elements = min(max(vocab * CHUNK_TOKENS, LOGITS_MIN_ELEMENTS), LOGITS_MAX_ELEMENTS)
+    elements = min(max(vocab * max(hidden, MIN_CHUNK_TOKENS), LOGITS_MIN_ELEMENTS), LOGITS_MAX_ELEMENTS)
     return max(1, _round_down(elements // vocab, 64))
 
 

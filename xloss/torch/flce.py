@@ -187,8 +187,9 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
 
     Memory: tokens are processed ``chunk_size`` at a time (at most; the chunks are evened out), so
     the transient logits are ``chunk_size × V`` float32. The default
-    (:func:`xloss.torch.chunking.default_chunk_size`) is 448 tokens, the fewest at which the GEMMs
-    keep their rate, clamped to between 2**20 and 2**26 logits per chunk. ``vocab_chunk_size``
+    (:func:`xloss.torch.chunking.default_chunk_size`) is ``H`` tokens — logits about the size of the
+    weight gradient — but at least 448 (below, the GEMMs lose rate), clamped to between 2**20 and
+    2**26 logits per chunk. ``vocab_chunk_size``
     bounds the rows of ``weight`` per kernel call (default: about 32 MiB of kernel outputs per call).
 
     ``backend``: the xloss backend whose ``fused_linear_cross_entropy_grad`` computes the
