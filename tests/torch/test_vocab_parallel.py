@@ -142,6 +142,21 @@ def test_sharded_forward_and_backward_match_cross_entropy(world, dtype, backend,
     assert len(kernel_calls) == (3 * world if backend == "reference" else 0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("chunk", [None, 160])
+def test_cpu_path_leaves_ignored_tokens_out_on_every_rank_alike(dtype, reduction, chunk, kernel_calls):
+    # 400 tokens, a quarter ignored: every rank gathers the same 300 (one chunk padded to 304, or two
+    # of 160 and 140), so the per-chunk all-reduces pair up; NaN in an ignored row reaches no rank
+    x, w, t, up = make_case(23, bt=400, h=8, v=37)
+    x, w = x.to(dtype), w.to(dtype)
+    x[1::4] = float("nan")
+    results = sharded(2, x, w, t, up, reduction, "cpu", chunk_size=chunk)
+    clean = torch.where((t == -100)[:, None], 0.0, x.double()).to(dtype)
+    check_ranks(results, oracle(clean, w, t, up, reduction), TOL[dtype], f"cpu 2 shards {reduction} chunk {chunk}")
+    assert not results[0][1][1::4].any()
+
+
 def declares_online_max_sum(backend, dtype):
     for mask in ("bool", "bitpacked"):
         req = Request("fused_linear_online_max_sum", dtype, None,
