@@ -96,4 +96,3 @@ def even_spans(total: int, step: int, multiple: int = 1):
     size = -(-total // pieces)
     size = min(step, -(-size // multiple) * multiple)
     return spans(total, size)
-
