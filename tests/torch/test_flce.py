@@ -180,7 +180,7 @@ def test_large_logits_are_stable():
 @pytest.mark.parametrize("bt,chunk", [(45, 16), (400, None), (1200, 400)])
 def test_cpu_path_leaves_ignored_tokens_out_whatever_their_hidden_states(dtype, reduction, bias, bt, chunk):
     # the cpu path runs no GEMM on ignored tokens (their outputs and gradient rows are 0 anyway) from
-    # flce_native.PAD_FROM tokens on, and zeroes them in smaller batches: NaN or inf in their hidden
+    # flce_native.COMPUTE_BOUND_ROWS tokens on, and zeroes them in smaller batches: NaN or inf in their hidden
     # states reaches no output, bit for bit the call with those rows zeroed. (400, None): one gathered
     # chunk of 300 tokens, padded; (1200, 400): three of 300, the last padded.
     x, w, b, t = problem(bt, 8, 21, seed=7, dtype=dtype, ignore_every=4, bias=bias, scale=0.5)

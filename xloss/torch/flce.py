@@ -24,9 +24,9 @@ float32 and 16-bit operands with the ``cpu`` backend (or the default) take :mod:
 the same two ways, with PyTorch's GEMMs called here and fused Numba row passes (16-bit: the
 products on the CPU's native 16-bit GEMMs and G rounded once to the operand dtype); the loss is
 float32 (as transformers and cut-cross-entropy return it), the gradients are in the operands'
-dtype. That path leaves ignored tokens out of its GEMMs, as cut-cross-entropy does: their losses
-and gradient rows are 0 whatever their hidden states (NaN in a padding row reaches no gradient),
-and a masked prompt or padding costs no work. Under ``torch.autocast("cpu")`` the operands are
+dtype. That path does no GEMM work for ignored tokens, as cut-cross-entropy (see "Ignored tokens" on
+:func:`fused_linear_cross_entropy`): a masked prompt or padding costs nothing, and NaN in a padding
+row reaches no output. Under ``torch.autocast("cpu")`` the operands are
 cast to the autocast dtype first, as ``F.linear`` would cast them.
 
 Second-order gradients (``create_graph=True``) are not supported: the backward raises

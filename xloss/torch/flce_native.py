@@ -30,9 +30,10 @@ soft-capping and z-loss (:func:`xloss.torch.fused_linear_cross_entropy`); ``accu
 widens the weight/bias gradient accumulators.
 
 The chunks cover only the tokens that are not ignored (gathered when some are; in a batch of fewer
-than ``PAD_FROM`` tokens their hidden states are zeroed instead), in near-equal sizes (a ragged
-tail chunk would cost a pass over the weight for little work), chunks of ``PAD_FROM`` tokens or more
-padded with zero rows to a multiple of ``GEMM_ROWS``; the logits buffer is allocated once per call.
+than ``COMPUTE_BOUND_ROWS`` tokens their hidden states are zeroed instead), in near-equal sizes (a
+ragged tail chunk would cost a pass over the weight for little work), chunks of
+``COMPUTE_BOUND_ROWS`` tokens or more padded with zero rows to a multiple of ``GEMM_ROWS``; the
+logits buffer is allocated once per call.
 
 On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
 ``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows``) where Numba is
@@ -53,8 +54,11 @@ from .flce_chunks import NO_INDEX, RowStats, Shard, Targets, targets_of, token_l
 HALF = (torch.bfloat16, torch.float16)
 DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 goes through the backend kernel)
 # float64 takes this path too when a call needs what only it computes (softcap, z-loss): see NativePass
-GEMM_ROWS = 16  # a chunk of at least PAD_FROM tokens is padded to a multiple of this (see NativePass.tokens)
-PAD_FROM = 256  # below, the GEMMs stream the weight (memory-bound): padding only costs time and memory
+# From COMPUTE_BOUND_ROWS tokens on a chunk's GEMMs are compute-bound: ignored tokens are left out and
+# the chunk is padded to a multiple of GEMM_ROWS. Below, they stream the weight (memory-bound), so
+# leaving tokens out saves nothing and a ragged row count costs time (see run, NativePass.tokens).
+COMPUTE_BOUND_ROWS = 256
+GEMM_ROWS = 16
 _ROW_PASSES = []  # the Numba row passes, loaded once (None where Numba is missing)
 
 
@@ -249,14 +253,14 @@ class NativePass:
             z[:, v0:v1].copy_(gf if self.native else gf.to(self.dt))  # the one rounding of G
 
     def tokens(self, rows, valid: torch.Tensor) -> torch.Tensor:
-        """The chunk's hidden states in the GEMMs' dtype. From ``PAD_FROM`` tokens on, zero rows are
-        appended up to a multiple of ``GEMM_ROWS`` (oneDNN's bfloat16 GEMMs run 25-35% slower per token
+        """The chunk's hidden states in the GEMMs' dtype. From ``COMPUTE_BOUND_ROWS`` tokens on, zero rows
+        are appended up to a multiple of ``GEMM_ROWS`` (oneDNN's bfloat16 GEMMs run 25-35% slower per token
         on a ragged row count); :meth:`chunk` zeroes the padding rows of G, so they add nothing to dW.
         Ignored tokens still in the chunk (``valid`` False: a batch too small to leave them out) are
         zeroed, so their hidden states reach no output here either."""
         x_c = self.sh.x[rows]
         m = x_c.shape[0]
-        pad = (-m) % GEMM_ROWS if m >= PAD_FROM else 0
+        pad = (-m) % GEMM_ROWS if m >= COMPUTE_BOUND_ROWS else 0
         ignored = not bool(valid.all())
         if not (pad or ignored):
             return x_c.to(self.odt)
@@ -356,8 +360,8 @@ def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all
     (row max, sum of exponentials) to skip the statistics (backward), or None.
     Returns (PerToken or None, (row max, sum exp), (dx, dw, db)).
 
-    Ignored tokens (``target == ignore_index``) are left out of the chunks from ``PAD_FROM`` tokens
-    on: every per-token output of theirs is 0 and their gradient rows are 0 whatever their logits, so
+    Ignored tokens (``target == ignore_index``) are left out of the chunks from ``COMPUTE_BOUND_ROWS``
+    tokens on: every per-token output of theirs is 0 and their gradient rows are 0 whatever their logits, so
     their three GEMMs would be wasted work (a quarter of the batch when a prompt is masked). Their
     row max and sum of exponentials are returned as 0 and 1. A smaller batch keeps them in, with
     their hidden states zeroed (:meth:`NativePass.tokens`)."""
@@ -365,21 +369,21 @@ def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all
 
     bt, cdt = sh.x.shape[0], sh.cdt
     kept = None  # every token in the chunks (slices, no gathers)
-    if bt >= PAD_FROM:  # below, the weight's stream sets the GEMMs' time, not the token count
+    if bt >= COMPUTE_BOUND_ROWS:  # below, the weight's stream sets the GEMMs' time, not the token count
         kept = (sh.target != sh.ignore_index).nonzero().squeeze(1)
         kept = None if kept.numel() == bt else kept
     n = bt if kept is None else kept.numel()
     hp = NativePass(sh, want if g_all is not None else (False, False, False), tokens=n)
     out = None
-    if stats is None:
-        out = PerToken(torch.zeros(bt, dtype=cdt), torch.zeros(bt, dtype=cdt) if sh.z_scale else None,
-                       torch.zeros(bt) if sh.accuracy else None)
     if stats is not None:
         row_max, sum_exp = stats
-    elif kept is None:  # every row is written below
-        row_max, sum_exp = torch.empty(bt, dtype=cdt), torch.empty(bt, dtype=cdt)
     else:
-        row_max, sum_exp = torch.zeros(bt, dtype=cdt), torch.ones(bt, dtype=cdt)
+        out = PerToken(torch.zeros(bt, dtype=cdt), torch.zeros(bt, dtype=cdt) if sh.z_scale else None,
+                       torch.zeros(bt) if sh.accuracy else None)
+        if kept is None:  # every row is written below
+            row_max, sum_exp = torch.empty(bt, dtype=cdt), torch.empty(bt, dtype=cdt)
+        else:
+            row_max, sum_exp = torch.zeros(bt, dtype=cdt), torch.ones(bt, dtype=cdt)
     for a, b in even_spans(n, sh.chunk, GEMM_ROWS):
         rows = slice(a, b) if kept is None else kept[a:b]
         st = None if stats is None else RowStats(row_max[rows], sum_exp[rows], None, None, None)
