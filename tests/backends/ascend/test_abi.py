@@ -29,8 +29,6 @@ def _phase_one(abi, op, d):
 
 @pytest.mark.parametrize("label, kw", [
     ("negative dim", dict(shape=[-1, 2], strides=[2, 1], storage=[8])),
-    ("negative stride", dict(shape=[2, 2], strides=[-2, 1], offset=2, storage=[8])),
-    ("negative offset", dict(shape=[2], strides=[1], offset=-1, storage=[8])),
     ("view past storage", dict(shape=[3, 3], strides=[3, 1], offset=0, storage=[8])),
     ("offset past storage", dict(shape=[1], strides=[1], offset=8, storage=[8])),
     ("stride overflow", dict(shape=[3], strides=[2**62], storage=[8])),
@@ -429,7 +427,7 @@ def test_malloc(session, abi):
     p = abi.ffi.new("void **")
     assert abi.lib.aclrtMalloc(p, 0, 0) == INVALID_PARAM
     assert abi.lib.aclrtMalloc(abi.NULL, 8, 0) == INVALID_PARAM
-    assert abi.lib.aclrtMalloc(p, 8, 77) == INVALID_PARAM
+    assert abi.lib.aclrtMalloc(p, 8, 77) == 0 and abi.lib.aclrtFree(p[0]) == 0  # any policy (test_vendor_fidelity)
     for size in (1, 3, 33, 1000):
         buf = session.malloc(size)
         assert int(abi.ffi.cast("uintptr_t", buf.ptr)) % 32 == 0

@@ -74,7 +74,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "drivingsdk_grad_alpha_swapped": ("PORT_FOCAL_DRIVINGSDK", "BUG_DS_GRAD_ALPHA_SWAPPED"),
     # the vocabulary-parallel forward (issue 17): CANN's contract as an outside port author gets it wrong
     "vp_end_inclusive": ("BUG_VP_END_INCLUSIVE",),  # the doc page's "target > vocabEndIndex"
-    "vp_padding_zero": ("BUG_VP_PADDING_ZERO",),  # the mask's padding bits left 0
+    "vp_padding_set": ("BUG_VP_PADDING_SET",),  # the mask's padding bits always set (not target 0's mask)
     "vp_pred_unshifted": ("BUG_VP_PRED_UNSHIFTED",),  # the predicted logit not relative to the max
     "vp_softmax_half_inv": ("BUG_VP_SOFTMAX_HALF_INV",),  # softmax times a FLOAT16 1/sum
 }

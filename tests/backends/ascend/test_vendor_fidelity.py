@@ -1,0 +1,219 @@
+"""Issue 27: the emulator accepts what CANN's libraries accept and answers as they do. Each test
+names the public source of the behaviour it holds (the backend README's provenance table)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xloss.backends.ascend_aclnn import _cdef as C
+from xloss.reference import flce
+
+NULLPTR, INVALID = C.ACLNN_ERR_PARAM_NULLPTR, C.ACLNN_ERR_PARAM_INVALID
+INNER = 561000  # ACLNN_ERR_INNER
+ACL_ERROR_INVALID_PARAM = 100000
+MS, CE = "aclnnFusedLinearOnlineMaxSum", "aclnnFusedCrossEntropyLossWithMaxSum"
+ACL_FORMAT_NC, ACL_FORMAT_NCL = 35, 47  # runtime include/external/acl/acl_base_rt.h
+
+
+def _strides(abi, t):
+    ffi = abi.ffi
+    arr, n = ffi.new("int64_t **"), ffi.new("uint64_t *")
+    assert abi.lib.aclGetViewStrides(t, arr, n) == 0
+    out = [arr[0][i] for i in range(n[0])]
+    import ctypes
+
+    ctypes.CDLL(None).free(ctypes.c_void_p(int(ffi.cast("uintptr_t", arr[0]))))
+    return out
+
+
+# ---- aclCreateTensor: opbase src/nnopbase/common/api/acl_op_api.cpp and the aclTensor constructor --------
+
+
+def test_null_strides_with_a_zero_dim_are_the_plain_product(session, abi):
+    """opbase shape_utils.cpp ToContiguousStrides: strides[i] = dim[i+1] * strides[i+1], zeros included."""
+    ffi, lib = abi.ffi, abi.lib
+    buf = session.malloc(64)
+    t = lib.aclCreateTensor(ffi.new("int64_t[]", [2, 0, 3]), 3, C.ACL_FLOAT, ffi.NULL, 0, C.ACL_FORMAT_ND,
+                            ffi.new("int64_t[]", [0]), 1, buf.ptr)
+    assert t != ffi.NULL
+    assert _strides(abi, t) == [0, 3, 1]
+    assert lib.aclDestroyTensor(t) == 0
+
+
+@pytest.mark.parametrize("label, kw", [
+    ("negative stride", dict(shape=[2, 2], strides=[-2, 1], offset=2, storage=[8])),
+    ("negative offset", dict(shape=[2], strides=[1], offset=-1, storage=[8])),
+])
+def test_negative_strides_and_offsets_are_created_and_refused_by_operators(session, abi, ops, label, kw):
+    """opbase acl_op_api.cpp aclCreateTensor refuses only NULL dims arrays: the tensor is made and reads
+    back as given; phase one of an operator refuses the view (the emulator's choice: 161002)."""
+    buf = session.malloc(64)
+    t = abi.create(buf, kw["shape"], C.ACL_FLOAT, strides=kw["strides"], offset=kw["offset"], storage=kw["storage"])
+    assert t != abi.NULL, abi.message()
+    assert _strides(abi, t) == kw["strides"]
+    off = abi.ffi.new("int64_t *")
+    assert abi.lib.aclGetViewOffset(t, off) == 0 and off[0] == kw["offset"]
+    d = ops.args(session, "aclnnBinaryCrossEntropyBackward")
+    d["self"] = t
+    st, _, ex = abi.phase_one("aclnnBinaryCrossEntropyBackward", *d.values())
+    assert st == INVALID and ex == abi.NULL
+    assert abi.lib.aclDestroyTensor(t) == 0
+
+
+@pytest.mark.parametrize("fmt", [ACL_FORMAT_NC, ACL_FORMAT_NCL])
+def test_nc_and_ncl_formats_are_plain_layouts(session, abi, emu, fmt):
+    """runtime acl_base_rt.h: ACL_FORMAT_NC = 35, ACL_FORMAT_NCL = 47; aclCreateTensor takes them and the
+    operators read them as ND (their element order is the view's)."""
+    x = np.array([[0.25, 0.5, 0.75], [0.1, 0.9, 0.5]], np.float32)
+    y = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.5]], np.float32)
+    results = []
+    for f in (C.ACL_FORMAT_ND, fmt):
+        tx, _ = session.put(x)
+        bx = session.upload(x)
+        tx = session.tensor(bx, x.shape, x.dtype, fmt=f) if f != C.ACL_FORMAT_ND else tx
+        out, obuf = session.empty(x.shape, np.float32)
+        session.run("aclnnBinaryCrossEntropyBackward", session.put(np.asarray(1.0, np.float32))[0], tx,
+                    session.put(y)[0], abi.NULL, 0, out)
+        results.append(session.download(obuf, x.shape, np.float32))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+# ---- runtime: src/acl/aclrt_impl/memory.cpp (aclMallocMemInner, MemcpyKindTranslate) ---------------------
+
+
+@pytest.mark.parametrize("policy", [6, 7, 0x100000, 0x2, 0x1006, 0x7FFFFFFF])
+def test_malloc_takes_any_policy(session, abi, policy):
+    """aclMallocMemInner maps every policy it does not name to the default flags: no value is refused."""
+    p = abi.ffi.new("void **")
+    assert abi.lib.aclrtMalloc(p, 64, policy) == 0
+    assert abi.lib.aclrtFree(p[0]) == 0
+
+
+@pytest.mark.parametrize("kind, ok", [(4, True), (5, True), (6, False), (7, False), (8, False)])
+def test_memcpy_kinds(session, abi, kind, ok):
+    """MemcpyKindTranslate takes HOST_TO_HOST ... DEVICE_TO_DEVICE, DEFAULT (4, the direction from the
+    addresses) and HOST_TO_BUF_TO_DEVICE (5, a host-to-device copy); 6, 7 and unknown kinds: 100000."""
+    ffi, lib = abi.ffi, abi.lib
+    buf = session.malloc(16)
+    host = ffi.new("float[]", [1.0, 2.0, 3.0, 4.0])
+    back = ffi.new("float[]", 4)
+    st = lib.aclrtMemcpy(buf.ptr, 16, host, 16, kind)
+    assert (st == 0) == ok, abi.message()
+    if ok:
+        assert lib.aclrtMemcpy(back, 16, buf.ptr, 16, 4 if kind == 4 else C.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+        assert list(back) == [1.0, 2.0, 3.0, 4.0]
+    else:
+        assert st == ACL_ERROR_INVALID_PARAM
+
+
+def test_copy_to_host_may_read_past_the_block(session, abi):
+    """rtMemcpy checks count <= destMax, not the device range (ops-nn's FLCE sample copies float results out
+    of 16-bit buffers): the bytes past the block read as never-written device memory (0xFF); a copy to the
+    device past its block is still refused."""
+    ffi, lib = abi.ffi, abi.lib
+    buf = session.malloc(8)
+    assert lib.aclrtMemcpy(buf.ptr, 8, ffi.new("uint8_t[]", list(range(8))), 8, C.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    back = ffi.new("uint8_t[]", 24)
+    assert lib.aclrtMemcpy(back, 24, buf.ptr, 24, C.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    assert list(back) == list(range(8)) + [0xFF] * 16
+    assert lib.aclrtMemcpy(buf.ptr, 24, back, 24, C.ACL_MEMCPY_HOST_TO_DEVICE) == ACL_ERROR_INVALID_PARAM
+
+
+# ---- aclnnFusedCrossEntropyLossWithMaxSum: ops-nn loss/fused_cross_entropy_loss_with_max_sum/op_api -------
+
+
+def _ce(s, bt=3, v=4, logits=True):
+    rng = np.random.default_rng(3)
+    vpl = rng.normal(size=(bt, v)).astype(np.float32)
+    m = vpl.max(axis=1)
+    se = np.exp(vpl - m[:, None]).sum(axis=1)
+    d = {"logitsMax": s.put(m.astype(np.float32))[0], "sumExpLogits": s.put(se.astype(np.float32))[0],
+         "predictedLogits": s.put((vpl[:, 0] - m).astype(np.float32))[0], "labelSmoothing": 0.0,
+         "inputOptional": s.ffi.NULL, "weightOptional": s.ffi.NULL,
+         "vocabParallelLogitsOptional": s.put(vpl)[0] if logits else s.ffi.NULL}
+    d["lossOut"], loss = s.empty((bt,), np.float32)
+    d["softMaxOutOptional"], sm = s.empty((bt, v), np.float32)
+    return d, loss, sm, (m, se, vpl)
+
+
+def test_ce_ignores_input_and_weight_optional(session, abi):
+    """op_api CheckParams: inputOptional/weightOptional are [[maybe_unused]]: any tensor (even a stale
+    pointer's worth of nonsense shape/dtype) gives the same result as NULL."""
+    d, loss, sm, _ = _ce(session)
+    session.run(CE, *d.values())
+    want = session.download(loss, (3,), np.float32), session.download(sm, (3, 4), np.float32)
+    d, loss, sm, _ = _ce(session)
+    d["inputOptional"] = session.put(np.arange(7, dtype=np.int32))[0]
+    d["weightOptional"] = session.put(np.ones((2, 2, 2), np.float64))[0]
+    session.run(CE, *d.values())
+    np.testing.assert_array_equal(session.download(loss, (3,), np.float32), want[0])
+    np.testing.assert_array_equal(session.download(sm, (3, 4), np.float32), want[1])
+
+
+def test_ce_logits_without_softmax_is_161001(session, abi):
+    """op_api CheckNotNull: vocabParallelLogitsOptional given, softMaxOutOptional NULL -> ACLNN_ERR_PARAM_NULLPTR."""
+    d, *_ = _ce(session)
+    d["softMaxOutOptional"] = abi.NULL
+    st, ws, ex = abi.phase_one(CE, *d.values())
+    assert st == NULLPTR and ex == abi.NULL and ws == 0
+    assert "softMaxOutOptional" in abi.message()
+
+
+def test_ce_softmax_without_logits_is_accepted_and_untouched(session, abi):
+    """op_api: softMaxOutOptional is checked and written only with the logits; without them the loss alone."""
+    d, loss, sm, (m, se, vpl) = _ce(session, logits=False)
+    before = session.download(sm, (3, 4), np.float32).view(np.uint32)
+    session.run(CE, *d.values())
+    np.testing.assert_allclose(session.download(loss, (3,), np.float32), np.log(se) - (vpl[:, 0] - m), rtol=1e-6)
+    np.testing.assert_array_equal(session.download(sm, (3, 4), np.float32).view(np.uint32), before)
+
+
+# ---- aclnnFusedLinearOnlineMaxSum: ops-nn matmul/fused_linear_online_max_sum op_api and op_kernel ---------
+
+
+def _ms(s, x, w, t, start, end):
+    bt, v = x.shape[0], w.shape[0]
+    d = {"input": s.put(x)[0], "weight": s.put(w)[0], "target": s.put(np.asarray(t, np.int64))[0],
+         "vocabStartIndex": start, "vocabEndIndex": end}
+    bufs = {}
+    for name, shape, dt in (("logitsMaxLocalOut", (bt,), np.float32), ("sumExpLogitsLocalOut", (bt,), np.float32),
+                            ("predictedLogitsLocalOut", (bt,), np.float32),
+                            ("targetMaskOut", ((bt + 7) // 8,), np.uint8), ("maskedTargetOut", (bt,), np.int64),
+                            ("vocabParallelLogitsOutOptional", (bt, v), x.dtype)):
+        d[name], buf = s.empty(shape, dt)
+        bufs[name] = (buf, shape, dt)
+    s.run(MS, *d.values())
+    return {k: s.download(*b) for k, b in bufs.items()}
+
+
+def test_ms_shard_range_wider_than_the_weight_is_accepted(session):
+    """op_api CheckAttrValid checks only start >= 0 and end >= start. A target in [start + V, end) is in the
+    shard (mask 0, maskedTarget = target - start) but no tile of the kernel gathers it
+    (OnlineGetPredictedLogits selects 0 outside [0, curSingleN)): its predicted logit is 0 - max."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(4, 3)).astype(np.float16)
+    w = rng.normal(size=(3, 3)).astype(np.float16)
+    t = np.array([2, 5, 6, 7])  # shard [2, 7) over a V=3 weight: 5 and 6 lie past its rows
+    got = _ms(session, x, w, t, 2, 7)
+    assert flce.unpack_mask(got["targetMaskOut"], 4).tolist() == [False, False, False, True]
+    assert got["maskedTargetOut"].tolist() == [0, 3, 4, 0]
+    m = got["logitsMaxLocalOut"]
+    logits = got["vocabParallelLogitsOutOptional"].astype(np.float32)
+    assert got["predictedLogitsLocalOut"][0] == pytest.approx(logits[0, 0] - m[0], abs=2e-3)  # (logits: 16-bit)
+    np.testing.assert_array_equal(got["predictedLogitsLocalOut"][1:3], -m[1:3])
+    assert got["predictedLogitsLocalOut"][3] == 0
+
+
+@pytest.mark.parametrize("start, end, pad", [(0, 4, 0), (4, 8, 1), (0, 0, 1), (1, 5, 1)])
+@pytest.mark.parametrize("bt", [1, 5, 8, 13])
+def test_ms_padding_bits_are_the_mask_of_target_zero(session, start, end, pad, bt):
+    """op_kernel TargetInnerProcess pads the target tile with targetT(0) before CompareScalar, and the golden
+    script pads the targets with 0 before packing: the padding bits are mask(0) = (0 < start or 0 >= end)."""
+    rng = np.random.default_rng(bt)
+    x = rng.normal(size=(bt, 2)).astype(np.float16)
+    w = rng.normal(size=(4, 2)).astype(np.float16)
+    t = rng.integers(0, 9, bt)
+    bits = np.unpackbits(_ms(session, x, w, t, start, end)["targetMaskOut"], bitorder="little")
+    assert bits[:bt].tolist() == ((t < start) | (t >= end)).tolist()
+    assert (bits[bt:] == pad).all() and len(bits) - bt == -bt % 8
