@@ -245,9 +245,10 @@ def cross_entropy_extras_grad_logits(logits, target, grad, *, ignore_index=-100,
 # ==== vocabulary-parallel forward ==========================================================================
 # CANN ops-nn's aclnnFusedLinearOnlineMaxSum (one shard, before the all-reduce) and
 # aclnnFusedCrossEntropyLossWithMaxSum (after it). Unlike online_max_sum above, the shard's predicted logit is
-# relative to the shard's own max (subRes[b][maskedTarget[b]]), and the mask comes bit-packed, the padding bits
-# of its last byte the mask of target 0 (padding_bit). A shard holds targets vocab_start <= t < vocab_end (ops-nn's kernel and golden
-# script: "target >= vocabEndIndex" is masked; its doc page's formula writes ">").
+# relative to the shard's own max (subRes[b][maskedTarget[b]]), and the mask comes bit-packed, the padding
+# bits of its last byte the mask of target 0 (padding_bit). A shard holds targets vocab_start <= t <
+# vocab_end (ops-nn's kernel and golden script: "target >= vocabEndIndex" is masked; its doc page's formula
+# writes ">").
 
 
 class OnlineMaxSumOut(NamedTuple):
