@@ -688,7 +688,7 @@ class Lifecycle(RuleBasedStateMachine):
         if h["ex"] is None:
             return
         live = h["state"] in ("fresh", "repeatable")
-        self._check(self.abi.lib.aclSetAclOpExecutorRepeatable(h["ex"]), 0 if live else INVALID, "repeatable")
+        self._check(self.abi.lib.aclSetAclOpExecutorRepeatable(h["ex"]), 0 if live else INNER, "repeatable")
         if live:
             h["state"] = "repeatable"
 
@@ -717,7 +717,7 @@ class Lifecycle(RuleBasedStateMachine):
         if h["ex"] is None:
             return
         live = h["state"] in ("fresh", "repeatable")
-        self._check(self.abi.lib.aclDestroyAclOpExecutor(h["ex"]), 0 if live else INVALID, "destroy executor")
+        self._check(self.abi.lib.aclDestroyAclOpExecutor(h["ex"]), 0 if live else INNER, "destroy executor")
         if live:
             self.live_executors -= 1
         h["state"] = "destroyed"

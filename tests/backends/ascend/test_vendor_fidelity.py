@@ -217,3 +217,20 @@ def test_ms_padding_bits_are_the_mask_of_target_zero(session, start, end, pad, b
     bits = np.unpackbits(_ms(session, x, w, t, start, end)["targetMaskOut"], bitorder="little")
     assert bits[:bt].tolist() == ((t < start) | (t >= end)).tolist()
     assert (bits[bt:] == pad).all() and len(bits) - bt == -bt % 8
+
+
+# ---- executors: opbase src/nnopbase/common/api/acl_op_api.cpp ---------------------------------------------
+
+
+def test_unknown_executor_is_inner_error_for_repeatable_and_destroy(session, abi, ops):
+    """aclSetAclOpExecutorRepeatable / aclDestroyAclOpExecutor: NULL -> ACLNN_ERR_INNER_NULLPTR (561103); a
+    pointer without an executor's magic number -> ACLNN_ERR_INNER (561000): spent, destroyed or never one."""
+    op = "aclnnNLLLossBackward"
+    st, ws, ex = abi.phase_one(op, *ops.args(session, op).values())
+    assert st == 0 and abi.phase_two(op, abi.NULL, 0, ex, session.stream) == 0  # single use: released by its run
+    buf = session.malloc(64)
+    for bogus in (ex, abi.ffi.cast("aclOpExecutor *", buf.ptr)):
+        assert abi.lib.aclSetAclOpExecutorRepeatable(bogus) == INNER
+        assert abi.lib.aclDestroyAclOpExecutor(bogus) == INNER
+    assert abi.lib.aclSetAclOpExecutorRepeatable(abi.NULL) == 561103
+    assert abi.lib.aclDestroyAclOpExecutor(abi.NULL) == 561103
