@@ -188,6 +188,12 @@ EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
         emu_set_error("%s: maskedTarget has dtype %s; expected INT32 or INT64", api, emu_dtype_name(tdt));
         return ACLNN_ERR_PARAM_INVALID;
     }
+    for (int k = 0; k < ex.n; k++) { /* op_api CheckFormatValid: every operand given is ND */
+        if (ex.t[k].present && ex.t[k].format != ACL_FORMAT_ND) {
+            emu_set_error("%s: %s has format %d; only ND is supported", api, ex.names[k], (int)ex.t[k].format);
+            return ACLNN_ERR_PARAM_INVALID;
+        }
+    }
 
     EMU_CHECK(emu_need_ndim(&ex, FL_GRAD, 1));
     EMU_CHECK(emu_need_ndim(&ex, FL_INPUT, 2));

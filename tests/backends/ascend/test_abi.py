@@ -145,7 +145,7 @@ def _bad_dtype_cases(s, abi, ops):
     yield "aclnnNLLLossBackward", {"target": s.put(np.zeros(4, np.int16))[0]}
     yield "aclnnNLLLossBackward", {"weight": s.put(np.ones(3, np.float16))[0]}  # must match self
     yield "aclnnNLLLossBackward", {"totalWeight": s.put(np.ones(1, np.float16))[0]}
-    yield "aclnnNLLLossBackward", {"out": s.empty((4, 3), ml_dtypes.bfloat16)[0]}
+    yield "aclnnNLLLossBackward", {"out": s.empty((4, 3), np.int32)[0]}  # (another float type is fine)
     flce = "aclnnFusedLinearCrossEntropyLossGrad"
     yield flce, {"input": s.put(np.zeros((5, 4), np.float32))[0]}  # float32 input: no such path
     yield flce, {"weight": s.put(np.zeros((6, 4), ml_dtypes.bfloat16))[0]}
@@ -233,9 +233,10 @@ def test_memory_checks_are_161002(session, abi, ops):
 def test_plain_formats_are_accepted(session, abi, ops):
     buf = session.upload(np.full(15, 0.5, np.float32))
     for fmt in (C.ACL_FORMAT_NCHW, C.ACL_FORMAT_NHWC, C.ACL_FORMAT_ND):
-        t = session.tensor(buf, (3, 5), np.float32, fmt=fmt)
         d = ops.args(session, "aclnnBinaryCrossEntropyBackward")
-        d["self"] = t
+        d["self"] = session.tensor(buf, (3, 5), np.float32, fmt=fmt)
+        d["target"] = session.tensor(buf, (3, 5), np.float32, fmt=fmt)  # BCE: in self's format (CheckFormat)
+        d["weightOptional"] = session.tensor(buf, (1, 5), np.float32, fmt=fmt)
         st, _, ex = _phase_one(abi, "aclnnBinaryCrossEntropyBackward", d)
         assert st == 0
         abi.lib.aclDestroyAclOpExecutor(ex)

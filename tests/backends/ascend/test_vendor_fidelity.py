@@ -69,12 +69,10 @@ def test_nc_and_ncl_formats_are_plain_layouts(session, abi, emu, fmt):
     y = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.5]], np.float32)
     results = []
     for f in (C.ACL_FORMAT_ND, fmt):
-        tx, _ = session.put(x)
-        bx = session.upload(x)
-        tx = session.tensor(bx, x.shape, x.dtype, fmt=f) if f != C.ACL_FORMAT_ND else tx
+        tx, ty = (session.tensor(session.upload(a), a.shape, a.dtype, fmt=f) for a in (x, y))
         out, obuf = session.empty(x.shape, np.float32)
-        session.run("aclnnBinaryCrossEntropyBackward", session.put(np.asarray(1.0, np.float32))[0], tx,
-                    session.put(y)[0], abi.NULL, 0, out)
+        session.run("aclnnBinaryCrossEntropyBackward", session.put(np.asarray(1.0, np.float32))[0], tx, ty,
+                    abi.NULL, 0, out)
         results.append(session.download(obuf, x.shape, np.float32))
     np.testing.assert_array_equal(results[0], results[1])
 
@@ -234,3 +232,106 @@ def test_unknown_executor_is_inner_error_for_repeatable_and_destroy(session, abi
         assert abi.lib.aclDestroyAclOpExecutor(bogus) == INNER
     assert abi.lib.aclSetAclOpExecutorRepeatable(abi.NULL) == 561103
     assert abi.lib.aclDestroyAclOpExecutor(abi.NULL) == 561103
+
+
+# ---- aclnnNLLLossBackward: ops-nn loss/nll_loss_grad/op_api/aclnn_nll_loss_backward.cpp -------------------
+
+
+def _nll(s, x, t, *, out_dtype=None, total_shape=(1,), reduction=1, grad=None):
+    dt = x.dtype
+    c = x.shape[-1]
+    w = np.linspace(0.5, 2.0, c).astype(dt)
+    g = np.asarray(grad if grad is not None else [1.5], dt)
+    d = {"gradOutput": s.put(g)[0], "self": s.put(x)[0], "target": s.put(np.asarray(t, np.int64))[0],
+         "weight": s.put(w)[0], "reduction": reduction, "ignoreIndex": -100,
+         "totalWeight": s.put(np.full(total_shape, 2.5, dt))[0]}
+    d["out"], buf = s.empty(x.shape, out_dtype or dt)
+    s.run("aclnnNLLLossBackward", *d.values())
+    return s.download(buf, x.shape, out_dtype or dt), w
+
+
+def test_nll_out_in_another_float_type(session):
+    """CheckDtypeValid: weight, gradOutput, totalWeight in self's dtype; out any type self casts to (the result,
+    computed in float32, rounded once to out's dtype)."""
+    x = -np.random.default_rng(1).random((3, 4)).astype(np.float32)
+    got32, w = _nll(session, x, [1, 3, 0])
+    got16, _ = _nll(session, x, [1, 3, 0], out_dtype=np.float16)
+    assert got16.dtype == np.float16
+    np.testing.assert_array_equal(got16, got32.astype(np.float16))
+    assert got32[0, 1] == np.float32(w[1] * -(np.float32(1.5) / np.float32(2.5)))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 1, 1), ()])
+def test_nll_total_weight_is_any_one_element_shape(session, shape):
+    """CheckShape: totalWeight's GetShapeSize() == 1, whatever its rank."""
+    x = -np.random.default_rng(2).random((2, 3)).astype(np.float32)
+    got, _ = _nll(session, x, [2, 0], total_shape=shape)
+    want, _ = _nll(session, x, [2, 0])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_nll_one_dim_self_with_a_one_dim_target_of_length_c(session):
+    """CheckShape compares self.dim(0) with target.dim(0) unless (self 1-D, target 0-D): self (C) with target (C)
+    passes; self is one row (unsqueezed to (1, C)), the kernel's one row reads the target's first element."""
+    x = -np.random.default_rng(3).random(4).astype(np.float32)
+    got, w = _nll(session, x, [2, 0, 1, 3], reduction=2)
+    want = np.zeros(4, np.float32)
+    want[2] = w[2] * -np.float32(1.5)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_nll_empty_self_succeeds_without_work(session, abi):
+    """The op returns success for an empty self before any kernel (self->IsEmpty())."""
+    got, _ = _nll(session, np.zeros((3, 0), np.float32), [0, 5, -100], reduction=0, grad=[1.0, 1.0, 1.0])
+    assert got.shape == (3, 0)
+
+
+# ---- aclnnBinaryCrossEntropyBackward: ops-nn loss/binary_cross_entropy_grad/op_api --------------------------
+
+
+@pytest.mark.parametrize("which", ["target", "weightOptional"])
+def test_bce_operands_in_another_format_than_self_are_161002(session, abi, ops, which):
+    """CheckFormat: target's and weightOptional's storage format must be self's."""
+    d = ops.args(session, "aclnnBinaryCrossEntropyBackward")
+    shape = (3, 5) if which == "target" else (1, 5)
+    buf = session.upload(np.full(shape, 0.5, np.float32))
+    d[which] = session.tensor(buf, shape, np.float32, fmt=C.ACL_FORMAT_NCHW)
+    st, _, ex = abi.phase_one("aclnnBinaryCrossEntropyBackward", *d.values())
+    assert st == INVALID and ex == abi.NULL and "format" in abi.message()
+
+
+def test_bce_empty_self_passes_whatever_the_other_shapes(session, abi):
+    """CheckShape returns true for an empty self before comparing out's shape or broadcasting: success, and
+    out (not written) keeps its bytes."""
+    d = {"gradOutput": session.put(np.ones(5, np.float32))[0], "self": session.put(np.zeros((0, 5), np.float32))[0],
+         "target": session.put(np.zeros(7, np.float32))[0], "weightOptional": abi.NULL, "reduction": 1}
+    d["out"], buf = session.empty((5,), np.float32)
+    session.upload(np.full(5, 3.25, np.float32), buf)
+    session.run("aclnnBinaryCrossEntropyBackward", *d.values())
+    np.testing.assert_array_equal(session.download(buf, (5,), np.float32), 3.25)
+
+
+# ---- aclnnFusedLinearCrossEntropyLossGrad: ops-nn op_host/op_api CheckFormatValid ---------------------------
+
+
+@pytest.mark.parametrize("name", ["grad", "input", "weight", "targetMask", "maskedTarget", "logitsMaxOptional",
+                                  "inputGradOut", "weightGradOut"])
+def test_flce_takes_nd_only(session, abi, ops, name):
+    """OP_CHECK_FORMAT_NOT_ND on every operand given: NCHW (a plain layout elsewhere) is 161002 here."""
+    op = "aclnnFusedLinearCrossEntropyLossGrad"
+    d = ops.args(session, op)
+    ffi = abi.ffi
+    dims, n = ffi.new("int64_t **"), ffi.new("uint64_t *")
+    assert abi.lib.aclGetViewShape(d[name], dims, n) == 0
+    shape = [dims[0][i] for i in range(n[0])]
+    dt = ffi.new("aclDataType *")
+    assert abi.lib.aclGetDataType(d[name], dt) == 0
+    addr = ffi.new("void **")
+    assert abi.lib.aclGetRawTensorAddr(d[name], addr) == 0
+    import ctypes
+
+    ctypes.CDLL(None).free(ctypes.c_void_p(int(ffi.cast("uintptr_t", dims[0]))))
+    d[name] = abi.create(None, shape, int(dt[0]), fmt=C.ACL_FORMAT_NCHW, data=addr[0])
+    st, _, ex = abi.phase_one(op, *d.values())
+    assert st == INVALID and ex == abi.NULL and "only ND" in abi.message(), abi.message()
+    assert abi.lib.aclDestroyTensor(d[name]) == 0
