@@ -72,6 +72,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     # DrivingSDK's focal ABI only (INT32 one-hot targets: binary targets only), correct and with a bug
     "drivingsdk": ("PORT_FOCAL_DRIVINGSDK",),
     "drivingsdk_grad_alpha_swapped": ("PORT_FOCAL_DRIVINGSDK", "BUG_DS_GRAD_ALPHA_SWAPPED"),
+    # not a bug: DrivingSDK's own kernel arithmetic (naive float32): passes within the declared vendor range
+    "drivingsdk_vendor_numerics": ("PORT_FOCAL_DRIVINGSDK", "PORT_DS_VENDOR_NUMERICS"),
     # the vocabulary-parallel forward (issue 17): CANN's contract as an outside port author gets it wrong
     "vp_end_inclusive": ("BUG_VP_END_INCLUSIVE",),  # the doc page's "target > vocabEndIndex"
     "vp_padding_set": ("BUG_VP_PADDING_SET",),  # the mask's padding bits always set (not target 0's mask)
