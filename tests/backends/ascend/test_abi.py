@@ -404,22 +404,48 @@ def test_flce_bt_zero_writes_nothing_and_small_v_only_refused_with_softmax(sessi
     assert _phase_one(abi, op, d)[0] == INVALID and "at least 128" in abi.message()
 
 
-def test_flce_high_performance_mode_forms_g_in_softmax(session, abi, ops):
-    """ops-nn's aclnnFusedLinearCrossEntropyLossGrad.md: softmax[i, t] -= 1 - mask; softmax *= grad."""
+@pytest.mark.parametrize("v", [128, 300])
+def test_flce_high_performance_mode_leaves_softmax_as_the_kernel_does(session, abi, ops, v):
+    """ops-nn op_kernel/fused_linear_cross_entropy_loss_grad_high_perf.h: ProcessUpdate writes float32
+    softmax - 1 at each unmasked token's target; the vector pass then writes G = softmax * grad, cast to the
+    16-bit input dtype, over the same buffer, row i at byte i * S (S: 2V bytes rounded up to 512, the tiling's
+    VOut512BAlignedSize); every other byte keeps the float data."""
     op = "aclnnFusedLinearCrossEntropyLossGrad"
     d = ops.args(session, op, mode="softmax")
     rng = np.random.default_rng(3)
-    sm = rng.random((5, 128)).astype(np.float32)
+    w = rng.uniform(-1, 1, (v, 4)).astype(np.float16)
+    sm = rng.random((5, v)).astype(np.float32)
     grad = rng.uniform(-1, 1, 5).astype(np.float32)
     d["softmaxOptional"], bsm = session.put(sm)
-    d["grad"] = session.put(grad)[0]
+    d["grad"], d["weight"] = session.put(grad)[0], session.put(w)[0]
+    d["weightGradOut"] = session.empty((v, 4), np.float16)[0]
     st, ws, ex = _phase_one(abi, op, d)
     assert st == 0 and abi.phase_two(op, _workspace(session, ws), ws, ex, session.stream) == 0
-    want = sm.astype(np.float64)
+    updated = sm.copy()
     for i, (masked, t) in enumerate(zip([0, 1, 0, 0, 1], [1, 0, 5, 2, 0])):
-        want[i, t] -= 1 - masked
-    want *= grad[:, None]
-    np.testing.assert_allclose(session.download(bsm, (5, 128), np.float32), want, rtol=1e-6, atol=1e-7)
+        if not masked:
+            updated[i, t] -= np.float32(1)
+    want = updated.reshape(-1).view(np.uint8).copy()
+    g = (updated * grad[:, None]).astype(np.float16)  # float32 products, one rounding to the input dtype
+    stride = -(-2 * v // 512) * 512
+    for i in range(5):
+        want[i * stride:i * stride + 2 * v] = g[i].view(np.uint8)
+    got = session.download(bsm, (5, v), np.float32).reshape(-1).view(np.uint8)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_flce_high_performance_mode_leaves_a_strided_softmax_alone(session, abi, ops):
+    """op_api makes a non-contiguous softmaxOptional contiguous (l0op::Contiguous) before the kernel: the kernel
+    writes that copy, and the caller's tensor keeps its values."""
+    op = "aclnnFusedLinearCrossEntropyLossGrad"
+    d = ops.args(session, op, mode="softmax")
+    rng = np.random.default_rng(4)
+    storage = rng.random(5 * 128 * 2).astype(np.float32)
+    buf = session.upload(storage)
+    d["softmaxOptional"] = session.tensor(buf, (5, 128), np.float32, strides=(256, 2), storage_shape=(storage.size,))
+    st, ws, ex = _phase_one(abi, op, d)
+    assert st == 0 and abi.phase_two(op, _workspace(session, ws), ws, ex, session.stream) == 0
+    np.testing.assert_array_equal(session.download(buf, storage.shape, np.float32), storage)
 
 
 # ---- the runtime subset ------------------------------------------------------------------------------
