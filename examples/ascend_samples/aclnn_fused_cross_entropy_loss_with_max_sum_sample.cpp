@@ -72,8 +72,7 @@ int main()
     std::vector<float> sumExpLogitsHostData = {2.5f, 4.0f, 1.25f};
     std::vector<float> predictedLogitsHostData = {-0.5f, 0.0f, -1.75f};
     std::vector<float> unusedHostData = {1.0f, 2.0f, 3.0f};  // inputOptional / weightOptional: ignored
-    std::vector<float> logitsHostData = {1.5f, 0.5f, -1.0f, 0.0f, 0.25f, -0.25f, 0.125f, 0.0f,
-                                         2.0f, -2.0f, 1.0f, 0.5f};
+    std::vector<float> logitsHostData = {1.5f, 0.5f, -1.0f, 0.0f, 0.25f, -0.25f, 0.125f, 0.0f, 2.0f, -2.0f, 1.0f, 0.5f};
     std::vector<float> zeros(12, 0.0f);
     float labelSmoothing = 0.0f;
     void *maxAddr = nullptr, *sumAddr = nullptr, *predAddr = nullptr, *inputAddr = nullptr, *weightAddr = nullptr,
@@ -91,8 +90,8 @@ int main()
     CHECK_RET(ret == ACL_SUCCESS, return ret);
     ret = CreateAclTensor(unusedHostData, rowShape, &weightAddr, aclDataType::ACL_FLOAT, &weightOptional);
     CHECK_RET(ret == ACL_SUCCESS, return ret);
-    ret = CreateAclTensor(logitsHostData, logitsShape, &logitsAddr, aclDataType::ACL_FLOAT,
-                          &vocabParallelLogitsOptional);
+    ret =
+        CreateAclTensor(logitsHostData, logitsShape, &logitsAddr, aclDataType::ACL_FLOAT, &vocabParallelLogitsOptional);
     CHECK_RET(ret == ACL_SUCCESS, return ret);
     ret = CreateAclTensor(zeros, rowShape, &lossAddr, aclDataType::ACL_FLOAT, &lossOut);
     CHECK_RET(ret == ACL_SUCCESS, return ret);
@@ -101,10 +100,9 @@ int main()
 
     uint64_t workspaceSize = 0;
     aclOpExecutor *executor;
-    ret = aclnnFusedCrossEntropyLossWithMaxSumGetWorkspaceSize(logitsMax, sumExpLogits, predictedLogits, labelSmoothing,
-                                                               inputOptional, weightOptional,
-                                                               vocabParallelLogitsOptional, lossOut, softMaxOutOptional,
-                                                               &workspaceSize, &executor);
+    ret = aclnnFusedCrossEntropyLossWithMaxSumGetWorkspaceSize(
+        logitsMax, sumExpLogits, predictedLogits, labelSmoothing, inputOptional, weightOptional,
+        vocabParallelLogitsOptional, lossOut, softMaxOutOptional, &workspaceSize, &executor);
     CHECK_RET(ret == ACL_SUCCESS,
               LOG_PRINT("aclnnFusedCrossEntropyLossWithMaxSumGetWorkspaceSize failed. ERROR: %d\n", ret);
               return ret);

@@ -159,8 +159,8 @@ int main()
     aclDestroyTensor(targetMaskOut);
     aclDestroyTensor(maskedTargetOut);
     aclDestroyTensor(vocabParallelLogitsOutOptional);
-    for (void *addr : {inputAddr, weightAddr, targetAddr, maxAddr, sumAddr, predAddr, maskAddr, maskedTargetAddr,
-                       logitsAddr}) {
+    for (void *addr :
+         {inputAddr, weightAddr, targetAddr, maxAddr, sumAddr, predAddr, maskAddr, maskedTargetAddr, logitsAddr}) {
         aclrtFree(addr);
     }
     if (workspaceSize > 0) {

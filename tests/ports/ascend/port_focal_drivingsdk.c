@@ -57,8 +57,7 @@ static aclnnStatus ds_kernel(const void *vplan, void *workspace, uint64_t worksp
         float wt = port_load(&p->t[D_WEIGHT], w.at[D_WEIGHT]);
 #ifdef PORT_DS_VENDOR_NUMERICS
         float tv = (float)port_load_int(&p->t[D_TARGET], w.at[D_TARGET]);
-        port_store(&p->t[D_OUT], w.at[D_OUT], vendor_value(xv, tv, wt, p->gamma, p->alpha, p->grad),
-                   PORT_ROUND_RINT);
+        port_store(&p->t[D_OUT], w.at[D_OUT], vendor_value(xv, tv, wt, p->gamma, p->alpha, p->grad), PORT_ROUND_RINT);
         continue;
 #endif
         float y = port_load_int(&p->t[D_TARGET], w.at[D_TARGET]) != 0 ? 1.0f : 0.0f;

@@ -15,7 +15,8 @@
 #include <cstring>
 #include <type_traits>
 
-namespace op {
+namespace op
+{
 
 struct fp16_t {
     uint16_t val;
