@@ -80,7 +80,7 @@ def test_nc_and_ncl_formats_are_plain_layouts(session, abi, emu, fmt):
 # ---- runtime: src/acl/aclrt_impl/memory.cpp (aclMallocMemInner, MemcpyKindTranslate) ---------------------
 
 
-@pytest.mark.parametrize("policy", [6, 7, 0x100000, 0x2, 0x1006, 0x7FFFFFFF])
+@pytest.mark.parametrize("policy", [6, 7, 0x100000, 0x1006, 0x7FFFFFFF])
 def test_malloc_takes_any_policy(session, abi, policy):
     """aclMallocMemInner maps every policy it does not name to the default flags: no value is refused."""
     p = abi.ffi.new("void **")
@@ -88,21 +88,21 @@ def test_malloc_takes_any_policy(session, abi, policy):
     assert abi.lib.aclrtFree(p[0]) == 0
 
 
-@pytest.mark.parametrize("kind, ok", [(4, True), (5, True), (6, False), (7, False), (8, False)])
-def test_memcpy_kinds(session, abi, kind, ok):
+def test_memcpy_kinds(session, abi):
     """MemcpyKindTranslate takes HOST_TO_HOST ... DEVICE_TO_DEVICE, DEFAULT (4, the direction from the
     addresses) and HOST_TO_BUF_TO_DEVICE (5, a host-to-device copy); 6, 7 and unknown kinds: 100000."""
     ffi, lib = abi.ffi, abi.lib
     buf = session.malloc(16)
-    host = ffi.new("float[]", [1.0, 2.0, 3.0, 4.0])
-    back = ffi.new("float[]", 4)
-    st = lib.aclrtMemcpy(buf.ptr, 16, host, 16, kind)
-    assert (st == 0) == ok, abi.message()
-    if ok:
-        assert lib.aclrtMemcpy(back, 16, buf.ptr, 16, 4 if kind == 4 else C.ACL_MEMCPY_DEVICE_TO_HOST) == 0
-        assert list(back) == [1.0, 2.0, 3.0, 4.0]
-    else:
-        assert st == ACL_ERROR_INVALID_PARAM
+    for kind, ok in ((4, True), (5, True), (6, False), (7, False), (8, False)):
+        host = ffi.new("float[]", [1.0 + kind, 2.0, 3.0, 4.0])
+        back = ffi.new("float[]", 4)
+        st = lib.aclrtMemcpy(buf.ptr, 16, host, 16, kind)
+        assert (st == 0) == ok, (kind, abi.message())
+        if ok:
+            assert lib.aclrtMemcpy(back, 16, buf.ptr, 16, 4 if kind == 4 else C.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+            assert list(back) == [1.0 + kind, 2.0, 3.0, 4.0]
+        else:
+            assert st == ACL_ERROR_INVALID_PARAM
 
 
 def test_copy_to_host_may_read_past_the_block(session, abi):
@@ -203,18 +203,20 @@ def test_ms_shard_range_wider_than_the_weight_is_accepted(session):
     assert got["predictedLogitsLocalOut"][3] == 0
 
 
-@pytest.mark.parametrize("start, end, pad", [(0, 4, 0), (4, 8, 1), (0, 0, 1), (1, 5, 1)])
-@pytest.mark.parametrize("bt", [1, 5, 8, 13])
-def test_ms_padding_bits_are_the_mask_of_target_zero(session, start, end, pad, bt):
-    """op_kernel TargetInnerProcess pads the target tile with targetT(0) before CompareScalar, and the golden
-    script pads the targets with 0 before packing: the padding bits are mask(0) = (0 < start or 0 >= end)."""
+@pytest.mark.parametrize("bt", [1, 5, 13])  # (a multiple of 8 has no padding bits)
+def test_ms_padding_bits_are_the_mask_of_target_zero(session, bt):
+    """op_kernel TargetInnerProcess pads the target tile with targetT(0) before CompareScalar, and the ST golden
+    (executor_aclnnFusedLinearOnlineMaxSum.py) pads the targets with 0 before packing: the padding bits are
+    mask(0) = (0 < start or 0 >= end)."""
     rng = np.random.default_rng(bt)
     x = rng.normal(size=(bt, 2)).astype(np.float16)
     w = rng.normal(size=(4, 2)).astype(np.float16)
     t = rng.integers(0, 9, bt)
-    bits = np.unpackbits(_ms(session, x, w, t, start, end)["targetMaskOut"], bitorder="little")
-    assert bits[:bt].tolist() == ((t < start) | (t >= end)).tolist()
-    assert (bits[bt:] == pad).all() and len(bits) - bt == -bt % 8
+    for start, end, pad in ((0, 4, 0), (4, 8, 1), (0, 0, 1), (1, 5, 1)):
+        bits = np.unpackbits(_ms(session, x, w, t, start, end)["targetMaskOut"], bitorder="little")
+        assert bits[:bt].tolist() == ((t < start) | (t >= end)).tolist()
+        assert len(bits) - bt == -bt % 8
+        assert (bits[bt:] == pad).all(), (start, end)
 
 
 # ---- executors: opbase src/nnopbase/common/api/acl_op_api.cpp ---------------------------------------------
@@ -261,7 +263,7 @@ def test_nll_out_in_another_float_type(session):
     assert got32[0, 1] == np.float32(w[1] * -(np.float32(1.5) / np.float32(2.5)))
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (1, 1, 1), ()])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 1, 1)])
 def test_nll_total_weight_is_any_one_element_shape(session, shape):
     """CheckShape: totalWeight's GetShapeSize() == 1, whatever its rank."""
     x = -np.random.default_rng(2).random((2, 3)).astype(np.float32)
