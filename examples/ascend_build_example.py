@@ -7,8 +7,9 @@ the runtime, ``libxloss_aclrt.so``), the way any C tool links them::
     python examples/ascend_build_example.py --run
     python examples/ascend_build_example.py --sanitize --run   # emulator sources compiled in, ASan/UBSan
 
-To build against a CANN installation instead, compile the same file with CANN's include
-folder and link ``-lascendcl -lnnopbase -lopapi``.
+To build against a CANN installation instead, compile the same file **as C++** (``g++ -x c++``:
+CANN's ``aclnn/acl_meta.h`` and ``aclnn_base.h`` are C++-only headers) with CANN's include folder
+and link ``-lascendcl -lnnopbase -lopapi``; ``--cxx`` builds it as C++ here too.
 """
 
 from __future__ import annotations
@@ -27,15 +28,19 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-san
 
 
 def build_command(out: Path, *, sanitize: bool = False, include=None, emulator_sources=None,
-                  cc: str | None = None) -> list[str]:
+                  cc: str | None = None, cxx: bool = False) -> list[str]:
     """The compiler command. ``include``: header folder (default: xloss's); ``emulator_sources``:
-    the folder holding ``csrc/`` for a sanitized build (default: the installed package)."""
-    cc = cc or os.environ.get("CC", "gcc")
+    the folder holding ``csrc/`` for a sanitized build (default: the installed package); ``cxx``:
+    compile the example as C++ (as a CANN installation's headers require)."""
+    cc = cc or os.environ.get("CXX" if cxx else "CC", "g++" if cxx else "gcc")
     include = Path(include or ascend_aclnn.include_dir())
     if not (include / "acl" / "acl.h").exists():
         raise SystemExit(f"{include} lacks acl/acl.h: pass the backends/ascend_aclnn/include folder of a checkout")
-    base = [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", f"-I{include}", str(SOURCE)]
+    lang = ["-std=c++17", "-x", "c++"] if cxx else ["-std=c11"]
+    base = [cc, *lang, "-O1", "-g", "-Wall", "-Wextra", f"-I{include}", str(SOURCE), *(["-x", "none"] if cxx else [])]
     if sanitize:  # the emulator's own sources, instrumented too, in place of the shared library
+        if cxx:
+            raise SystemExit("--sanitize compiles the emulator's C sources in: build the example as C")
         csrc = Path(emulator_sources or Path(ascend_aclnn.__file__).parent) / "csrc"
         return base + SANITIZE + ["-D_POSIX_C_SOURCE=200809L", f"-I{csrc}", *map(str, sorted(csrc.glob("*.c"))),
                                   "-o", str(out), "-lm", "-pthread"]
@@ -45,9 +50,9 @@ def build_command(out: Path, *, sanitize: bool = False, include=None, emulator_s
                    f"-Wl,-rpath,{lib.parent}", f"-Wl,-rpath,{rt.parent}", "-lm"]
 
 
-def build(out: Path | None = None, *, sanitize: bool = False, include=None) -> Path:
-    out = out or HERE / ("ascend_nll_loss_backward" + ("_asan" if sanitize else ""))
-    subprocess.run(build_command(out, sanitize=sanitize, include=include), check=True)
+def build(out: Path | None = None, *, sanitize: bool = False, include=None, cxx: bool = False) -> Path:
+    out = out or HERE / ("ascend_nll_loss_backward" + ("_asan" if sanitize else "") + ("_cxx" if cxx else ""))
+    subprocess.run(build_command(out, sanitize=sanitize, include=include, cxx=cxx), check=True)
     return out
 
 
@@ -56,9 +61,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="executable path (default: next to the source)")
     ap.add_argument("--include", type=Path, default=None, help="header folder (default: xloss's)")
     ap.add_argument("--sanitize", action="store_true", help="compile the emulator in, with ASan and UBSan")
+    ap.add_argument("--cxx", action="store_true", help="compile it as C++ (what CANN's C++-only headers need)")
     ap.add_argument("--run", action="store_true", help="run it after building")
     args = ap.parse_args(argv)
-    exe = build(args.out, sanitize=args.sanitize, include=args.include)
+    exe = build(args.out, sanitize=args.sanitize, include=args.include, cxx=args.cxx)
     print(exe)
     if args.run:
         return subprocess.run([str(exe)]).returncode

@@ -1,8 +1,10 @@
 /* aclnnNLLLossBackward from C, the CANN way: the documented program flow (init, device, stream,
  * device memory, tensors, two-phase call, synchronize, copy back, release), then the ABI's
  * contract: CANN's tensor accessors, status codes for bad calls, executor reuse rules, the
- * workspace check, and no leaks over many cycles. It builds against xloss's headers and links the emulator
- * (examples/ascend_build_example.py) or, unchanged, a CANN installation.
+ * workspace check, and no leaks over many cycles. It builds as C or C++ against xloss's headers and
+ * links the emulator (examples/ascend_build_example.py). Against a CANN installation it builds
+ * unchanged as C++ only (g++ -x c++): CANN's aclnn/acl_meta.h and aclnn_base.h are C++ headers
+ * (<cstdint>, constexpr), so a C compiler rejects them.
  *
  * Exit status 0 when every check holds; each failed check prints a line starting "FAIL".
  */

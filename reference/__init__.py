@@ -22,6 +22,7 @@ from .flce import (
     online_max_sum,
     pack_mask,
     pack_target_mask,
+    padding_bit,
     shard_inputs,
     unpack_mask,
     vocab_shards,
@@ -41,6 +42,6 @@ __all__ = [
     "binary_cross_entropy", "combine_max_sum", "cross_entropy", "flce_grad", "flce_grad_logits",
     "flce_probabilities", "focal_loss_eq3", "focal_loss_grad_a3", "fused_cross_entropy_loss_with_max_sum",
     "fused_linear_online_max_sum", "mask_as_bool", "nll_loss_grad", "nll_total_weight", "online_max_sum",
-    "pack_mask", "pack_target_mask", "shard_inputs", "sigmoid_focal_loss", "sigmoid_focal_loss_grad",
+    "pack_mask", "pack_target_mask", "padding_bit", "shard_inputs", "sigmoid_focal_loss", "sigmoid_focal_loss_grad",
     "sigmoid_pair", "unpack_mask", "vocab_shards",
 ]

@@ -245,9 +245,10 @@ def cross_entropy_extras_grad_logits(logits, target, grad, *, ignore_index=-100,
 # ==== vocabulary-parallel forward ==========================================================================
 # CANN ops-nn's aclnnFusedLinearOnlineMaxSum (one shard, before the all-reduce) and
 # aclnnFusedCrossEntropyLossWithMaxSum (after it). Unlike online_max_sum above, the shard's predicted logit is
-# relative to the shard's own max (subRes[b][maskedTarget[b]]), and the mask comes bit-packed with the padding
-# bits of its last byte set. A shard holds targets vocab_start <= t < vocab_end (ops-nn's kernel and golden
-# script: "target >= vocabEndIndex" is masked; its doc page's formula writes ">").
+# relative to the shard's own max (subRes[b][maskedTarget[b]]), and the mask comes bit-packed, the padding
+# bits of its last byte the mask of target 0 (padding_bit). A shard holds targets vocab_start <= t <
+# vocab_end (ops-nn's kernel and golden script: "target >= vocabEndIndex" is masked; its doc page's formula
+# writes ">").
 
 
 class OnlineMaxSumOut(NamedTuple):
@@ -261,11 +262,18 @@ class OnlineMaxSumOut(NamedTuple):
     vocab_parallel_logits: np.ndarray  # (BT, V) input @ weight.T
 
 
-def pack_target_mask(mask):
-    """bool (BT,) -> uint8 ((BT+7)//8,), LSB first, the padding bits of the last byte set (CANN's targetMaskOut)."""
+def padding_bit(vocab_start, vocab_end) -> bool:
+    """The padding bits of CANN's packed targetMaskOut: the mask of target 0, since ops-nn's kernel
+    (TargetInnerProcess) and its golden script pad the targets with 0 before comparing and packing."""
+    return not vocab_start <= 0 < vocab_end
+
+
+def pack_target_mask(mask, pad_bit: bool):
+    """bool (BT,) -> uint8 ((BT+7)//8,), LSB first, the padding bits of the last byte ``pad_bit``
+    (CANN's targetMaskOut: :func:`padding_bit` of the shard)."""
     mask = np.asarray(mask, dtype=bool).reshape(-1)
     pad = -mask.size % 8
-    return pack_mask(np.concatenate([mask, np.ones(pad, bool)]))
+    return pack_mask(np.concatenate([mask, np.full(pad, bool(pad_bit))]))
 
 
 def fused_linear_online_max_sum(input, weight, target, vocab_start, vocab_end=None):
@@ -285,7 +293,8 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start, vocab_end=No
         sub = logits - row_max[:, None]
         predicted = np.where(masked, 0.0, sub[np.arange(bt), masked_target])
         sum_exp = np.exp(sub).sum(axis=1)
-    return OnlineMaxSumOut(row_max, sum_exp, predicted, pack_target_mask(masked), masked_target, logits)
+    return OnlineMaxSumOut(row_max, sum_exp, predicted, pack_target_mask(masked, padding_bit(vocab_start, vocab_end)),
+                           masked_target, logits)
 
 
 def all_reduce_online_max_sum(shards):

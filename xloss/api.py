@@ -94,7 +94,7 @@ class OnlineMaxSum(NamedTuple):
     logits_max_local: Any  # (BT,) float32 (float64 for float64 input): the shard's row max
     sum_exp_logits_local: Any  # (BT,) sum of exp(logits - logits_max_local)
     predicted_logits_local: Any  # (BT,) logits[target - vocab_start] - logits_max_local; 0 where masked
-    target_mask: Any  # uint8 ((BT + 7) // 8,) bit-packed LSB first, padding bits set; or bool (BT,)
+    target_mask: Any  # uint8 ((BT + 7) // 8,) bit-packed LSB first, padding bits target 0's mask; or bool (BT,)
     masked_target: Any  # (BT,) target - vocab_start, 0 where masked; target's dtype
     vocab_parallel_logits: Any  # (BT, V) in input's dtype, or None unless return_logits
 

@@ -45,10 +45,15 @@ class KernelCaps:
     partials_in_dtype: bool = False
     # largest value of a request parameter the backend takes, e.g. {"hidden": 65534}
     limits: Mapping[str, int] = field(default_factory=dict)
+    # The input range the vendor's own kernel behind this backend's ABI is good for, per argument,
+    # e.g. {"x": (-60.0, 9.0)}: a library reproducing that kernel's numerics fails outside it.
+    # xloss check reports cases with an input outside it apart ("passes within the vendor's
+    # range, fails outside it") rather than as the target's failure. Empty: no such range.
+    vendor_range: Mapping[str, tuple] = field(default_factory=dict)
 
     @classmethod
     def declare(cls, kernel: str, *, dtypes, reductions=REDUCTIONS, max_elements=None, notes="", fixed=None,
-                upstream_in_dtype=False, partials_in_dtype=False, limits=None, **variants):
+                upstream_in_dtype=False, partials_in_dtype=False, limits=None, vendor_range=None, **variants):
         spec = KERNELS[kernel]
         unknown_dtypes = set(dtypes) - set(FLOAT_DTYPES)
         if unknown_dtypes:
@@ -69,7 +74,9 @@ class KernelCaps:
         return cls(kernel=kernel, dtypes=frozenset(dtypes), reductions=frozenset(reductions),
                    variants=MappingProxyType(full), max_elements=max_elements, notes=notes,
                    fixed=MappingProxyType(dict(fixed or {})), upstream_in_dtype=bool(upstream_in_dtype),
-                   partials_in_dtype=bool(partials_in_dtype), limits=MappingProxyType(dict(limits or {})))
+                   partials_in_dtype=bool(partials_in_dtype), limits=MappingProxyType(dict(limits or {})),
+                   vendor_range=MappingProxyType({k: (float(lo), float(hi))
+                                                  for k, (lo, hi) in dict(vendor_range or {}).items()}))
 
     def refusal(self, req: Request) -> str | None:
         """Why this declaration does not cover ``req`` (None if it does)."""
@@ -110,6 +117,7 @@ class KernelCaps:
             parts.append(f"max elements: {self.max_elements}")
         parts.extend(f"{k} fixed at {v!r}" for k, v in self.fixed.items())
         parts.extend(f"{k} at most {v}" for k, v in self.limits.items())
+        parts.extend(f"the vendor kernel's range: {k} in [{lo:g}, {hi:g}]" for k, (lo, hi) in self.vendor_range.items())
         if self.upstream_in_dtype:
             parts.append("upstream gradient scale passed in the storage dtype")
         if self.partials_in_dtype:

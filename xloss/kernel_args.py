@@ -203,9 +203,10 @@ class OnlineMaxSumArgs:
     (BT) in the compute dtype (float64 for float64 input, else float32): the row max of the logits
     ``input @ weight.T``, the sum of ``exp(logits - max)``, and ``logits[t - vocab_start] - max``
     (0 where masked); ``target_mask_out``: uint8 ((BT + 7) // 8) bit-packed LSB first with the
-    padding bits set (``mask_format == "bitpacked"``) or bool (BT) (``"bool"``), set where the
-    target is not in the shard; ``masked_target_out`` (BT) in target's dtype, ``t - vocab_start``
-    or 0 where masked; ``logits_out`` (BT, V) in input's dtype, or None when not asked for.
+    padding bits the mask of target 0, as CANN's kernel pads (``mask_format == "bitpacked"``), or
+    bool (BT) (``"bool"``), set where the target is not in the shard; ``masked_target_out`` (BT) in
+    target's dtype, ``t - vocab_start`` or 0 where masked; ``logits_out`` (BT, V) in input's dtype, or
+    None when not asked for.
     """
 
     input: np.ndarray

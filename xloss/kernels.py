@@ -147,7 +147,7 @@ ONLINE_MAX_SUM = KernelSpec(
     name="fused_linear_online_max_sum",
     axes=MappingProxyType({
         "logits": (False, True),  # whether the shard's logits (BT, V) are returned too
-        "mask": ("bitpacked", "bool"),  # the target mask produced: CANN's bits (padding set), or a byte per token
+        "mask": ("bitpacked", "bool"),  # the mask produced: CANN's bits (padding: target 0's mask), or a byte per token
         "target_dtype": ("int64", "int32"),
     }),
     primary=None,

@@ -236,7 +236,7 @@ class AscendBackend(Backend):
             tm, tmt = s.put(a.target_mask)[0], s.put(a.masked_target)[0]
             tlm = s.put(a.logits_max)[0] if a.logits_max is not None else null
             tse = s.put(a.sum_exp_logits)[0] if a.sum_exp_logits is not None else null
-            # the high-performance mode forms G in softmaxOptional: it gets a device copy, never the caller's array
+            # the high-performance kernel writes softmaxOptional (softmax - 1, then 16-bit G): a device copy
             tsm = s.put(softmax)[0] if softmax is not None else null
             tig, big = s.empty((bt, h), dt)
             twg, bwg = s.empty((vp, h), dt)

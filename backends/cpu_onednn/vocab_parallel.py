@@ -61,8 +61,9 @@ def _targets(a):
     a.masked_target_out[...] = local
     if a.mask_format == "bool":
         a.target_mask_out[...] = masked
-    else:  # LSB first, the padding bits of the last byte set
-        a.target_mask_out[...] = np.packbits(np.concatenate([masked, np.ones(-bt % 8, bool)]), bitorder="little")
+    else:  # LSB first, the padding bits of the last byte the mask of target 0 (CANN's kernel pads with 0)
+        pad = not a.vocab_start <= 0 < a.vocab_end
+        a.target_mask_out[...] = np.packbits(np.concatenate([masked, np.full(-bt % 8, pad)]), bitorder="little")
     return masked, np.where(masked, -1, local)
 
 

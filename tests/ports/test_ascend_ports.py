@@ -438,6 +438,50 @@ def test_a_drivingsdk_only_port_is_checked_on_binary_targets_and_passes(ports, p
                               seconds=seconds, sweep_seconds=seconds))
 
 
+def test_a_port_reproducing_the_vendor_kernel_passes_within_the_vendor_range(ports, port_backend, port_findings):
+    """A DrivingSDK-ABI port computing exactly as DrivingSDK's kernel does (its naive float32 arithmetic,
+    kernels/sigmoid_focal_loss/op_kernel/arch35) is not reported as a plain FAIL: the backend declares the
+    logit range that kernel is good for, and xloss check says it passes within that range and fails outside
+    it, on a line of its own; the summary counts it as passed. A port accurate everywhere passes plainly
+    (test above), and a real bug still fails inside the range (drivingsdk_grad_alpha_swapped)."""
+    from xloss.conformance.report import failures_text, summary
+
+    b = port_backend("drivingsdk_vendor_numerics")
+    caps = b.capabilities()["focal_loss"]
+    assert dict(caps.vendor_range) == {"x": (-4.0, 4.0)}
+    assert "the vendor kernel's range: x in [-4, 4]" in caps.describe()
+    t0 = time.perf_counter()
+    results = [runner.run_target(b, "focal_loss", "float32", mode, max_examples=MAX_EXAMPLES, seed=SEED)
+               for mode in FOCAL_MODES]
+    for r in results:
+        assert r.status == runner.PASS_IN_VENDOR_RANGE, r.message
+        out = r.outside_vendor_range
+        assert out["range"] == "x in [-4, 4]" and 0 < out["failed"] <= out["cases"], out
+        assert r.message.startswith("passes within the vendor's range (x in [-4, 4]), fails outside it")
+        assert "vendor kernel's own numerics" in r.message and r.examples > MAX_EXAMPLES
+    text = failures_text(results, {})
+    assert text.count("OUTSIDE THE VENDOR'S RANGE: focal_loss float32") == 3
+    assert summary(results).startswith("PASSED: 3 pass in the vendor's range")
+    # the same port with the range taken away: a plain FAIL (the extreme-logit edge cases)
+    import dataclasses
+
+    plain = dataclasses.replace(caps, vendor_range={})
+    assert runner.outside_vendor_range(caps, runner.clipped_to_vendor_range(caps, _big_logit_case())) is False
+    assert runner.outside_vendor_range(plain, _big_logit_case()) is False
+    assert runner.outside_vendor_range(caps, _big_logit_case()) is True
+    port_findings.append(dict(vendor="ascend", port="drivingsdk_vendor_numerics (the vendor's own arithmetic)",
+                              target=("focal_loss", "float32", "all modes"), first_failure=None,
+                              examples=sum(r.examples for r in results), seconds=time.perf_counter() - t0,
+                              sweep_seconds=time.perf_counter() - t0))
+
+
+def _big_logit_case():
+    from xloss.conformance.descriptor import Case
+
+    return Case("focal_loss", "forward", "float32", {"x": np.array([1.0, 30.0], np.float32),
+                                                     "y": np.array([0.0, 1.0], np.float32)})
+
+
 # ---- a vendor runtime's fresh memory is not poisoned: the adapter poisons outputs in checked mode ----
 
 def test_an_unwritten_output_element_fails_whatever_the_runtime_memory_held(ports, port_harness, port_findings,

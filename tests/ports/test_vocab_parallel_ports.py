@@ -46,7 +46,7 @@ class Bug:
 BUGS = [
     Bug("ascend", "vp_end_inclusive", MAX_SUM, "target_mask",
         "the doc page's `target > vocabEndIndex`: the row at vocabEndIndex counted in the shard"),
-    Bug("ascend", "vp_padding_zero", MAX_SUM, "target_mask", "the padding bits of the mask's last byte left 0"),
+    Bug("ascend", "vp_padding_set", MAX_SUM, "target_mask", "the padding bits of the mask's last byte always set"),
     Bug("ascend", "vp_pred_unshifted", MAX_SUM, "predicted_logits_local",
         "the predicted logit not relative to the shard's max"),
     Bug("ascend", "vp_softmax_half_inv", LOSS, "softmax", "the softmax multiplied by a FLOAT16 1/sum"),

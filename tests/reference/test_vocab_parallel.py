@@ -58,19 +58,30 @@ def test_one_shard_outputs_by_hand():
                                                           3.0])
     np.testing.assert_array_equal(out.predicted_logits_local, [-1.0, 0.0, 0.0])  # 7 is past the end: masked
     np.testing.assert_array_equal(out.masked_target, [0, 1, 0])
-    assert out.target_mask.tolist() == [0b11111100]  # token 2 masked; bits 3..7 are padding, set
+    assert out.target_mask.tolist() == [0b11111100]  # token 2 masked; bits 3..7 are padding: mask(0), set
     np.testing.assert_array_equal(out.vocab_parallel_logits, x @ w.T)
 
 
 @pytest.mark.parametrize("bt", [0, 1, 7, 8, 9, 16])
 def test_mask_bytes_and_padding(bt):
     mask = np.arange(bt) % 3 == 0
-    packed = flce.pack_target_mask(mask)
-    assert packed.dtype == np.uint8 and packed.size == (bt + 7) // 8
-    bits = np.unpackbits(packed, bitorder="little")
-    np.testing.assert_array_equal(bits[:bt], mask)
-    assert bits[bt:].all()
-    np.testing.assert_array_equal(flce.unpack_mask(packed, bt), mask)
+    for pad in (False, True):
+        packed = flce.pack_target_mask(mask, pad)
+        assert packed.dtype == np.uint8 and packed.size == (bt + 7) // 8
+        bits = np.unpackbits(packed, bitorder="little")
+        np.testing.assert_array_equal(bits[:bt], mask)
+        assert (bits[bt:] == pad).all()
+        np.testing.assert_array_equal(flce.unpack_mask(packed, bt), mask)
+
+
+@pytest.mark.parametrize("start, end", [(0, 5), (0, 1), (2, 5), (0, 0)])
+def test_padding_bits_are_the_mask_of_target_zero(start, end):
+    """ops-nn fused_linear_online_max_sum: the kernel (TargetInnerProcess) and its golden script pad the
+    targets with 0 before comparing and packing, so the padding bits are target 0's mask (0 on the first shard)."""
+    x, w = np.ones((3, 2)), np.ones((5, 2))
+    bits = np.unpackbits(flce.fused_linear_online_max_sum(x, w, np.array([0, 1, 9]), start, end).target_mask,
+                         bitorder="little")
+    assert (bits[3:] == (not start <= 0 < end)).all()
 
 
 def test_agrees_with_the_existing_shard_helper():

@@ -5,7 +5,10 @@ dtypes × all modes) gets a status:
 
 * declared by the backend: run the edge cases (also under each of ``backend.configurations()``)
   and ``max_examples`` hypothesis examples → ``pass`` or ``fail`` (with the shrunk failing
-  input), ``mask-dependent`` (configurations disagree); then, as its own group ``large``, the
+  input), ``mask-dependent`` (configurations disagree); where the declaration names the range its
+  vendor kernel is good for (``KernelCaps.vendor_range``), the cases with an input outside it are
+  run and tallied apart, and a target passing every case inside it but failing some outside is
+  ``pass in the vendor's range`` (not a failure; reported on its own line); then, as its own group ``large``, the
   ladder of large cases (:mod:`.large`), each repeated (``nondeterministic`` if runs disagree)
   and run under every configuration;
 * not declared: probe it with the capability check switched off (a few examples) →
@@ -19,11 +22,13 @@ out of bounds or into an input is a ``fail`` naming the buffer.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hyp_seed
 from hypothesis import strategies as st
@@ -47,6 +52,8 @@ from .shrink import minimise
 
 PASS, FAIL, NOT_IMPLEMENTED, REFUSED, WRONG_IF_FORCED, CRASH = (
     "pass", "fail", "not implemented", "refused", "wrong if forced", "crash")
+#: every case inside the backend's declared vendor range passes, some outside it fail (KernelCaps.vendor_range)
+PASS_IN_VENDOR_RANGE = "pass in the vendor's range"
 FAILING = (FAIL, CRASH, NONDETERMINISTIC, MASK_DEPENDENT)
 PROBE_EXAMPLES = 8
 DRAWN, LARGE = "drawn", "large"
@@ -71,6 +78,8 @@ class TargetResult:
     max_ratio: float = 0.0  # the worst |error| / allowed error over every output element
     tolerance: float = 0.0  # the allowed error at that element
     outputs: dict | None = None  # the two disagreeing outputs (nondeterministic, mask-dependent)
+    # cases with an input outside the declared vendor range: {"range", "cases", "failed", "first"}
+    outside_vendor_range: dict | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -147,6 +156,61 @@ def main_label(backend: Backend) -> str:
     return ", ".join(f"{k}={v}" for k, v in backend.options.items()) or "default options"
 
 
+def outside_vendor_range(caps: KernelCaps | None, case: Case) -> bool:
+    """Whether an input of ``case`` lies outside the range ``caps`` declares for the vendor's kernel
+    (non-finite values count as outside)."""
+    for name, (lo, hi) in (caps.vendor_range if caps is not None else {}).items():
+        v = case.kwargs.get(name)
+        if v is None:
+            continue
+        v = np.asarray(v, dtype=np.float64)
+        if v.size and not np.all((v >= lo) & (v <= hi)):
+            return True
+    return False
+
+
+def clipped_to_vendor_range(caps: KernelCaps, case: Case) -> Case:
+    """``case`` with its inputs clipped into the declared vendor range (NaN to its middle), so the
+    range itself is tested as densely as the whole line would be."""
+    kwargs = dict(case.kwargs)
+    for name, (lo, hi) in caps.vendor_range.items():
+        v = kwargs.get(name)
+        if isinstance(v, np.ndarray) and v.size:
+            c = np.clip(np.nan_to_num(v.astype(np.float64), nan=(lo + hi) / 2, posinf=hi, neginf=lo), lo, hi)
+            kwargs[name] = np.asarray(c, dtype=v.dtype).reshape(v.shape)
+    label = f"{case.label}, clipped to the vendor's range" if case.label else "clipped to the vendor's range"
+    return dataclasses.replace(case, kwargs=kwargs, label=label)
+
+
+class _OutsideRange:
+    """Tally of the cases outside the declared vendor range: run, but never the target's failure."""
+
+    def __init__(self, caps: KernelCaps | None, kernel: str):
+        self.caps, self.kernel = caps, kernel
+        self.cases = self.failed = 0
+        self.first = ""
+
+    def run(self, case: Case, attempt) -> None:
+        self.cases += 1
+        try:
+            attempt(case, False)
+        except Exception as exc:
+            self.failed += 1
+            if not self.first:
+                self.first = describe_failure(exc, self.kernel) + (f" [case: {case.label}]" if case.label else "")
+
+    def store(self, res: TargetResult) -> None:
+        if not self.cases:
+            return
+        span = "; ".join(f"{k} in [{lo:g}, {hi:g}]" for k, (lo, hi) in self.caps.vendor_range.items())
+        res.outside_vendor_range = dict(range=span, cases=self.cases, failed=self.failed, first=self.first)
+        if res.status == PASS and self.failed:
+            res.status = PASS_IN_VENDOR_RANGE
+            res.message = (f"passes within the vendor's range ({span}), fails outside it: {self.failed} of "
+                           f"{self.cases} cases with an input outside that range fail, as the vendor kernel's own "
+                           f"numerics do (first: {self.first})")
+
+
 def _classify(res: TargetResult, case: Case, exc: BaseException):
     res.message = describe_failure(exc, res.kernel)
     if case.label:
@@ -183,6 +247,7 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     res = TargetResult(kernel, dtype, mode, declared)
     stats = _Stats()
     start = time.perf_counter()
+    outside = _OutsideRange(caps if declared else None, kernel)
 
     def attempt(case: Case, count: bool = True):
         if on_case is not None:
@@ -201,6 +266,9 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
 
     failure = None  # (case, exception) to report
     for case in d.edge_cases(dtype, mode, caps):
+        if supports(caps, case) and outside_vendor_range(outside.caps, case):
+            outside.run(case, attempt)
+            case = clipped_to_vendor_range(caps, case)
         if supports(caps, case):
             try:
                 outputs, allowed = attempt(case)
@@ -224,6 +292,9 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
         @given(st.data())
         def prop(data):
             case = data.draw(d.strategy(dtype, mode, caps))
+            if outside_vendor_range(outside.caps, case):
+                outside.run(case, attempt)
+                case = clipped_to_vendor_range(caps, case)
             try:
                 attempt(case)
             except Exception as exc:  # the last one recorded is hypothesis's final, shrunk replay
@@ -243,6 +314,7 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     elif not declared:
         res.status = FAIL
         res.message = "works but is not declared: the backend's capability declaration is incomplete"
+    outside.store(res)
     stats.store(res)
     res.seconds = time.perf_counter() - start
     return res
@@ -260,9 +332,13 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
     res = TargetResult(kernel, dtype, mode, True, group=LARGE)
     stats = _Stats()
     start = time.perf_counter()
+    outside = _OutsideRange(caps, kernel)
     for rung, case in large.cases(kernel, dtype, mode, seed, caps):
         if not supports(caps, case):
             continue
+        if outside_vendor_range(caps, case):
+            outside.run(case, lambda c, _count: check_case(d, c, runner, caps))
+            case = clipped_to_vendor_range(caps, case)
         if on_case is not None:
             on_case(case)
         stats.examples += 1
@@ -279,8 +355,9 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
             res.found_at = stats.examples
             _classify(res, case, exc)
             break
-    if not stats.examples:
+    if not stats.examples and not outside.cases:
         return None
+    outside.store(res)
     stats.store(res)
     res.seconds = time.perf_counter() - start
     return res

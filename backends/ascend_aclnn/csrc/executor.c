@@ -189,7 +189,7 @@ EMU_EXPORT aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor)
         emu_set_error("aclSetAclOpExecutorRepeatable: %p is not a live executor (a single-use executor is "
                       "released by its run; call this right after phase one)",
                       (void *)executor);
-        return ACLNN_ERR_PARAM_INVALID;
+        return ACLNN_ERR_INNER; /* opbase acl_op_api.cpp: no executor magic number -> ACLNN_ERR_INNER */
     }
     executor->repeatable = 1;
     emu_unlock();
@@ -208,7 +208,7 @@ EMU_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)
         emu_set_error("aclDestroyAclOpExecutor: %p is not a live executor (already destroyed, or a single-use "
                       "executor released by its run)",
                       (void *)executor);
-        return ACLNN_ERR_PARAM_INVALID;
+        return ACLNN_ERR_INNER; /* opbase acl_op_api.cpp: no executor magic number -> ACLNN_ERR_INNER */
     }
     if (executor->busy)
         executor->doomed = 1; /* the run in progress frees it */

@@ -95,12 +95,18 @@ static aclnnStatus focal_backward_run(const emu_plan *ex, char *ws, uint64_t ws_
     return ACLNN_SUCCESS;
 }
 
-/* Checks shared by the three operators: dtypes, broadcasting and the reduction. */
-static aclnnStatus check_elementwise(emu_plan *ex, int has_grad)
+static aclnnStatus check_floats(emu_plan *ex)
 {
     static const int floats[] = {FOCAL_SELF, FOCAL_TARGET, FOCAL_WEIGHT, FOCAL_OUT, FOCAL_GRAD};
     for (int i = 0; i < 5; i++)
         EMU_CHECK(emu_need_float(ex, floats[i]));
+    return ACLNN_SUCCESS;
+}
+
+/* Checks shared by the three operators: dtypes, broadcasting and the reduction. */
+static aclnnStatus check_elementwise(emu_plan *ex, int has_grad)
+{
+    EMU_CHECK(check_floats(ex));
     EMU_CHECK(emu_need_broadcast(ex, FOCAL_TARGET, FOCAL_SELF));
     EMU_CHECK(emu_need_broadcast(ex, FOCAL_WEIGHT, FOCAL_SELF));
     if (has_grad)
@@ -221,6 +227,8 @@ static aclnnStatus bce_backward_run(const emu_plan *ex, char *ws, uint64_t ws_si
     (void)ws;
     (void)ws_size;
     const emu_view *self = &ex->t[FOCAL_SELF];
+    if (self->numel == 0)
+        return ACLNN_SUCCESS; /* nothing to write (out's shape was not checked) */
     double mean_div = ex->reduction == EMU_REDUCTION_MEAN && self->numel ? (double)self->numel : 1.0;
     const emu_view *in[4] = {self, &ex->t[FOCAL_TARGET], &ex->t[FOCAL_WEIGHT], &ex->t[FOCAL_GRAD]};
     const emu_view *outs[1] = {&ex->t[FOCAL_OUT]};
@@ -247,8 +255,24 @@ EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(
     EMU_CHECK(emu_operand(&ex, FOCAL_OUT, "out", out));
     EMU_CHECK(emu_operand(&ex, FOCAL_GRAD, "gradOutput", gradOutput));
     ex.reduction = reduction;
-    EMU_CHECK(check_elementwise(&ex, 1));
-    EMU_CHECK(emu_need_same_shape(&ex, FOCAL_OUT, FOCAL_SELF));
+    /* ops-nn loss/binary_cross_entropy_grad/op_api: dtypes, then CheckFormat (target and weight in
+     * self's format), then CheckShape, which an empty self passes whatever the other shapes */
+    EMU_CHECK(check_floats(&ex));
+    static const int same_format[] = {FOCAL_TARGET, FOCAL_WEIGHT};
+    for (int i = 0; i < 2; i++) {
+        const emu_view *v = &ex.t[same_format[i]];
+        if (v->present && v->format != ex.t[FOCAL_SELF].format) {
+            emu_set_error("%s: %s has format %d; self has %d (they must be the same)", api, ex.names[same_format[i]],
+                          (int)v->format, (int)ex.t[FOCAL_SELF].format);
+            return ACLNN_ERR_PARAM_INVALID;
+        }
+    }
+    if (ex.t[FOCAL_SELF].numel == 0) {
+        EMU_CHECK(emu_need_reduction(&ex, reduction));
+    } else {
+        EMU_CHECK(check_elementwise(&ex, 1));
+        EMU_CHECK(emu_need_same_shape(&ex, FOCAL_OUT, FOCAL_SELF));
+    }
     ex.run = bce_backward_run;
     return emu_make_executor(&ex, workspaceSize, executor);
 }

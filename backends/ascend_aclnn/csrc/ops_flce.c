@@ -6,12 +6,18 @@
  *   G is rounded to input's dtype, then (float32 accumulation)
  *   inputGrad = G @ weight,  weightGrad = G.T @ input  (rounded to input's dtype).
  *
- * High-performance mode (softmaxOptional given) forms G in softmaxOptional in place, in float32,
- * as CANN's documentation writes it (softmax <- (softmax - update) * grad); V >= 128 there. BT = 0
+ * High-performance mode (softmaxOptional given; V >= 128) leaves softmaxOptional as ops-nn's kernel
+ * (op_kernel/fused_linear_cross_entropy_loss_grad_high_perf.h) does: ProcessUpdate writes the
+ * float32 softmax - 1 at each unmasked token's target, then the vector pass writes each row's G,
+ * cast to the 16-bit input dtype, over the same buffer at its own row stride, the row's 2V bytes
+ * rounded up to 512 (row i at byte i * S; the bytes between and after keep the float data). On a
+ * non-contiguous softmax the op works on a contiguous copy (op_api: l0op::Contiguous), so the
+ * caller's tensor is left as it was. BT = 0
  * writes nothing. maskedTarget's range is not checked (CANN does not); an out-of-range target is
  * never used as an index. One pass over the tokens. The workspace holds the weight widened to float32, the float32
  * weight-gradient accumulator, one row of G and two rows of H floats. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops_common.h"
 
@@ -43,6 +49,20 @@ static inline int mask_bit(const emu_view *m, int64_t i)
     return (int)((emu_load_i64(m, emu_at1(m, i / 8)) >> (i % 8)) & 1); /* UINT8, LSB first */
 }
 
+/* Row i of G (already rounded to dt) as the high-performance kernel writes it over softmaxOptional:
+ * 16-bit values at byte i * S from the view's start, S = 2V rounded up to 512. S <= 4V for V >= 128,
+ * so the row ends before float row i + 1 starts: rows still to be read are never touched, and every
+ * byte written lies inside the (contiguous) view. */
+static void store_g_row(const emu_view *sm, int64_t i, int64_t v, aclDataType dt, const float *g)
+{
+    uint64_t row_bytes = ((uint64_t)v * 2 + 511) / 512 * 512;
+    char *row = sm->data + sm->offset * (int64_t)sm->elsize + (uint64_t)i * row_bytes;
+    for (int64_t r = 0; r < v; r++) {
+        uint16_t bits = dt == ACL_BF16 ? xloss_f32_to_bf16(g[r]) : xloss_f32_to_f16(g[r]);
+        memcpy(row + 2 * r, &bits, 2);
+    }
+}
+
 static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
 {
     const emu_view *grad = &ex->t[FL_GRAD], *input = &ex->t[FL_INPUT], *weight = &ex->t[FL_WEIGHT],
@@ -50,6 +70,8 @@ static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
                    *sexp = &ex->t[FL_SUMEXP], *igrad = &ex->t[FL_IGRAD], *wgrad = &ex->t[FL_WGRAD];
     int64_t bt = input->dims[0], h = input->dims[1], v = weight->dims[0];
     aclDataType dt = input->dtype;
+    /* the kernel writes the caller's softmaxOptional only when it is contiguous (else a copy) */
+    int sm_in_place = sm->present && sm->strides[1] == 1 && (bt == 1 || sm->strides[0] == v);
 
     if (bt == 0) /* nothing to do: CANN returns success without writing either output */
         return ACLNN_SUCCESS;
@@ -80,15 +102,18 @@ static aclnnStatus flce_run(const emu_plan *ex, char *ws, uint64_t ws_size)
             /* CANN does not check maskedTarget's range (the adapter does); the emulator never indexes
              * outside the row with it: an out-of-range target subtracts nothing */
             int64_t t = emu_load_i64(mt, emu_at1(mt, i));
-            if (t >= 0 && t < v)
+            if (t >= 0 && t < v) {
                 grow[t] -= 1.0f;
+                if (sm_in_place) /* the kernel's ProcessUpdate: softmax - 1, float32, in place */
+                    emu_store_f32(sm, emu_at2(sm, i, t), grow[t]);
+            }
         }
         for (int64_t r = 0; r < v; r++)
             grow[r] *= gi;
-        if (sm->present) /* high-performance mode: G is formed in softmaxOptional itself, as CANN documents */
-            emu_scatter_f32(sm, emu_at2(sm, i, 0), sm->strides[1], v, grow);
         for (int64_t r = 0; r < v; r++)
             grow[r] = emu_round_to(dt, grow[r]); /* G in the input dtype before the matmuls */
+        if (sm_in_place) /* the vector pass: 16-bit G at row stride S over the float rows already read */
+            store_g_row(sm, i, v, dt, grow);
 
         for (int64_t k = 0; k < h; k++)
             acc[k] = 0.0f;
@@ -187,6 +212,12 @@ EMU_EXPORT aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
     if (tdt != ACL_INT32 && tdt != ACL_INT64) {
         emu_set_error("%s: maskedTarget has dtype %s; expected INT32 or INT64", api, emu_dtype_name(tdt));
         return ACLNN_ERR_PARAM_INVALID;
+    }
+    for (int k = 0; k < ex.n; k++) { /* op_api CheckFormatValid: every operand given is ND */
+        if (ex.t[k].present && ex.t[k].format != ACL_FORMAT_ND) {
+            emu_set_error("%s: %s has format %d; only ND is supported", api, ex.names[k], (int)ex.t[k].format);
+            return ACLNN_ERR_PARAM_INVALID;
+        }
     }
 
     EMU_CHECK(emu_need_ndim(&ex, FL_GRAD, 1));

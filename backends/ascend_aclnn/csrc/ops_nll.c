@@ -1,4 +1,8 @@
-/* aclnnNLLLossBackward: out = 0 except out[i, t_i] = w[t_i] * -(g_i [/ totalWeight]). */
+/* aclnnNLLLossBackward: out = 0 except out[i, t_i] = w[t_i] * -(g_i [/ totalWeight]). The checks are
+ * ops-nn loss/nll_loss_grad/op_api/aclnn_nll_loss_backward.cpp's (CheckDtypeValid, CheckShape): out
+ * in any float type self casts to (computed in float32, rounded once to out's type); totalWeight
+ * any one-element shape; a 1-D self (C) takes target () or a 1-D target of length C (the shape
+ * check compares self.dim(0) with target.dim(0)), the kernel's one row using its first element. */
 #include "ops_common.h"
 
 enum { NLL_GRAD, NLL_SELF, NLL_TARGET, NLL_WEIGHT, NLL_TOTAL, NLL_OUT };
@@ -11,6 +15,8 @@ static aclnnStatus nll_run(const emu_plan *ex, char *ws, uint64_t ws_size)
                    *grad = &ex->t[NLL_GRAD], *out = &ex->t[NLL_OUT];
     int two_d = self->ndim == 2;
     int64_t rows = two_d ? self->dims[0] : 1, classes = self->dims[self->ndim - 1];
+    if (self->numel == 0)
+        return ACLNN_SUCCESS; /* op_api: an empty self returns before any kernel */
 
     /* targets are device data: check them all before anything is written */
     for (int64_t i = 0; i < rows; i++) {
@@ -88,9 +94,10 @@ EMU_EXPORT aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gra
 
     EMU_CHECK(emu_need_float(&ex, NLL_SELF));
     aclDataType dt = ex.t[NLL_SELF].dtype;
-    static const int same[] = {NLL_GRAD, NLL_WEIGHT, NLL_TOTAL, NLL_OUT};
-    for (int i = 0; i < 4; i++)
+    static const int same[] = {NLL_GRAD, NLL_WEIGHT, NLL_TOTAL};
+    for (int i = 0; i < 3; i++)
         EMU_CHECK(emu_need_dtype(&ex, same[i], dt));
+    EMU_CHECK(emu_need_float(&ex, NLL_OUT)); /* OP_CHECK_RESULT_DTYPE_CAST_FAILED(self, out): a float type */
     aclDataType tdt = ex.t[NLL_TARGET].dtype;
     if (tdt != ACL_INT64 && tdt != ACL_INT32 && tdt != ACL_UINT8) {
         emu_set_error("%s: target has dtype %s; expected INT64, INT32 or UINT8", api, emu_dtype_name(tdt));
@@ -104,8 +111,9 @@ EMU_EXPORT aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gra
         return ACLNN_ERR_PARAM_INVALID;
     }
     int64_t classes = s->dims[s->ndim - 1];
-    if ((s->ndim == 2 && !(t->ndim == 1 && t->dims[0] == s->dims[0])) || (s->ndim == 1 && t->ndim != 0)) {
-        emu_set_error("%s: target of shape %s does not match self of shape %s (expected (N) for (N, C), () for (C))",
+    if (t->ndim > 1 || (!(s->ndim == 1 && t->ndim == 0) && !(t->ndim == 1 && t->dims[0] == s->dims[0]))) {
+        emu_set_error("%s: target of shape %s does not match self of shape %s (expected (N) for (N, C), () or (C) "
+                      "for (C))",
                       api, emu_shape_str(t, a, sizeof a), emu_shape_str(s, b, sizeof b));
         return ACLNN_ERR_PARAM_INVALID;
     }
@@ -125,8 +133,8 @@ EMU_EXPORT aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gra
                       emu_shape_str(w, a, sizeof a));
         return ACLNN_ERR_PARAM_INVALID;
     }
-    if (!emu_one_element(&ex.t[NLL_TOTAL])) {
-        emu_set_error("%s: totalWeight must have shape (1,) or (); got %s", api,
+    if (ex.t[NLL_TOTAL].numel != 1) {
+        emu_set_error("%s: totalWeight must have one element; got shape %s", api,
                       emu_shape_str(&ex.t[NLL_TOTAL], a, sizeof a));
         return ACLNN_ERR_PARAM_INVALID;
     }

@@ -7,7 +7,13 @@
  *   targetMask = target < vocabStartIndex | target >= vocabEndIndex
  *   maskedTarget = targetMask ? 0 : target - vocabStartIndex
  *   predictedLogitsLocal = targetMask ? 0 : logits[maskedTarget] - logitsMaxLocal
- *   targetMaskOut: the mask bit-packed LSB first, the padding bits of the last byte set
+ *   targetMaskOut: the mask bit-packed LSB first; the padding bits of the last byte are the mask
+ *     of target 0, as the kernel computes them (it pads the target tile with 0) and as its golden
+ *     script does (it pads the targets with 0 before packing)
+ *   a target in [vocabStartIndex + V, vocabEndIndex) (the op does not check end - start <= V):
+ *     not masked, maskedTarget = target - vocabStartIndex, predictedLogitsLocal = -logitsMaxLocal,
+ *     as the kernel leaves it (its per-tile gather never reaches the index, so the zero it starts
+ *     from has the max subtracted)
  *   vocabParallelLogitsOutOptional = logits rounded to input's dtype
  * aclnnFusedCrossEntropyLossWithMaxSum, after the all-reduce:
  *   loss = log(sumExpLogits) - predictedLogits
@@ -86,10 +92,11 @@ static aclnnStatus ms_run(const emu_plan *ex, char *ws, uint64_t ws_size)
         for (int64_t r = 0; r < v; r++)
             s += expf(row[r] - m);
         int64_t t = emu_load_i64(target, emu_at1(target, i));
-        int masked = t < start || t >= end; /* phase one: end - start <= V, so t - start indexes the row */
+        int masked = t < start || t >= end;
+        float hit = !masked && t - start < v ? row[t - start] : 0.0f; /* past the shard: never gathered */
         emu_store_f32(lmax, emu_at1(lmax, i), m);
         emu_store_f32(sexp, emu_at1(sexp, i), s);
-        emu_store_f32(pred, emu_at1(pred, i), masked ? 0.0f : row[t - start] - m);
+        emu_store_f32(pred, emu_at1(pred, i), masked ? 0.0f : hit - m);
         store_int(mt, emu_at1(mt, i), masked ? 0 : t - start);
         if (logits->present)
             emu_scatter_f32(logits, emu_at2(logits, i, 0), logits->strides[1], v, row);
@@ -99,8 +106,10 @@ static aclnnStatus ms_run(const emu_plan *ex, char *ws, uint64_t ws_size)
             byte = 0;
         }
     }
-    if (bt % 8) /* the padding bits of the last byte are set, as the doc page's formula writes */
-        store_int(mask, emu_at1(mask, bt / 8), byte | (uint8_t)(0xffu << (bt % 8)));
+    if (bt % 8) { /* the padding bits: the mask of the padded target 0 (the kernel's and golden script's) */
+        uint8_t pad = (0 < start || 0 >= end) ? (uint8_t)(0xffu << (bt % 8)) : 0;
+        store_int(mask, emu_at1(mask, bt / 8), byte | pad);
+    }
     return ACLNN_SUCCESS;
 }
 
@@ -203,11 +212,6 @@ EMU_EXPORT aclnnStatus aclnnFusedLinearOnlineMaxSumGetWorkspaceSize(
                       (long long)vocabStartIndex);
         return ACLNN_ERR_PARAM_INVALID;
     }
-    if (vocabEndIndex - vocabStartIndex > v) { /* ours: a target past the shard would index outside its row */
-        emu_set_error("%s: vocabEndIndex - vocabStartIndex = %lld exceeds the shard's weight.size(0)=%lld", api,
-                      (long long)(vocabEndIndex - vocabStartIndex), (long long)v);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
     static const int outs[] = {MS_LMAX, MS_SUMEXP, MS_PRED, MS_MASK, MS_MT, MS_LOGITS};
     for (int i = 0; i < 6; i++)
         EMU_CHECK(emu_need_no_overlap(&ex, outs[i], MS_TARGET));
@@ -268,11 +272,14 @@ EMU_EXPORT aclnnStatus aclnnFusedCrossEntropyLossWithMaxSumGetWorkspaceSize(
     EMU_REQUIRE(api, lossOut, "lossOut");
     EMU_REQUIRE(api, workspaceSize, "workspaceSize");
     EMU_REQUIRE(api, executor, "executor");
-    if (inputOptional || weightOptional) { /* the doc page: only NULL is supported */
-        emu_set_error("%s: %s must be NULL (the only value supported)", api,
-                      inputOptional ? "inputOptional" : "weightOptional");
-        return ACLNN_ERR_PARAM_INVALID;
+    (void)inputOptional; /* ignored, as ops-nn's op_api ([[maybe_unused]]): never read, whatever it is */
+    (void)weightOptional;
+    if (vocabParallelLogitsOptional && !softMaxOutOptional) { /* op_api's CheckNotNull: 161001 */
+        emu_set_error("%s: softMaxOutOptional is NULL while vocabParallelLogitsOptional is given", api);
+        return ACLNN_ERR_PARAM_NULLPTR;
     }
+    if (!vocabParallelLogitsOptional) /* op_api: softMaxOutOptional is neither checked nor written then */
+        softMaxOutOptional = NULL;
     EMU_CHECK(emu_operand(&ex, CE_LMAX, "logitsMax", logitsMax));
     EMU_CHECK(emu_operand(&ex, CE_SUMEXP, "sumExpLogits", sumExpLogits));
     EMU_CHECK(emu_operand(&ex, CE_PRED, "predictedLogits", predictedLogits));
@@ -295,10 +302,6 @@ EMU_EXPORT aclnnStatus aclnnFusedCrossEntropyLossWithMaxSumGetWorkspaceSize(
     static const int rows[] = {CE_SUMEXP, CE_PRED, CE_LOSS};
     for (int i = 0; i < 3; i++)
         EMU_CHECK(need_1d(&ex, rows[i], bt));
-    if (ex.t[CE_LOGITS].present != ex.t[CE_SOFTMAX].present) { /* ours: softmax needs both */
-        emu_set_error("%s: vocabParallelLogitsOptional and softMaxOutOptional must both be given or both be NULL", api);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
     int64_t v = 0;
     if (ex.t[CE_LOGITS].present) {
         EMU_CHECK(emu_need_ndim(&ex, CE_LOGITS, 2));

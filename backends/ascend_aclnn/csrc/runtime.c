@@ -436,6 +436,13 @@ emu_alloc *emu_find_alloc_locked(const void *p, uint64_t n)
     return a;
 }
 
+/* How many of the n bytes from p (inside block a) lie inside it. */
+static size_t emu_alloc_bytes_from(const emu_alloc *a, const void *p, size_t n)
+{
+    uint64_t left = a->size - (uint64_t)((uintptr_t)p - (uintptr_t)a->base);
+    return n < left ? n : (size_t)left;
+}
+
 void emu_pin_locked(emu_alloc *a) { a->pins++; }
 
 void emu_unpin_locked(emu_alloc *a)
@@ -444,14 +451,6 @@ void emu_unpin_locked(emu_alloc *a)
         mem_retire_locked(a->base, (size_t)emu_round_up(a->size));
         free(a);
     }
-}
-
-static int alloc_policy_ok(aclrtMemMallocPolicy policy)
-{
-    unsigned v = (unsigned)policy;
-    unsigned page = v & 0xFFu, type = v & ~0xFFu;
-    return page <= ACL_MEM_MALLOC_NORMAL_ONLY_P2P &&
-           (type == 0 || type == ACL_MEM_TYPE_LOW_BAND_WIDTH || type == ACL_MEM_TYPE_HIGH_BAND_WIDTH);
 }
 
 EMU_EXPORT aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
@@ -464,10 +463,7 @@ EMU_EXPORT aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy
         emu_set_error("aclrtMalloc: size is 0");
         return ACL_ERROR_INVALID_PARAM;
     }
-    if (!alloc_policy_ok(policy)) {
-        emu_set_error("aclrtMalloc: unknown policy 0x%x", (unsigned)policy);
-        return ACL_ERROR_INVALID_PARAM;
-    }
+    (void)policy; /* any value: CANN's aclMallocMemInner maps an unknown policy to the default flags */
     emu_lock();
     aclError st = need_context_locked("aclrtMalloc");
     emu_unlock();
@@ -555,18 +551,24 @@ static const char *kind_name(aclrtMemcpyKind k)
         return "DEVICE_TO_HOST";
     case ACL_MEMCPY_DEVICE_TO_DEVICE:
         return "DEVICE_TO_DEVICE";
+    case ACL_MEMCPY_DEFAULT:
+        return "DEFAULT";
+    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE:
+        return "HOST_TO_BUF_TO_DEVICE";
     default:
         return "?";
     }
 }
 
-/* Checks one side of a copy. Device sides must lie in one live block; host sides must not
+/* Checks one side of a copy. Device sides must lie in one live block, except a device source of
+ * a copy to the host (tail_ok), which need only start in one: CANN's runtime does not check the
+ * range against the allocation, and its own FLCE sample reads past a block. Host sides must not
  * start inside device memory. On success *pin is the block to pin (or NULL for host). */
-static aclError memcpy_side_locked(const char *what, const void *p, size_t count, int device, aclrtMemcpyKind kind,
-                                   emu_alloc **pin)
+static aclError memcpy_side_locked(const char *what, const void *p, size_t count, int device, int tail_ok,
+                                   aclrtMemcpyKind kind, emu_alloc **pin)
 {
     *pin = NULL;
-    emu_alloc *a = emu_find_alloc_locked(p, device ? count : 0);
+    emu_alloc *a = emu_find_alloc_locked(p, device && !tail_ok ? count : 0);
     if (device && !a) {
         emu_set_error("aclrtMemcpy(%s): %s %p..+%zu is not inside one live device allocation", kind_name(kind), what, p,
                       count);
@@ -586,33 +588,43 @@ EMU_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size
         emu_set_error("aclrtMemcpy: %s is NULL", dst ? "src" : "dst");
         return ACL_ERROR_INVALID_PARAM;
     }
-    if ((unsigned)kind > ACL_MEMCPY_DEVICE_TO_DEVICE) {
-        emu_set_error("aclrtMemcpy: unknown kind %d", (int)kind);
+    if ((unsigned)kind > ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE) { /* CANN's MemcpyKindTranslate: 0-5 */
+        emu_set_error("aclrtMemcpy: kind %d is not supported (HOST_TO_HOST, HOST_TO_DEVICE, DEVICE_TO_HOST, "
+                      "DEVICE_TO_DEVICE, DEFAULT or HOST_TO_BUF_TO_DEVICE)",
+                      (int)kind);
         return ACL_ERROR_INVALID_PARAM;
     }
     if (count > destMax) {
         emu_set_error("aclrtMemcpy: count %zu exceeds destMax %zu", count, destMax);
         return ACL_ERROR_INVALID_PARAM;
     }
-    int dst_dev = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    int dst_dev = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE ||
+                  kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE;
     int src_dev = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
     emu_alloc *pd = NULL, *ps = NULL;
     emu_lock();
     aclError st = need_context_locked("aclrtMemcpy");
+    if (st == ACL_SUCCESS && kind == ACL_MEMCPY_DEFAULT) { /* the direction follows the addresses */
+        dst_dev = emu_find_alloc_locked(dst, 0) != NULL;
+        src_dev = emu_find_alloc_locked(src, 0) != NULL;
+    }
     if (st == ACL_SUCCESS && count)
-        st = memcpy_side_locked("dst", dst, count, dst_dev, kind, &pd);
+        st = memcpy_side_locked("dst", dst, count, dst_dev, 0, kind, &pd);
     if (st == ACL_SUCCESS && count)
-        st = memcpy_side_locked("src", src, count, src_dev, kind, &ps);
+        st = memcpy_side_locked("src", src, count, src_dev, !dst_dev, kind, &ps);
     if (st != ACL_SUCCESS || count == 0) {
         emu_unlock();
         return st;
     }
+    /* a device source read past its block: the bytes beyond read as never-written device memory */
+    size_t inside = ps ? emu_alloc_bytes_from(ps, src, count) : count;
     if (pd)
         emu_pin_locked(pd);
     if (ps)
         emu_pin_locked(ps);
     emu_unlock();
-    memmove(dst, src, count);
+    memmove(dst, src, inside);
+    memset((char *)dst + inside, 0xFF, count - inside);
     emu_lock();
     if (pd)
         emu_unpin_locked(pd);

@@ -23,6 +23,8 @@ static int format_known(aclFormat f)
     case ACL_FORMAT_NCDHW:
     case ACL_FORMAT_NDC1HWC0:
     case ACL_FRACTAL_Z_3D:
+    case ACL_FORMAT_NC:
+    case ACL_FORMAT_NCL:
         return 1;
     default:
         return 0;
@@ -55,9 +57,6 @@ EMU_EXPORT aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
         snprintf(why, sizeof why, "unknown format %d", (int)format);
         return create_fail(why);
     }
-    if (offset < 0)
-        return create_fail("offset is negative");
-
     uint64_t storage_numel = 1, view_numel = 1, last = (uint64_t)offset;
     for (uint64_t i = 0; i < storageDimsNum; i++) {
         if (storageDims[i] < 0 || emu_mul_u64(storage_numel, (uint64_t)storageDims[i], &storage_numel))
@@ -74,18 +73,22 @@ EMU_EXPORT aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
     if (!stride && viewDimsNum) {
         int64_t acc = 1;
         for (uint64_t i = viewDimsNum; i-- > 0;) {
-            contiguous[i] = acc;
+            contiguous[i] = acc; /* the plain product of the later dims: a zero dim zeroes the earlier strides */
             if (viewDims[i] > 1 && acc > INT64_MAX / viewDims[i])
                 return create_fail("view too large: its contiguous strides overflow int64");
-            acc *= viewDims[i] > 1 ? viewDims[i] : 1;
+            acc *= viewDims[i] > 0 ? viewDims[i] : 1;
+            if (viewDims[i] == 0)
+                acc = 0;
         }
         stride = contiguous;
     }
+    /* negative strides and offsets are accepted, as CANN's aclTensor constructor does; such a view
+     * is not checked against its storage here, and every operator refuses it in phase one */
+    int signed_view = offset < 0;
     for (uint64_t i = 0; i < viewDimsNum; i++) {
         if (viewDims[i] < 0)
             return create_fail("viewDims has a negative dimension");
-        if (stride[i] < 0)
-            return create_fail("negative strides are not supported");
+        signed_view |= stride[i] < 0;
         empty |= viewDims[i] == 0;
     }
     /* the element count is the mathematical product: any zero dim makes it 0, whatever the others */
@@ -95,7 +98,7 @@ EMU_EXPORT aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDims
     }
     if (empty)
         view_numel = 0;
-    if (view_numel) {
+    if (view_numel && !signed_view) {
         /* the largest element index the view reaches must lie inside the storage */
         for (uint64_t i = 0; i < viewDimsNum; i++) {
             uint64_t reach;

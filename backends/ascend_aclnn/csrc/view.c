@@ -10,7 +10,7 @@
 static int plain_format(aclFormat f)
 {
     return f == ACL_FORMAT_ND || f == ACL_FORMAT_NCHW || f == ACL_FORMAT_NHWC || f == ACL_FORMAT_NCDHW ||
-           f == ACL_FORMAT_NDHWC || f == ACL_FORMAT_HWCN;
+           f == ACL_FORMAT_NDHWC || f == ACL_FORMAT_HWCN || f == ACL_FORMAT_NC || f == ACL_FORMAT_NCL;
 }
 
 void emu_phase_one_start(emu_plan *p, const char *api, const char *op, uint64_t *workspaceSize,
@@ -45,7 +45,7 @@ aclnnStatus emu_operand(emu_plan *p, int k, const char *name, const aclTensor *t
         return st;
     }
     if (!plain_format(d.format)) {
-        emu_set_error("%s: %s has format %d; only ND-like formats (ND, NCHW, NHWC, NCDHW, NDHWC, HWCN) are "
+        emu_set_error("%s: %s has format %d; only ND-like formats (ND, NCHW, NHWC, NCDHW, NDHWC, HWCN, NC, NCL) are "
                       "supported",
                       p->api, name, (int)d.format);
         return ACLNN_ERR_PARAM_INVALID;

@@ -3,7 +3,8 @@
  *
  * VENDOR (published in the FT78NE/MT7004 DSP library manual, signatures verbatim):
  *   binarycrossentropygrad   (reduction 0 none, 1 mean, 2 sum)
- *   nlllossgrad              (reduction 0 none, 1 sum, 2 mean by default: see below)
+ *   nlllossgrad              (reduction 0 none, 1 sum, 2 mean by default: see below; the _s
+ *                            form only: its _p form is assumed, see at its prototype)
  * OURS (xloss's extensions: the manual has no page for them; marked "OURS" at each prototype):
  *   sigmoidfocalloss, sigmoidfocallossgrad, fusedlinearcrossentropylossgrad, and the marker
  *   xloss_ft78ne_ext_abi(). They follow the vendor's naming and calling pattern, but no vendor
@@ -87,6 +88,8 @@ FT78NE_API void fp_nlllossgrad_s(float *logits, float *loss_grad, int *labels, f
                                  float *logits_grad, int batch, int class_num, int reduction_type, int core_mask);
 FT78NE_API void hp_nlllossgrad_s(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,
                                  half *logits_grad, int batch, int class_num, int reduction_type, int core_mask);
+/* ASSUMED, not on the stored manual page: the page gives the _s prototypes only. The _p forms are
+ * the _s list without core_mask, the pattern of the manual's pages that show both forms. */
 FT78NE_API void fp_nlllossgrad_p(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
                                  float *logits_grad, int batch, int class_num, int reduction_type);
 FT78NE_API void hp_nlllossgrad_p(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,

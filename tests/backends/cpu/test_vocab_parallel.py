@@ -176,7 +176,9 @@ def test_online_max_sum_shapes_and_bounds(cpu, tiled, dtype):
 def test_bitpacked_mask_padding_bits(cpu):
     x, w = data(np.random.default_rng(3), 5, 4, 6, "float32")
     out = xloss.fused_linear_online_max_sum(x, w, np.array([0, 7, 1, 2, 9]), 0, backend=cpu)
-    assert out.target_mask.tolist() == [0b11110010]  # tokens 1 and 4 masked, padding bits 5..7 set
+    assert out.target_mask.tolist() == [0b00010010]  # tokens 1 and 4 masked; padding bits 5..7: mask(0), clear
+    out = xloss.fused_linear_online_max_sum(x, w, np.array([0, 7, 1, 2, 9]), 1, backend=cpu)
+    assert out.target_mask.tolist() == [0b11110011]  # a shard not holding target 0: padding bits set
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))

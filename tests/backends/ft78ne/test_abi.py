@@ -190,7 +190,7 @@ SEED_PROTOTYPES = (  # the vendor manual page, verbatim
     "float *dloss, float *dx, int weight_defined)",
     "void hp_binarycrossentropygrad_p(int input_size, int reduction, half *input_x, half *input_y, half *weight, "
     "half *dloss, half *dx, int weight_defined)",
-    # the nlllossgrad page (its _p forms: the same list without core_mask, as on every other page)
+    # the nlllossgrad page (its _s forms; the _p forms are assumed: see test_nll_private_forms_are_marked_assumed)
     "void fp_nlllossgrad_s(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight, "
     "float *logits_grad, int batch, int class_num, int reduction_type, int core_mask)",
     "void hp_nlllossgrad_s(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight, "
@@ -211,6 +211,17 @@ def test_ours_are_marked_and_vendor_pages_are_not():
         if m:
             ours = any(op in m.group(1) for op in abi.OURS_OPS) or m.group(1) == abi.EXT_MARKER
             assert ("/* OURS */" in line) == ours, line
+
+
+def test_nll_private_forms_are_marked_assumed():
+    """The stored nlllossgrad manual page shows the _s prototypes only: the header marks its _p forms
+    ASSUMED right above them, and the README's operator table says so (issue 27)."""
+    header = (abi.EMULATOR.parent / "include" / "ft78ne.h").read_text()
+    before = header[:header.index("FT78NE_API void fp_nlllossgrad_p(")].rstrip()
+    assert before.endswith("*/") and "ASSUMED" in before[before.rindex("/*"):]
+    readme = (abi.EMULATOR.parent / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `nlllossgrad` |"))
+    assert "**`_p`: assumed**" in row and "no `_p` prototype" in row
 
 
 def test_bce_prototypes_are_the_manuals():

@@ -68,7 +68,7 @@ def ce_call(emu, a, dt, form="s", mask=0xFF, chip=MT7004, **over):
 
 
 def _as_ref(a):
-    return flce.OnlineMaxSumOut(a["lmax"], a["sexp"], a["pred"], flce.pack_target_mask(a["tmask"].astype(bool)),
+    return flce.OnlineMaxSumOut(a["lmax"], a["sexp"], a["pred"], flce.pack_target_mask(a["tmask"].astype(bool), True),
                                 a["mt"], a["logits"])
 
 
@@ -92,7 +92,8 @@ def test_sharded_forward_equals_cross_entropy_for_every_core_mask(emu, dt, chip,
         np.testing.assert_allclose(got["lmax"], want.logits_max_local, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got["sexp"], want.sum_exp_logits_local, rtol=1e-5)
         np.testing.assert_allclose(got["pred"], want.predicted_logits_local, rtol=1e-5, atol=1e-5)
-        np.testing.assert_array_equal(flce.pack_target_mask(got["tmask"].astype(bool)), want.target_mask)
+        np.testing.assert_array_equal(flce.pack_target_mask(got["tmask"].astype(bool), flce.padding_bit(a_, b_)),
+                                      want.target_mask)
         assert set(np.unique(got["tmask"])) <= {0, 1}
         np.testing.assert_array_equal(got["mt"], want.masked_target)
         np.testing.assert_allclose(got["logits"].astype(np.float64), want.vocab_parallel_logits,

@@ -72,9 +72,11 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     # DrivingSDK's focal ABI only (INT32 one-hot targets: binary targets only), correct and with a bug
     "drivingsdk": ("PORT_FOCAL_DRIVINGSDK",),
     "drivingsdk_grad_alpha_swapped": ("PORT_FOCAL_DRIVINGSDK", "BUG_DS_GRAD_ALPHA_SWAPPED"),
+    # not a bug: DrivingSDK's own kernel arithmetic (naive float32): passes within the declared vendor range
+    "drivingsdk_vendor_numerics": ("PORT_FOCAL_DRIVINGSDK", "PORT_DS_VENDOR_NUMERICS"),
     # the vocabulary-parallel forward (issue 17): CANN's contract as an outside port author gets it wrong
     "vp_end_inclusive": ("BUG_VP_END_INCLUSIVE",),  # the doc page's "target > vocabEndIndex"
-    "vp_padding_zero": ("BUG_VP_PADDING_ZERO",),  # the mask's padding bits left 0
+    "vp_padding_set": ("BUG_VP_PADDING_SET",),  # the mask's padding bits always set (not target 0's mask)
     "vp_pred_unshifted": ("BUG_VP_PRED_UNSHIFTED",),  # the predicted logit not relative to the max
     "vp_softmax_half_inv": ("BUG_VP_SOFTMAX_HALF_INV",),  # softmax times a FLOAT16 1/sum
 }

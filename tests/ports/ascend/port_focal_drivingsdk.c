@@ -5,7 +5,11 @@
  * for y = 0: loss = weight * alpha_t * ce * q^gamma; the Grad operator writes d loss / d logit.
  *
  * Compiled only with PORT_FOCAL_DRIVINGSDK (the variant then leaves xloss's own focal operators
- * out, so DrivingSDK's is the library's only focal ABI). Seeded bug here: BUG_DS_GRAD_ALPHA_SWAPPED. */
+ * out, so DrivingSDK's is the library's only focal ABI). Seeded bug here: BUG_DS_GRAD_ALPHA_SWAPPED.
+ * With PORT_DS_VENDOR_NUMERICS the kernel is instead DrivingSDK's own arithmetic (kernels/
+ * sigmoid_focal_loss/op_kernel/arch35), reproduced in float32 step for step: p = 1/(1 + exp(-x)),
+ * 1 - p, log p, log(1 - p), powers as exp(gamma log), t = float(target) in pos*t + neg*(1 - t). Not
+ * a bug: the vendor's numerics, exact within |x| <= 4 and inf/NaN far outside. */
 #include "port.h"
 
 #ifdef PORT_FOCAL_DRIVINGSDK
@@ -20,6 +24,25 @@ typedef struct {
 
 static float alpha_t(float y, float alpha) { return y != 0.0f ? alpha : 1.0f - alpha; }
 
+#ifdef PORT_DS_VENDOR_NUMERICS
+/* the vendor kernel's value for one element (float32 throughout; MulAddDst as fmaf) */
+static float vendor_value(float x, float t, float w, float gamma, float alpha, int grad)
+{
+    float p = 1.0f / (expf(-x) + 1.0f), s = -p + 1.0f;
+    float lp = logf(p), ls = logf(s);
+    float pg = expf(lp * gamma), sg = expf(ls * gamma);
+    float pos, neg;
+    if (!grad) {
+        pos = sg * -alpha * lp;
+        neg = pg * (alpha - 1.0f) * ls;
+    } else {
+        pos = fmaf(s, sg * -alpha, sg * (alpha * gamma) * (p * lp));
+        neg = fmaf(pg * ((alpha - 1.0f) * gamma), s * ls, pg * (1.0f - alpha) * p);
+    }
+    return fmaf(neg, -t + 1.0f, pos * t) * w;
+}
+#endif
+
 static aclnnStatus ds_kernel(const void *vplan, void *workspace, uint64_t workspaceSize)
 {
     (void)workspace;
@@ -31,8 +54,13 @@ static aclnnStatus ds_kernel(const void *vplan, void *workspace, uint64_t worksp
     port_walk_init(&w, x, ops, D_COUNT);
     for (int64_t i = 0; i < x->numel; i++, port_walk_next(&w)) {
         float xv = port_load(x, w.at[D_LOGIT]);
-        float y = port_load_int(&p->t[D_TARGET], w.at[D_TARGET]) != 0 ? 1.0f : 0.0f;
         float wt = port_load(&p->t[D_WEIGHT], w.at[D_WEIGHT]);
+#ifdef PORT_DS_VENDOR_NUMERICS
+        float tv = (float)port_load_int(&p->t[D_TARGET], w.at[D_TARGET]);
+        port_store(&p->t[D_OUT], w.at[D_OUT], vendor_value(xv, tv, wt, p->gamma, p->alpha, p->grad), PORT_ROUND_RINT);
+        continue;
+#endif
+        float y = port_load_int(&p->t[D_TARGET], w.at[D_TARGET]) != 0 ? 1.0f : 0.0f;
         focal_parts f = focal_split(xv, y);
         float qg = powf(f.q, p->gamma);
         float v;

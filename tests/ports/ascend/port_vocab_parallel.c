@@ -4,11 +4,12 @@
  *   logits = input @ weight.T (float32); logitsMaxLocal = max(logits); sumExpLogitsLocal =
  *   sum(exp(logits - max)); a token is masked where target < vocabStartIndex or target >=
  *   vocabEndIndex; maskedTarget = masked ? 0 : target - start; predictedLogitsLocal = masked ? 0 :
- *   logits[maskedTarget] - max; targetMaskOut bit-packed LSB first, the padding bits set.
+ *   logits[maskedTarget] - max; targetMaskOut bit-packed LSB first, the padding bits the mask of
+ *   target 0 (the kernel pads the targets with 0).
  *   loss = log(sumExpLogits) - predictedLogits; softmax = exp(logits - logitsMax) / sumExpLogits.
  *
  * Workspace (max/sum): one row of logits (V floats) and one input row (H floats). Seeded bugs here:
- * BUG_VP_END_INCLUSIVE, BUG_VP_PADDING_ZERO, BUG_VP_PRED_UNSHIFTED, BUG_VP_SOFTMAX_HALF_INV. */
+ * BUG_VP_END_INCLUSIVE, BUG_VP_PADDING_SET, BUG_VP_PRED_UNSHIFTED, BUG_VP_SOFTMAX_HALF_INV. */
 #include "aclnnop/aclnn_fused_cross_entropy_loss_with_max_sum.h"
 #include "aclnnop/aclnn_fused_linear_online_max_sum.h"
 #include "port.h"
@@ -97,10 +98,13 @@ static aclnnStatus ms_kernel(const void *vplan, void *workspace, uint64_t worksp
                            PORT_ROUND_RINT);
         byte |= (uint8_t)(masked << (i % 8));
         if (i % 8 == 7 || i == bt - 1) {
-#ifndef BUG_VP_PADDING_ZERO
-            if (i % 8 != 7)
-                byte |= (uint8_t)(0xffu << (i % 8 + 1)); /* the padding bits of the last byte are set */
+#ifdef BUG_VP_PADDING_SET
+            int pad = 1; /* the doc page's reading: the padding bits always set */
+#else
+            int pad = ms_masked(0, p->start, p->end); /* the padding is target 0, as the kernel pads */
 #endif
+            if (i % 8 != 7 && pad)
+                byte |= (uint8_t)(0xffu << (i % 8 + 1));
             store_int(mask, mask->offset + (i / 8) * mask->strides[0], byte);
             byte = 0;
         }

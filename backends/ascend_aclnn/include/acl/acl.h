@@ -1,20 +1,8 @@
-/* AscendCL umbrella header: initialisation plus the base and runtime subsets. */
+/* AscendCL umbrella header. In CANN (runtime include/external/acl/acl.h) it includes acl_rt.h,
+ * which declares aclInit/aclFinalize, plus the model and op headers this subset leaves out. */
 #ifndef XLOSS_ACL_ACL_H_
 #define XLOSS_ACL_ACL_H_
 
-#include "acl_base.h"
 #include "acl_rt.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* Once per process; a second call returns ACL_ERROR_REPEAT_INITIALIZE. configPath may be NULL. */
-ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath);
-ACL_FUNC_VISIBILITY aclError aclFinalize(void);
-
-#ifdef __cplusplus
-}
-#endif
 
 #endif

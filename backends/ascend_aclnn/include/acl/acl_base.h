@@ -84,7 +84,9 @@ typedef enum {
     ACL_FORMAT_FRACTAL_NZ = 29,
     ACL_FORMAT_NCDHW = 30,
     ACL_FORMAT_NDC1HWC0 = 32,
-    ACL_FRACTAL_Z_3D = 33
+    ACL_FRACTAL_Z_3D = 33,
+    ACL_FORMAT_NC = 35,
+    ACL_FORMAT_NCL = 47
 } aclFormat;
 
 /* IEEE half <-> float, round-to-nearest-even. */
@@ -93,9 +95,6 @@ ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
 
 /* Size in bytes of one element of dataType (0 for types without a byte size). */
 ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType);
-
-/* The calling thread's most recent error message, or NULL if none is pending. */
-ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void);
 
 #ifdef __cplusplus
 }

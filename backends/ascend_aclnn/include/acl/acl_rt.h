@@ -1,4 +1,6 @@
-/* AscendCL runtime: the device, stream and memory subset of CANN's acl/acl_rt.h. */
+/* AscendCL runtime: the init, error message, device, stream and memory subset of CANN's
+ * acl/acl_rt.h (runtime include/external/acl/acl_rt.h, which declares aclInit, aclFinalize and
+ * aclGetRecentErrMsg; acl/acl.h includes this header). */
 #ifndef XLOSS_ACL_ACL_RT_H_
 #define XLOSS_ACL_ACL_RT_H_
 
@@ -15,16 +17,30 @@ typedef enum aclrtMemMallocPolicy {
     ACL_MEM_MALLOC_HUGE_FIRST_P2P,
     ACL_MEM_MALLOC_HUGE_ONLY_P2P,
     ACL_MEM_MALLOC_NORMAL_ONLY_P2P,
+    ACL_MEM_MALLOC_HUGE1G_ONLY,
+    ACL_MEM_MALLOC_HUGE1G_ONLY_P2P,
     ACL_MEM_TYPE_LOW_BAND_WIDTH = 0x0100,
-    ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000
+    ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000,
+    ACL_MEM_ACCESS_USER_SPACE_READONLY = 0x100000
 } aclrtMemMallocPolicy;
 
 typedef enum aclrtMemcpyKind {
     ACL_MEMCPY_HOST_TO_HOST,
     ACL_MEMCPY_HOST_TO_DEVICE,
     ACL_MEMCPY_DEVICE_TO_HOST,
-    ACL_MEMCPY_DEVICE_TO_DEVICE
+    ACL_MEMCPY_DEVICE_TO_DEVICE,
+    ACL_MEMCPY_DEFAULT,
+    ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+    ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
+    ACL_MEMCPY_INTER_DEVICE_TO_DEVICE
 } aclrtMemcpyKind;
+
+/* Once per process; a second call returns ACL_ERROR_REPEAT_INITIALIZE. configPath may be NULL. */
+ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath);
+ACL_FUNC_VISIBILITY aclError aclFinalize(void);
+
+/* The calling thread's most recent error message, or NULL if none is pending. */
+ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void);
 
 ACL_FUNC_VISIBILITY aclError aclrtSetDevice(int32_t deviceId);
 ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId);

@@ -11,8 +11,9 @@ extern "C" {
 /* Vocabulary-parallel cross entropy after the all-reduce: lossOut = log(sumExpLogits) -
  * predictedLogits, and softMaxOutOptional = exp(vocabParallelLogitsOptional - logitsMax) /
  * sumExpLogits. logitsMax, sumExpLogits, predictedLogits, lossOut (BT) FLOAT; labelSmoothing must
- * be 0; inputOptional and weightOptional must be NULL; vocabParallelLogitsOptional (BT, V) FLOAT,
- * FLOAT16 or BF16 and softMaxOutOptional (BT, V) FLOAT, both given or both NULL. */
+ * be 0; inputOptional and weightOptional are ignored (whatever they are, as CANN's op);
+ * vocabParallelLogitsOptional (BT, V) FLOAT, FLOAT16 or BF16 needs softMaxOutOptional (BT, V)
+ * FLOAT (NULL: ACLNN_ERR_PARAM_NULLPTR); without the logits softMaxOutOptional is ignored. */
 ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedCrossEntropyLossWithMaxSumGetWorkspaceSize(
     const aclTensor *logitsMax, const aclTensor *sumExpLogits, const aclTensor *predictedLogits, float labelSmoothing,
     const aclTensor *inputOptional, const aclTensor *weightOptional, const aclTensor *vocabParallelLogitsOptional,

@@ -10,7 +10,10 @@ extern "C" {
 
 /* grad (BT) FLOAT; input (BT, H) and weight (V, H) FLOAT16 or BF16; targetMask BOOL (BT) or UINT8
  * bit-packed LSB first; maskedTarget (BT) INT32/INT64; labelSmoothing must be 0; softmaxOptional
- * (BT, V) FLOAT, or logitsMaxOptional and sumExpLogitsOptional (BT) FLOAT; outputs in input's dtype. */
+ * (BT, V) FLOAT, or logitsMaxOptional and sumExpLogitsOptional (BT) FLOAT; outputs in input's dtype;
+ * every operand ND. A contiguous softmaxOptional is written, as CANN's kernel leaves it: float32
+ * softmax - 1 at the unmasked targets, then each row's G in input's dtype at row i * S bytes
+ * (S = 2V rounded up to 512). */
 ACL_FUNC_VISIBILITY aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
     const aclTensor *grad, const aclTensor *input, const aclTensor *weight, const aclTensor *targetMask,
     const aclTensor *maskedTarget, float labelSmoothing, const aclTensor *logitsMaxOptional,

@@ -1,17 +1,17 @@
 /* aclnnSigmoidFocalLoss as Ascend's DrivingSDK (mx_driving) exports it, a custom-operator package,
  * not CANN itself. The ABI, from mx_driving/csrc/SigmoidFocalLoss.cpp (EXEC_NPU_CMD(aclnnSigmoidFocalLoss,
- * input, target_y, weight_y, gamma, alpha, output)): no reduction, no upstream gradient.
+ * input, target_y, weight_y, gamma, alpha, output)), the op's definition and its kernel
+ * (kernels/sigmoid_focal_loss/op_host, op_kernel/arch35): no reduction, no upstream gradient.
  *
- *   logit  (N, C) FLOAT
- *   target (N, C) INT32 one-hot: 1 for the positive class, 0 elsewhere
- *   weight (N, C) FLOAT, required, full shape (mx_driving expands weight[class] to it)
- *   out    (N, C) FLOAT: per element, with p = sigmoid(logit),
- *          target 1: -alpha       * (1 - p)^gamma * log(p)       * weight
- *          target 0: -(1 - alpha) * p^gamma       * log(1 - p)   * weight
+ *   logit  (N, C) FLOAT or FLOAT16
+ *   target (N, C) INT32 (mx_driving passes one-hot; the kernel takes t = float(target) as it is)
+ *   weight (N, C) in logit's dtype, required, full shape (mx_driving expands weight[class] to it)
+ *   out    (N, C) in logit's dtype: per element, with p = sigmoid(logit),
+ *          (-alpha (1 - p)^gamma log(p) t - (1 - alpha) p^gamma log(1 - p) (1 - t)) * weight
+ *   gamma, alpha: any values (no check), used as float.
  *
- * The emulator implements this ABI under these names so the adapter's path for a DrivingSDK
- * library is exercised; the kernel formula follows mmcv's sigmoid_focal_loss, which this operator
- * replaces (DrivingSDK's kernel source is not public in the material we could read). */
+ * The kernel computes this naively in the logit's type (see ops_focal_drivingsdk.c): inf or NaN
+ * for float32 logits above about +16.6 or below about -88.7. */
 #ifndef XLOSS_ACLNNOP_ACLNN_SIGMOID_FOCAL_LOSS_H_
 #define XLOSS_ACLNNOP_ACLNN_SIGMOID_FOCAL_LOSS_H_
 
