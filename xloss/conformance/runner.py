@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from ..backend import Backend, KernelCaps
 from ..dtypes import FLOAT_DTYPES
 from ..errors import BackendUnavailableError, PortViolation
-from . import DESCRIPTORS, large, supports
+from . import DESCRIPTORS, large, process_state, supports
 from .casefile import case_to_json, outputs_to_json
 from .configs import (
     MASK_DEPENDENT,
@@ -42,12 +42,23 @@ from .configs import (
     repeat_runs,
 )
 from .descriptor import Case
-from .execute import CheckFailure, Disagreement, InputWritten, Mismatch, check_case, describe_failure
+from .execute import (
+    CheckFailure,
+    Disagreement,
+    InputWritten,
+    Mismatch,
+    StateChanged,
+    call_checked,
+    check_case,
+    describe_failure,
+)
 from .shrink import minimise
 
-PASS, FAIL, NOT_IMPLEMENTED, REFUSED, WRONG_IF_FORCED, CRASH = (
-    "pass", "fail", "not implemented", "refused", "wrong if forced", "crash")
-FAILING = (FAIL, CRASH, NONDETERMINISTIC, MASK_DEPENDENT)
+PASS, FAIL, NOT_IMPLEMENTED, REFUSED, WRONG_IF_FORCED, CRASH, HANG = (
+    "pass", "fail", "not implemented", "refused", "wrong if forced", "crash", "hang")
+FAILING = (FAIL, CRASH, HANG, NONDETERMINISTIC, MASK_DEPENDENT)
+#: the leak measurement repeats the largest passing case of at most this many elements
+LEAK_CASE_ELEMENTS = 1 << 16
 PROBE_EXAMPLES = 8
 DRAWN, LARGE = "drawn", "large"
 
@@ -71,6 +82,7 @@ class TargetResult:
     max_ratio: float = 0.0  # the worst |error| / allowed error over every output element
     tolerance: float = 0.0  # the allowed error at that element
     outputs: dict | None = None  # the two disagreeing outputs (nondeterministic, mask-dependent)
+    warnings: list = field(default_factory=list)  # findings that do not fail the target (a memory leak)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -183,6 +195,7 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     res = TargetResult(kernel, dtype, mode, declared)
     stats = _Stats()
     start = time.perf_counter()
+    leak_case = []  # the largest passing case of at most LEAK_CASE_ELEMENTS elements
 
     def attempt(case: Case, count: bool = True):
         if on_case is not None:
@@ -193,6 +206,9 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
             outputs, comparisons, allowed = check_case(d, case, runner, caps)
             if count:
                 stats.add(comparisons)
+            size = _size(case)
+            if size <= LEAK_CASE_ELEMENTS and (not leak_case or size > _size(leak_case[0])):
+                leak_case[:] = [case]
             return outputs, allowed
         except Exception:
             if count and res.found_at is None:
@@ -243,9 +259,23 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     elif not declared:
         res.status = FAIL
         res.message = "works but is not declared: the backend's capability declaration is incomplete"
+    if declared and leak_case and not isinstance(failure and failure[1], StateChanged):
+        res.warnings.extend(_leak_warnings(d, leak_case[0], runner, on_case))
     stats.store(res)
     res.seconds = time.perf_counter() - start
     return res
+
+
+def _leak_warnings(d, case: Case, runner: Backend, on_case) -> list[str]:
+    """The memory leak warning for ``case`` repeated (see :func:`.process_state.bytes_per_call`), if any."""
+    if on_case is not None:
+        on_case(case)
+    try:
+        per_call = process_state.bytes_per_call(lambda: call_checked(d, case, runner))
+    except Exception:  # the case passed once; a later failure is not this measurement's to report
+        return []
+    warning = process_state.leak_warning(per_call)
+    return [f"{warning} [case: {case.label or 'drawn'}, {_size(case)} elements]"] if warning else []
 
 
 def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0, repeats: int = REPEATS,
