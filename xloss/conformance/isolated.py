@@ -266,14 +266,19 @@ def describe(name: str, options: dict, *, case_deadline: float = DEFAULT_CASE_DE
         return _await_loaded(child, name, case_deadline)[2]
 
 
-def _ended(how: str, detail, current: tuple, case_msg, deadline: float) -> TargetResult:
-    """The result of the target in flight when the child stopped answering."""
+def _ended(how: str, detail, current: tuple, case_msg, deadline: float, previous=None) -> TargetResult:
+    """The result of the target in flight when the child stopped answering (``previous``: the case
+    before the one in flight, and the seconds since the one in flight was sent)."""
     case = pickle.loads(case_msg[1]) if case_msg is not None else None
     where = f" [case: {case.label}]" if case is not None and case.label else ""
     if how == "died":
         status = CRASH
         msg = (f"the backend crashed the process ({detail}) on this input{where}" if case is not None else
                f"the backend crashed the process ({detail}) before the first case{where}")
+        if previous is not None and previous[0] is not None:
+            before = pickle.loads(previous[0][1])
+            msg += (f"; this case had been running {previous[1]:.2f} s: if the crash came later from a thread or "
+                    f"timer the previous call left behind, that call's case was [{before.label or 'drawn'}]")
     elif how == "timeout":
         status = HANG
         size = f" ({case_msg[0]} elements)" if case_msg is not None else ""
@@ -310,7 +315,7 @@ def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, se
 
     while remaining:
         with _Child(_child_main, (name, options, list(remaining), settings)) as child:
-            current, case_msg, wait_s = None, None, base
+            current, case_msg, wait_s, previous, sent = None, None, base, None, time.monotonic()
             try:
                 got = _await_loaded(child, name, base)
             except LoadFailure as exc:
@@ -326,12 +331,13 @@ def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, se
                     remaining = []
                     break
                 if kind == "start":
-                    current, case_msg, wait_s = tuple(payload), None, base
+                    current, case_msg, wait_s, previous = tuple(payload), None, base, None
                 elif kind == "case":
-                    case_msg, wait_s = payload, deadline_for(base, payload[0])
+                    previous, case_msg, sent = case_msg, payload, time.monotonic()
+                    wait_s = deadline_for(base, payload[0])
                 elif kind == "result" and current is not None:
                     remaining.remove(current[:3] + current[4:])
-                    current, case_msg, wait_s = None, None, base
+                    current, case_msg, wait_s, previous = None, None, base, None
                     if payload is not None:  # None: no large case applies
                         report(TargetResult(**payload))
                 got = child.receive(wait_s)
@@ -341,7 +347,7 @@ def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, se
                 # it stopped between targets (a thread of the last one crashing late, say): the next target is blamed
                 nxt = remaining[0]
                 current = (*nxt[:3], True, nxt[3])
-            report(_ended(got[0], got[1], current, case_msg, wait_s))
+            report(_ended(got[0], got[1], current, case_msg, wait_s, (previous, time.monotonic() - sent)))
             remaining.remove(current[:3] + current[4:])
     return results
 

@@ -35,6 +35,7 @@ _ARM = _MACHINE in ("aarch64", "arm64")
 #: (64-bit: 152 bytes, sa_flags at byte 136)
 _FENV_BYTES, _MXCSR_AT = 32, 28
 _SIGACTION_BYTES, _SA_FLAGS_AT = 152, 136
+_SA_RESTORER = 0x04000000  # glibc's sigaction sets it with any handler: not the library's doing
 ROUNDING = {0x000: "to nearest", 0x400: "downward", 0x800: "upward", 0xC00: "toward zero"}
 #: MXCSR bits that are control, not sticky flags (bits 0-5 are the exception flags)
 _MXCSR_CONTROL = 0xFFC0
@@ -109,6 +110,12 @@ def snapshot() -> Snapshot:
     return Snapshot(rounding, fenv, actions, blocked, _threads())
 
 
+def dispositions(snap: Snapshot) -> dict:
+    """``{signal: (handler address, sa_flags)}``: what :func:`changes` compares of each sigaction."""
+    return {s: (raw[:8], int.from_bytes(raw[_SA_FLAGS_AT:_SA_FLAGS_AT + 4], "little") & ~_SA_RESTORER)
+            for s, raw in snap.actions.items()}
+
+
 def _signame(s: int) -> str:
     try:
         return signal.Signals(s).name
@@ -156,13 +163,14 @@ def changes(before: Snapshot, after: Snapshot, *, threads_may_grow: bool = False
     if before.fenv is not None and after.fenv is not None:
         rounding_told = bool(out)  # fesetround sets the x87 and the SSE rounding: say it once
         out.extend(c for c in _fenv_changes(before.fenv, after.fenv) if not (rounding_told and "SSE rounding" in c))
-    for s, raw in before.actions.items():
-        new = after.actions.get(s)
-        if new is None:
+    now = dispositions(after)
+    for s, (handler, flags) in dispositions(before).items():
+        if s not in now:
             continue
-        if new[:8] != raw[:8]:
-            out.append(f"the disposition of {_signame(s)}: {_handler(raw)} before the call, {_handler(new)} after it")
-        elif new[_SA_FLAGS_AT:_SA_FLAGS_AT + 4] != raw[_SA_FLAGS_AT:_SA_FLAGS_AT + 4]:
+        if now[s][0] != handler:
+            out.append(f"the disposition of {_signame(s)}: {_handler(handler)} before the call, "
+                       f"{_handler(now[s][0])} after it")
+        elif now[s][1] != flags:
             out.append(f"the sigaction flags of {_signame(s)}")
     if before.blocked != after.blocked:
         added = sorted(after.blocked - before.blocked)
@@ -193,10 +201,10 @@ def restore(before: Snapshot) -> None:
     """Put back the floating-point environment and the signal dispositions of ``before``."""
     if _LIBM is not None and before.fenv is not None:
         _LIBM.fesetenv(ctypes.create_string_buffer(before.fenv, _FENV_BYTES))
-    for s, raw in before.actions.items():
-        now = ctypes.create_string_buffer(_SIGACTION_BYTES)
-        if _LIBC.sigaction(s, None, now) == 0 and now.raw != raw:
-            _LIBC.sigaction(s, ctypes.create_string_buffer(raw, _SIGACTION_BYTES), None)
+    now = dispositions(snapshot()) if before.actions else {}
+    for s, was in dispositions(before).items():
+        if now.get(s, was) != was:
+            _LIBC.sigaction(s, ctypes.create_string_buffer(before.actions[s], _SIGACTION_BYTES), None)
     try:
         now = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))
         if now != before.blocked:
