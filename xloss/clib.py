@@ -25,7 +25,6 @@ import cffi
 
 from .errors import BackendUnavailableError
 
-
 #: probe libraries before loading them here (off in xloss check's child, which is the probe itself)
 PROBE_LOADS = True
 #: seconds a probe may take to load the libraries

@@ -42,10 +42,7 @@ void *volatile hostile_last_block; /* the last block only, so that the compiler 
 #endif
 
 #ifdef HOSTILE_SIGNAL_HANDLER
-static void hostile_handler(int sig)
-{
-    (void)sig;
-}
+static void hostile_handler(int sig) { (void)sig; }
 #endif
 
 /* What the operator does at the end of phase two, after writing correct results. */

@@ -6,10 +6,7 @@
 
 #ifdef HOSTILE_CTOR_ABORT
 /* HOSTILE: the library aborts as it is loaded */
-__attribute__((constructor)) static void port_hostile_constructor(void)
-{
-    abort();
-}
+__attribute__((constructor)) static void port_hostile_constructor(void) { abort(); }
 #endif
 
 static int plain_format(aclFormat f)
