@@ -71,10 +71,6 @@ class StateChanged(CheckFailure):
         self.changed = list(changed)
 
 
-#: kernels called at least once in this process: only a kernel's first call may start threads that stay
-_KERNELS_CALLED: set = set()
-
-
 def watched_call(d: KernelDescriptor, case: Case, backend) -> tuple:
     """``d.call(case, backend)``, raising :class:`StateChanged` if it changed process-wide state
     (which is then put back, so nothing after it runs under the port's settings)."""
@@ -85,9 +81,7 @@ def watched_call(d: KernelDescriptor, case: Case, backend) -> tuple:
         process_state.restore(before)
         raise
     after = process_state.settle(before, process_state.snapshot())
-    first = case.kernel not in _KERNELS_CALLED
-    _KERNELS_CALLED.add(case.kernel)
-    changed = process_state.changes(before, after, threads_may_grow=first)
+    changed = process_state.changes(before, after)
     if changed:
         process_state.restore(before)
         raise StateChanged("the call changed process-wide state and left it changed: " + "; ".join(changed)

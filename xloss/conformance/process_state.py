@@ -8,8 +8,11 @@ library can change for the whole process and compares it after the call (:func:`
   exception masks; the sticky exception flags are results, not state, and are ignored); on
   AArch64 the FPCR;
 * every signal's disposition (``sigaction``: handler and flags) and the blocked-signal mask;
-* the number of threads. A kernel's first call in the process may start threads that stay (a
-  thread pool started lazily); after that a call must not leave more threads than it found.
+* the threads the libraries started (the process's threads less those Python's ``threading``
+  started, e.g. an adapter's own workers). A pool started or grown lazily is fine: a call fails
+  only when it leaves more threads than it found and the process then holds more than a pool
+  needs, one per CPU beyond what it had at the first snapshot: a thread left behind per call
+  gets there within a few calls.
 
 Whatever changed is put back (:func:`restore`) so the rest of the run, the oracle included, is not
 computed under the port's rounding mode. :func:`bytes_per_call` measures how much memory a call
@@ -84,10 +87,26 @@ class Snapshot:
 
 
 def _threads() -> int | None:
+    """Threads of this process that Python's ``threading`` did not start (None: cannot tell)."""
+    import threading
+
     try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
+        tasks = {int(t) for t in os.listdir("/proc/self/task")}
+    except (OSError, ValueError):
         return None
+    python = {t.native_id for t in threading.enumerate() if t.native_id != os.getpid()}
+    return len(tasks - python)
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+#: the library threads at the first snapshot of the process
+_BASELINE: list = []
 
 
 def snapshot() -> Snapshot:
@@ -107,7 +126,10 @@ def snapshot() -> Snapshot:
         blocked = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))
     except (AttributeError, OSError):
         blocked = frozenset()
-    return Snapshot(rounding, fenv, actions, blocked, _threads())
+    threads = _threads()
+    if not _BASELINE and threads is not None:
+        _BASELINE.append(threads)
+    return Snapshot(rounding, fenv, actions, blocked, threads)
 
 
 def dispositions(snap: Snapshot) -> dict:
@@ -154,7 +176,7 @@ def _fenv_changes(before: bytes, after: bytes) -> list[str]:
     return out
 
 
-def changes(before: Snapshot, after: Snapshot, *, threads_may_grow: bool = False) -> list[str]:
+def changes(before: Snapshot, after: Snapshot) -> list[str]:
     """What the call changed, one phrase each (empty: nothing)."""
     out = []
     if before.rounding != after.rounding:
@@ -181,9 +203,11 @@ def changes(before: Snapshot, after: Snapshot, *, threads_may_grow: bool = False
     # Fewer threads is no fault of the call: a pool stops its threads before a fork (OpenBLAS does,
     # so any fork+exec in a library shrinks it) and starts them again when next used.
     if before.threads is not None and after.threads is not None and after.threads > before.threads:
-        if not threads_may_grow:
+        pool = (_BASELINE[0] if _BASELINE else before.threads) + _cpus()
+        if after.threads > pool:
             out.append(f"the thread count: {before.threads} before the call, {after.threads} after it (the call "
-                       f"left {after.threads - before.threads} thread(s) running)")
+                       f"left {after.threads - before.threads} thread(s) running; more than a thread pool needs: at "
+                       f"most {pool}, one per CPU beyond the {pool - _cpus()} at the start)")
     return out
 
 
