@@ -118,9 +118,9 @@ def snapshot() -> Snapshot:
             fenv = buf.raw
     actions = {}
     if AVAILABLE["signals"]:
+        buf, query = ctypes.create_string_buffer(_SIGACTION_BYTES), _LIBC.sigaction
         for s in _SIGNALS:
-            buf = ctypes.create_string_buffer(_SIGACTION_BYTES)
-            if _LIBC.sigaction(s, None, buf) == 0:
+            if query(s, None, buf) == 0:
                 actions[s] = buf.raw
     try:
         blocked = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))
@@ -185,8 +185,8 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
     if before.fenv is not None and after.fenv is not None:
         rounding_told = bool(out)  # fesetround sets the x87 and the SSE rounding: say it once
         out.extend(c for c in _fenv_changes(before.fenv, after.fenv) if not (rounding_told and "SSE rounding" in c))
-    now = dispositions(after)
-    for s, (handler, flags) in dispositions(before).items():
+    now = dispositions(after) if after.actions != before.actions else {}
+    for s, (handler, flags) in (dispositions(before) if now else {}).items():
         if s not in now:
             continue
         if now[s][0] != handler:
