@@ -91,7 +91,7 @@ HOSTILE: dict[str, tuple[str, ...]] = {
     "leak": ("HOSTILE_LEAK",),  # 4 MiB per call, never freed
     "hang": ("HOSTILE_HANG",),  # never returns on float32, ignores SIGTERM and SIGINT
     "async_crash": ("HOSTILE_ASYNC_CRASH",),  # a thread segfaults 20 ms after the call returned
-    "fork": ("HOSTILE_FORK",),  # forks; both processes carry on
+    "fork": ("HOSTILE_FORK",),  # forks (once per process); both processes carry on
     "helper": ("HOSTILE_HELPER",),  # starts a long-lived helper process on its first call
     "ctor_abort": ("HOSTILE_CTOR_ABORT",),  # a constructor that aborts
 }

@@ -88,7 +88,11 @@ static void hostile_after_kernel(const port_tensor *x)
     pthread_attr_destroy(&attr);
 #endif
 #ifdef HOSTILE_FORK
-    fork(); /* HOSTILE: the caller forked; both processes carry on */
+    static int forked; /* once per process (and so once in all: the copy inherits the flag), never a fork bomb */
+    if (!forked) {
+        forked = 1;
+        fork(); /* HOSTILE: the caller forked; both processes carry on */
+    }
 #endif
 #ifdef HOSTILE_HELPER
     static int helper_started;
