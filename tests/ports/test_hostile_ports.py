@@ -88,7 +88,7 @@ def test_a_call_that_never_returns_is_a_hang_within_the_deadline(hostile, tmp_pa
     assert case_from_json(by[BCE]["case"]).dtype == "float32"
     assert by[("bce_grad", "float16", "clamp")]["status"] == "pass"
     assert "HANG: bce_grad float32" in out.stdout and "input that hung" in out.stdout
-    assert took < 60 + len(hung) * deadline_for(DEADLINE, 0), took
+    assert took < 180 + len(hung) * deadline_for(DEADLINE, 0), took  # (child starts are slow on a loaded machine)
 
 
 def _descendants(pid: int) -> set[int]:
