@@ -29,7 +29,8 @@ A checked (or strided) session also holds the two phases to their contract: afte
 inputs as uploaded, guards intact; a write is :class:`~xloss.errors.PhaseOneWrite` naming the
 buffer), and where the library accepts ``aclSetAclOpExecutorRepeatable`` the executor is run a
 second time, which must leave every buffer of the call bit-identical
-(:class:`~xloss.errors.RepeatMismatch`).
+(:class:`~xloss.errors.RepeatMismatch`); calls whose operands exceed :data:`REPEAT_MAX_BYTES` run
+once (the large ladder's cost would double for a bug that small cases show as well).
 
 A session defers SIGINT (on the main thread) from its start to the end of its release, so an
 interrupt never leaves device memory, tensors, executors or streams behind; it is raised when
@@ -62,6 +63,8 @@ _GUARD_PATTERN = bytes([GUARD_FILL]) * GUARD_BYTES
 #: (ops-nn aclnnFusedLinearCrossEntropyLossGrad.md: the high-performance mode forms G in softmax)
 WRITTEN_INPUTS = {"aclnnFusedLinearCrossEntropyLossGrad": frozenset({"softmaxOptional"})}
 PARAMETERS = C.phase_one_parameters()
+#: a checked call whose operands hold more bytes than this runs its repeatable executor once only
+REPEAT_MAX_BYTES = 64 << 20
 
 #: Symbols an adapter session cannot work without.
 RUNTIME_SYMBOLS = ("aclInit", "aclrtSetDevice", "aclrtResetDevice", "aclrtCreateStream", "aclrtDestroyStream",
@@ -577,7 +580,8 @@ class Session:
         try:
             if strict:
                 self.check_phase_one(op, operands, before)
-                if self.lib.has("aclSetAclOpExecutorRepeatable") and self.lib.has("aclDestroyAclOpExecutor"):
+                if (self.lib.has("aclSetAclOpExecutorRepeatable") and self.lib.has("aclDestroyAclOpExecutor")
+                        and sum(b.nbytes for b in operands) <= REPEAT_MAX_BYTES):
                     repeatable = self.lib.aclSetAclOpExecutorRepeatable(executor) == 0
             if size[0]:
                 ws = self.malloc(size[0], guarded=True)
