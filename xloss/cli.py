@@ -82,9 +82,20 @@ def _make_backend(name: str, options: dict):
         raise UsageError(f"backend {name!r} does not accept {what}: {exc}") from None
 
 
+def _describe_here(backend) -> dict:
+    """What :func:`xloss.conformance.isolated.describe` asks a child, from a backend made in this process."""
+    from .conformance import report
+
+    ok, why = backend.availability()
+    caps = backend.capabilities() if ok else {}
+    return {"available": ok, "reason": why, "info": dict(backend.info()) if ok else {},
+            "variants_text": report.variants_text(caps), "declared_variants": report.declared_variants(caps),
+            "configurations": [label for label, _ in backend.configurations()] if ok else []}
+
+
 def cmd_check(args) -> int:
     from .conformance import report
-    from .conformance.isolated import run_isolated
+    from .conformance.isolated import LoadFailure, describe, run_isolated
     from .conformance.runner import FAILING, run_suite
 
     if args.replay:
@@ -95,17 +106,32 @@ def cmd_check(args) -> int:
         raise UsageError("--backend NAME is required (or --replay FILE)")
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1; got {args.repeat}")
+    if args.case_deadline is None:
+        from .conformance.isolated import DEFAULT_CASE_DEADLINE
+
+        args.case_deadline = DEFAULT_CASE_DEADLINE
+    if not 0 < args.case_deadline < float("inf"):
+        raise UsageError(f"--case-deadline must be a positive number of seconds; got {args.case_deadline}")
     kernels = [ALIASES.get(k, k) for k in args.kernels] if args.kernels else None
     for k in kernels or ():
         if k not in KERNELS:
             short = ", ".join(a for a in ALIASES if a not in KERNELS)
             raise UsageError(f"unknown kernel {k!r}; choose from {short} or full names")
     options = _backend_options(args)
-    backend = _make_backend(args.backend, options)
-    ok, why = backend.availability()
-    if not ok:
-        raise UsageError(f"backend {args.backend!r} is not available: {why}")
-    info = dict(backend.info())
+    settings = {"max_examples": args.max_examples, "seed": args.seed, "kernels": kernels, "options": options,
+                "isolated": not args.in_process, "large": not args.no_large, "repeat": args.repeat,
+                "case_deadline": args.case_deadline}
+    if args.in_process:
+        backend = _make_backend(args.backend, options)
+        described = _describe_here(backend)
+    else:  # the library is loaded in a child only: one that crashes as it loads is a verdict, not our death
+        try:
+            described = describe(args.backend, options, case_deadline=args.case_deadline)
+        except LoadFailure as exc:
+            return _report(args, [exc.result], {}, {"library": options.get("lib", "")}, settings, [])
+    if not described["available"]:
+        raise UsageError(f"backend {args.backend!r} is not available: {described['reason']}")
+    info = described["info"]
     print(f"xloss check: backend {args.backend} {info.get('library', '')}".rstrip(), file=sys.stderr)
     note = report.error_reporting_note(info)
     if note:
@@ -115,32 +141,41 @@ def cmd_check(args) -> int:
         print(f"  {r.kernel:<{_NAME_WIDTH}} {r.dtype:<9} {str(r.mode):<13} {r.group:<6} {r.status} "
               f"({r.examples} examples, {r.seconds:.1f}s)", file=sys.stderr)
 
-    settings = {"max_examples": args.max_examples, "seed": args.seed, "kernels": kernels, "options": options,
-                "isolated": not args.in_process, "large": not args.no_large, "repeat": args.repeat,
-                "configurations": [label for label, _ in backend.configurations()]}
+    settings["configurations"] = described["configurations"]
     common = dict(kernels=kernels, max_examples=args.max_examples, seed=args.seed, on_result=progress,
                   large_cases=not args.no_large, repeats=args.repeat)
     if args.in_process:
         results = run_suite(backend, **common)
     else:
-        results = run_isolated(args.backend, options, **common)
+        results = run_isolated(args.backend, options, case_deadline=args.case_deadline, **common)
+    code = _report(args, results, described, info, settings, described["declared_variants"], note)
+    return code if any(r.status in FAILING for r in results) else 0
+
+
+def _report(args, results, described, info, settings, variants, note="") -> int:
+    """Print the report (and write the JSON and the replay files); 1 (some target failed)."""
+    from .conformance import report
+
+    options = settings["options"]
     saved = report.write_failures(results, args.failures_dir, args.backend, info.get("library"), options)
-    variants = report.variants_text(backend.capabilities())
-    if variants:
-        print(variants + "\n")
+    if described.get("variants_text"):
+        print(described["variants_text"] + "\n")
     print(report.table(results))
     text = report.failures_text(results, saved)
     if text:
         print()
         print(text)
+    warnings = report.warnings_text(results)
+    if warnings:
+        print(warnings)
     if note:
         print(note)
     print(report.summary(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report.to_json(results, backend=args.backend, info=info, settings=settings, saved=saved,
-                                     variants=report.declared_variants(backend.capabilities())), f, indent=1)
-    return 1 if any(r.status in FAILING for r in results) else 0
+                                     variants=variants), f, indent=1)
+    return 1
 
 
 def _bench_sizes(sizes):
@@ -210,7 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--failures-dir", default="xloss-check-failures", metavar="DIR",
                    help="where failing inputs are saved for --replay (default ./xloss-check-failures)")
     p.add_argument("--in-process", action="store_true",
-                   help="run in this process (faster start; a crashing port takes the report down)")
+                   help="run in this process (faster start; a crashing or hanging port takes the report down)")
+    p.add_argument("--case-deadline", type=float, metavar="SECONDS",
+                   help="seconds a case of up to 2^20 elements may take before it is a HANG (larger cases get "
+                        "proportionally more; default: a generous two minutes); the library's process group is "
+                        "killed")
     p.add_argument("--no-large", action="store_true", help="skip the ladder of large cases (a quick check)")
     p.add_argument("--repeat", type=int, default=3, metavar="N",
                    help="runs of each large case (and of each replayed case) that must agree (default 3; "
@@ -253,6 +292,9 @@ def main(argv=None) -> int:
     except XLossError as exc:  # a usage mistake or a refusal: one line, no traceback
         print(f"xloss {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # (xloss check has killed its child's process group on the way out)
+        print(f"xloss {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -76,3 +76,17 @@ class InputModified(PortViolation):
     """The library changed a buffer the ABI declares as an input (const)."""
 
     kind = "wrote into input"
+
+
+class PhaseOneWrite(PortViolation):
+    """A two-phase ABI's first phase (Ascend ``GetWorkspaceSize``) wrote into a buffer: on the device
+    that phase runs on the host and cannot write device memory."""
+
+    kind = "write during phase one"
+
+
+class RepeatMismatch(PortViolation):
+    """An executor made repeatable (Ascend ``aclSetAclOpExecutorRepeatable``) gave other results
+    when run a second time."""
+
+    kind = "repeatable executor disagrees with itself"

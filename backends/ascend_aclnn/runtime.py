@@ -24,6 +24,14 @@ and the bytes changed. A ``checked`` session also fills every output with poison
 before the operator runs, whatever runtime gave the memory, and compares every input with what
 was uploaded after every operator (:class:`~xloss.errors.InputModified`).
 
+A checked (or strided) session also holds the two phases to their contract: after phase one
+(``GetWorkspaceSize``) alone, every buffer of the call must be as it was (outputs still poison,
+inputs as uploaded, guards intact; a write is :class:`~xloss.errors.PhaseOneWrite` naming the
+buffer), and where the library accepts ``aclSetAclOpExecutorRepeatable`` the executor is run a
+second time, which must leave every buffer of the call bit-identical
+(:class:`~xloss.errors.RepeatMismatch`); calls whose operands exceed :data:`REPEAT_MAX_BYTES` run
+once (the large ladder's cost would double for a bug that small cases show as well).
+
 A session defers SIGINT (on the main thread) from its start to the end of its release, so an
 interrupt never leaves device memory, tensors, executors or streams behind; it is raised when
 the session has released everything.
@@ -40,7 +48,7 @@ import weakref
 import numpy as np
 
 from ...clib import CLibrary
-from ...errors import InputModified, KernelError, OutOfBoundsWrite
+from ...errors import InputModified, KernelError, OutOfBoundsWrite, PhaseOneWrite, RepeatMismatch
 from . import _cdef as C
 
 #: bytes of poison on each side of every buffer put()/empty() makes (a multiple of 32, so the
@@ -55,6 +63,8 @@ _GUARD_PATTERN = bytes([GUARD_FILL]) * GUARD_BYTES
 #: (ops-nn aclnnFusedLinearCrossEntropyLossGrad.md: the high-performance mode forms G in softmax)
 WRITTEN_INPUTS = {"aclnnFusedLinearCrossEntropyLossGrad": frozenset({"softmaxOptional"})}
 PARAMETERS = C.phase_one_parameters()
+#: a checked call whose operands hold more bytes than this runs its repeatable executor once only
+REPEAT_MAX_BYTES = 64 << 20
 
 #: Symbols an adapter session cannot work without.
 RUNTIME_SYMBOLS = ("aclInit", "aclrtSetDevice", "aclrtResetDevice", "aclrtCreateStream", "aclrtDestroyStream",
@@ -497,19 +507,82 @@ class Session:
                 raise InputModified(f"{op} wrote into input `{name}`: {bad.size} byte(s) changed, first at byte offset "
                                     f"{int(bad[0])}", buffer=name, offset=int(bad[0]), nbytes=int(bad.size))
 
+    # -- the two phases ---------------------------------------------------------------------------
+    def _operands(self, args) -> list[DeviceBuffer]:
+        """The device buffers of the operator's tensor arguments, in argument order."""
+        out = []
+        for arg in args:
+            if isinstance(arg, self.ffi.CData):
+                buf = self._tensor_buffer.get(int(self.ffi.cast("uintptr_t", arg)))
+                if buf is not None and buf not in out:
+                    out.append(buf)
+        return out
+
+    def check_phase_one(self, op: str, operands: list[DeviceBuffer], before: list) -> None:
+        """Raise PhaseOneWrite if ``opGetWorkspaceSize`` changed a byte of any operand (``before``: their
+        bytes just before it) or of a guard."""
+        api = op + "GetWorkspaceSize"
+        try:
+            self.check_guards(api)
+        except OutOfBoundsWrite as exc:
+            raise PhaseOneWrite(f"{exc} (during phase one, which on the device runs on the host and cannot write "
+                                "device memory)", buffer=exc.buffer, offset=exc.offset, nbytes=exc.nbytes) from None
+        for buf, want in zip(operands, before):
+            bad = np.flatnonzero(self._read_raw(buf.ptr, buf.nbytes) != want)
+            if bad.size:
+                role = "input" if buf.uploaded is not None else "output"
+                raise PhaseOneWrite(
+                    f"{api} wrote into {role} `{buf.name or '?'}`: {bad.size} byte(s) changed before phase two ran, "
+                    f"first at byte offset {int(bad[0])}; phase one runs on the host and cannot write device memory "
+                    "on an NPU, so a kernel that relies on it is wrong there", buffer=buf.name or "?",
+                    offset=int(bad[0]), nbytes=int(bad.size))
+
+    def _run_again(self, op: str, operands, workspace, size: int, executor) -> None:
+        """Phase two a second time on a repeatable executor; RepeatMismatch unless every operand ends
+        bit-identical to the first run (inputs the operator documents writing get their upload back)."""
+        first = [self._read_raw(b.ptr, b.nbytes) for b in operands]
+        for b in operands:
+            if b.written and b.uploaded is not None:
+                self.upload(b.uploaded, b)
+        status = self.lib.symbol(op)(workspace, size, executor, self.stream)
+        self.rt.lib.aclrtSynchronizeStream(self.stream)
+        self.check_guards(op)
+        if status != 0:
+            raise self.rt.error(op + " (second run of a repeatable executor)", status)
+        for b, before in zip(operands, first):
+            after = self._read_raw(b.ptr, b.nbytes)
+            bad = np.flatnonzero(after != before)
+            if bad.size:
+                raise RepeatMismatch(
+                    f"{op}: the executor, made repeatable with aclSetAclOpExecutorRepeatable, left `{b.name or '?'}` "
+                    f"different after its second run: {bad.size} byte(s), first at byte offset {int(bad[0])} (a "
+                    "kernel must not consume its plan or add into its outputs)", buffer=b.name or "?",
+                    offset=int(bad[0]), nbytes=int(bad.size))
+
     # -- running ---------------------------------------------------------------------------
     def run(self, op: str, *args) -> int:
         """Phase one (``opGetWorkspaceSize``), workspace allocation, phase two; then the guard check
-        (and, checked or strided, the input comparison). Returns the workspace size.
+        (and, checked or strided, the input comparison). Checked or strided, phase one is also held
+        to writing nothing and a repeatable executor to giving the same results twice. Returns the
+        workspace size.
 
         ``args`` are the operator's arguments before ``workspaceSize`` and ``executor``.
         """
         self._name_operands(op, args)
         size = self.ffi.new("uint64_t *")
         exe = self.ffi.new("aclOpExecutor **")
+        strict = self.checked or self.layout == "strided"
+        operands = self._operands(args) if strict else []
+        before = [self._read_raw(b.ptr, b.nbytes) for b in operands]
         self.rt.call(op + "GetWorkspaceSize", *args, size, exe)
         executor = exe[0]
+        repeatable = False
         try:
+            if strict:
+                self.check_phase_one(op, operands, before)
+                if (self.lib.has("aclSetAclOpExecutorRepeatable") and self.lib.has("aclDestroyAclOpExecutor")
+                        and sum(b.nbytes for b in operands) <= REPEAT_MAX_BYTES):
+                    repeatable = self.lib.aclSetAclOpExecutorRepeatable(executor) == 0
             if size[0]:
                 ws = self.malloc(size[0], guarded=True)
                 ws.name = "workspace"
@@ -521,14 +594,21 @@ class Session:
             if self.lib.has("aclDestroyAclOpExecutor"):
                 self.lib.aclDestroyAclOpExecutor(executor)
             raise
-        status = self.lib.symbol(op)(workspace, size[0], executor, self.stream)  # consumes the single-use executor
-        # the memory contract first: an overrun explains a failure better than its status does
-        self.rt.lib.aclrtSynchronizeStream(self.stream)
-        self.check_guards(op)
-        if self.checked or self.layout == "strided":
-            self.check_inputs(op)
-        if status != 0:
-            raise self.rt.error(op, status)
+        try:
+            # (this consumes a single-use executor)
+            status = self.lib.symbol(op)(workspace, size[0], executor, self.stream)
+            # the memory contract first: an overrun explains a failure better than its status does
+            self.rt.lib.aclrtSynchronizeStream(self.stream)
+            self.check_guards(op)
+            if strict:
+                self.check_inputs(op)
+            if status != 0:
+                raise self.rt.error(op, status)
+            if repeatable:
+                self._run_again(op, operands, workspace, size[0], executor)
+        finally:
+            if repeatable:  # a repeatable executor is the caller's to destroy
+                self.lib.aclDestroyAclOpExecutor(executor)
         return int(size[0])
 
     def synchronize(self) -> None:

@@ -6,6 +6,8 @@ the copy is compared with the snapshot byte for byte: a library that writes into
 fails ("wrote into input `self`") even where the checked mode of its adapter cannot see it.
 The backend should be in its checked mode (:meth:`xloss.Backend.checked`): guard regions
 turn a write out of bounds into :class:`~xloss.errors.OutOfBoundsWrite` at the call.
+Process-wide state (the floating-point environment, signal dispositions, the thread count: see
+:mod:`.process_state`) is compared around the call too: a change is :class:`StateChanged`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from .. import dtypes as xdt
 from ..errors import PortViolation
+from . import process_state
 from .descriptor import Case, Comparison, KernelDescriptor, compare
 
 #: The bias check needs this many well-conditioned elements of a 16-bit output.
@@ -60,6 +63,33 @@ class Disagreement(CheckFailure):
         self.second = second
 
 
+class StateChanged(CheckFailure):
+    """The call left process-wide state changed (rounding mode, FTZ/DAZ, a signal handler, threads)."""
+
+    def __init__(self, message: str, *, changed: list):
+        super().__init__(message)
+        self.changed = list(changed)
+
+
+def watched_call(d: KernelDescriptor, case: Case, backend) -> tuple:
+    """``d.call(case, backend)``, raising :class:`StateChanged` if it changed process-wide state
+    (which is then put back, so nothing after it runs under the port's settings)."""
+    before = process_state.snapshot()
+    try:
+        outputs = d.call(case, backend)
+    except BaseException:
+        process_state.restore(before)
+        raise
+    after = process_state.settle(before, process_state.snapshot())
+    changed = process_state.changes(before, after)
+    if changed:
+        process_state.restore(before)
+        raise StateChanged("the call changed process-wide state and left it changed: " + "; ".join(changed)
+                           + " (a library must put back what it changes; xloss restored it for the rest of the "
+                           "check)", changed=changed)
+    return outputs
+
+
 def copy_case(case: Case) -> Case:
     kw = {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in case.kwargs.items()}
     return Case(case.kernel, case.mode, case.dtype, kw, case.label)
@@ -96,7 +126,7 @@ def _call_large(d: KernelDescriptor, case: Case, backend) -> tuple:
     from .large import build
 
     before = case.__dict__.setdefault("_digests", _digests(case))
-    outputs = d.call(case, backend)
+    outputs = watched_call(d, case, backend)
     changed = [k for k, v in _digests(case).items() if v != before[k]]
     if changed:
         pristine = build(case.kernel, case.dtype, case.mode, case.ladder["rung"], case.ladder["seed"],
@@ -112,7 +142,7 @@ def call_checked(d: KernelDescriptor, case: Case, backend) -> tuple:
     if case.ladder is not None:
         return _call_large(d, case, backend)
     work = copy_case(case)
-    outputs = d.call(work, backend)
+    outputs = watched_call(d, work, backend)
     _raise_if_written(case, work.kwargs)
     return tuple(np.array(o, copy=True) for o in outputs)
 

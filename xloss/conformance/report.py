@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from .casefile import FORMAT
-from .runner import CRASH, DRAWN, FAILING, LARGE, PASS_IN_VENDOR_RANGE, TargetResult
+from .runner import CRASH, DRAWN, FAILING, HANG, LARGE, PASS_IN_VENDOR_RANGE, TargetResult
 
 GROUP_TITLES = {DRAWN: "edge and drawn cases", LARGE: "large cases (the sizes a tiling sees; repeated, every "
                                                       "configuration)"}
@@ -70,7 +70,13 @@ def summary(results: list[TargetResult]) -> str:
         counts[key] = counts.get(key, 0) + 1
     failed = any(r.status in FAILING for r in results)
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    return f"{'FAILED' if failed else 'PASSED'}: {parts}"
+    warned = sum(len(r.warnings) for r in results)
+    return f"{'FAILED' if failed else 'PASSED'}: {parts}" + (f" ({warned} warning(s): see WARN)" if warned else "")
+
+
+def warnings_text(results: list[TargetResult]) -> str:
+    """One ``WARN:`` line per warning (a memory leak); '' if none."""
+    return "\n".join(f"WARN: {r.kernel} {r.dtype} mode={r.mode}: {w}" for r in results for w in r.warnings)
 
 
 def declared_variants(capabilities) -> list[str]:
@@ -168,7 +174,8 @@ def failures_text(results: list[TargetResult], saved: dict) -> str:
         found = f" (example {r.found_at})" if r.found_at else ""
         out.append(f"{r.status.upper()}: {r.kernel} {r.dtype} mode={r.mode}{group}{found}: {r.message}")
         if r.case is not None:
-            out.append("  smallest failing input:" if r.status != CRASH else "  input that crashed:")
+            out.append({CRASH: "  input that crashed:", HANG: "  input that hung:"}.get(r.status,
+                                                                                  "  smallest failing input:"))
             out.append("  " + case_from_json(r.case).describe().replace("\n", "\n  "))
         if r.outputs:
             out.append(f"  the two outputs ({r.outputs['first']['label']}; {r.outputs['second']['label']}) "

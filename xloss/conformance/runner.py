@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from ..backend import Backend, KernelCaps
 from ..dtypes import FLOAT_DTYPES
 from ..errors import BackendUnavailableError, PortViolation
-from . import DESCRIPTORS, large, supports
+from . import DESCRIPTORS, large, process_state, supports
 from .casefile import case_to_json, outputs_to_json
 from .configs import (
     MASK_DEPENDENT,
@@ -47,14 +47,25 @@ from .configs import (
     repeat_runs,
 )
 from .descriptor import Case
-from .execute import CheckFailure, Disagreement, InputWritten, Mismatch, check_case, describe_failure
+from .execute import (
+    CheckFailure,
+    Disagreement,
+    InputWritten,
+    Mismatch,
+    StateChanged,
+    call_checked,
+    check_case,
+    describe_failure,
+)
 from .shrink import minimise
 
-PASS, FAIL, NOT_IMPLEMENTED, REFUSED, WRONG_IF_FORCED, CRASH = (
-    "pass", "fail", "not implemented", "refused", "wrong if forced", "crash")
+PASS, FAIL, NOT_IMPLEMENTED, REFUSED, WRONG_IF_FORCED, CRASH, HANG = (
+    "pass", "fail", "not implemented", "refused", "wrong if forced", "crash", "hang")
 #: every case inside the backend's declared vendor range passes, some outside it fail (KernelCaps.vendor_range)
 PASS_IN_VENDOR_RANGE = "pass in the vendor's range"
-FAILING = (FAIL, CRASH, NONDETERMINISTIC, MASK_DEPENDENT)
+FAILING = (FAIL, CRASH, HANG, NONDETERMINISTIC, MASK_DEPENDENT)
+#: the leak measurement repeats the largest passing case of at most this many elements
+LEAK_CASE_ELEMENTS = 1 << 16
 PROBE_EXAMPLES = 8
 DRAWN, LARGE = "drawn", "large"
 
@@ -80,6 +91,7 @@ class TargetResult:
     outputs: dict | None = None  # the two disagreeing outputs (nondeterministic, mask-dependent)
     # cases with an input outside the declared vendor range: {"range", "cases", "failed", "first"}
     outside_vendor_range: dict | None = None
+    warnings: list = field(default_factory=list)  # findings that do not fail the target (a memory leak)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -248,6 +260,7 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     stats = _Stats()
     start = time.perf_counter()
     outside = _OutsideRange(caps if declared else None, kernel)
+    leak_case = []  # the largest passing case of at most LEAK_CASE_ELEMENTS elements
 
     def attempt(case: Case, count: bool = True):
         if on_case is not None:
@@ -258,6 +271,9 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
             outputs, comparisons, allowed = check_case(d, case, runner, caps)
             if count:
                 stats.add(comparisons)
+            size = _size(case)
+            if size <= LEAK_CASE_ELEMENTS and (not leak_case or size > _size(leak_case[0])):
+                leak_case[:] = [case]
             return outputs, allowed
         except Exception:
             if count and res.found_at is None:
@@ -315,9 +331,23 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
         res.status = FAIL
         res.message = "works but is not declared: the backend's capability declaration is incomplete"
     outside.store(res)
+    if declared and leak_case and not isinstance(failure and failure[1], StateChanged):
+        res.warnings.extend(_leak_warnings(d, leak_case[0], runner, on_case))
     stats.store(res)
     res.seconds = time.perf_counter() - start
     return res
+
+
+def _leak_warnings(d, case: Case, runner: Backend, on_case) -> list[str]:
+    """The memory leak warning for ``case`` repeated (see :func:`.process_state.bytes_per_call`), if any."""
+    if on_case is not None:
+        on_case(case)
+    try:
+        per_call = process_state.bytes_per_call(lambda: call_checked(d, case, runner))
+    except Exception:  # the case passed once; a later failure is not this measurement's to report
+        return []
+    warning = process_state.leak_warning(per_call)
+    return [f"{warning} [case: {case.label or 'drawn'}, {_size(case)} elements]"] if warning else []
 
 
 def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0, repeats: int = REPEATS,

@@ -81,6 +81,27 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "vp_softmax_half_inv": ("BUG_VP_SOFTMAX_HALF_INV",),  # softmax times a FLOAT16 1/sum
 }
 
+#: hostile ports (tests/ports/test_hostile_ports.py): correct numbers, but each breaks the process or the
+#: two-phase contract; built only when named (never by default: one aborts as it is loaded)
+HOSTILE: dict[str, tuple[str, ...]] = {
+    "phase_one_write": ("HOSTILE_PHASE_ONE_WRITE",),  # GetWorkspaceSize zeroes out, the kernel adds into it
+    "plan_consumed": ("HOSTILE_PLAN_CONSUMED",),  # a repeatable executor's second run differs
+    "round_upward": ("HOSTILE_ROUND_UPWARD",),  # fesetround(FE_UPWARD) left set
+    "ftz_daz": ("HOSTILE_FTZ_DAZ",),  # MXCSR FTZ and DAZ left on
+    "signal_handler": ("HOSTILE_SIGNAL_HANDLER",),  # a SIGUSR2 handler installed
+    "thread_left": ("HOSTILE_THREAD_LEFT",),  # a thread left running per call
+    "leak": ("HOSTILE_LEAK",),  # 4 MiB per call, never freed
+    "hang": ("HOSTILE_HANG",),  # never returns on float32, ignores SIGTERM and SIGINT
+    "async_crash": ("HOSTILE_ASYNC_CRASH",),  # a thread segfaults 20 ms after the call returned
+    "fork": ("HOSTILE_FORK",),  # forks (once per process); both processes carry on
+    "helper": ("HOSTILE_HELPER",),  # starts a long-lived helper process on its first call
+    "ctor_abort": ("HOSTILE_CTOR_ABORT",),  # a constructor that aborts
+}
+
+
+def _switches(variant: str) -> tuple[str, ...]:
+    return VARIANTS[variant] if variant in VARIANTS else HOSTILE[variant]
+
 
 def library_name(variant: str) -> str:
     return f"libport_{variant}.so"
@@ -148,16 +169,16 @@ def build(out_dir, variants=None, jobs: int | None = None, sanitize: bool = Fals
     obj_dir = out_dir / "obj"
     obj_dir.mkdir(parents=True, exist_ok=True)
     names = list(variants) if variants is not None else list(VARIANTS)
-    unknown = [v for v in names if v not in VARIANTS]
+    unknown = [v for v in names if v not in VARIANTS and v not in HOSTILE]
     if unknown:
-        raise ValueError(f"unknown port variants {unknown}; choose from {sorted(VARIANTS)}")
+        raise ValueError(f"unknown port variants {unknown}; choose from {sorted(VARIANTS) + sorted(HOSTILE)}")
     runtime = runtime_library(out_dir, sanitize)
 
     work, links = {}, {}
     for v in names:
         objs = []
         for src in PORT_SOURCES:
-            sw = _relevant(src, VARIANTS[v])
+            sw = _relevant(src, _switches(v))
             obj = _object_path(obj_dir, src, sw, extra)
             work[obj] = (src, sw)
             objs.append(obj)

@@ -4,6 +4,11 @@
 
 #include "port.h"
 
+#ifdef HOSTILE_CTOR_ABORT
+/* HOSTILE: the library aborts as it is loaded */
+__attribute__((constructor)) static void port_hostile_constructor(void) { abort(); }
+#endif
+
 static int plain_format(aclFormat f)
 {
     return f == ACL_FORMAT_ND || f == ACL_FORMAT_NCHW || f == ACL_FORMAT_NHWC || f == ACL_FORMAT_NCDHW ||
