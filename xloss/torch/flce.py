@@ -99,16 +99,18 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         loss, z_loss, acc, row_max, sum_exp, dx, dw, db, target_mask, masked_target = output
         ctx.mark_non_differentiable(z_loss, acc, row_max, sum_exp, dx, dw, db, target_mask, masked_target)
         ctx.set_materialize_grads(False)
-        ctx.args = args
+        ctx.args, ctx.loss_dtype = args, loss.dtype
         reduction, native, want = args[0], args[_NATIVE], args[_WANT]
         precomputed = reduction != "none" and any(want)
         # the operands are needed to recompute (reduction "none"; 16-bit scaled by a non-power of two)
         # and, under torch.func, by the second-order guard
         recompute = not precomputed or (native and x.dtype in flce_native.HALF)
         keep = recompute or checks._functorch_active()
-        ctx.save_for_backward(x if keep else None, w if keep else None, b if keep else None, target, class_weight,
-                              *((row_max, sum_exp, target_mask, masked_target) if recompute else (None,) * 4),
-                              *((dx, dw, db) if precomputed else (None, None, None)))
+        saved = (x if keep else None, w if keep else None, b if keep else None, target, class_weight,
+                 *((row_max, sum_exp, target_mask, masked_target) if recompute else (None,) * 4),
+                 *((dx, dw, db) if precomputed else (None, None, None)))
+        ctx.save_for_backward(*saved)
+        ctx.save_for_forward(*saved)  # references only; jvp reads them
 
     @staticmethod
     def backward(ctx, grad, *_):
@@ -134,6 +136,44 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             grads = tuple(None if t is None else checks.first_order_result(_WHAT, t, ref)
                           for t, ref in zip(grads, (x, w, b)))
         return grads + (None, None, None)
+
+    @staticmethod
+    def jvp_rule(ctx, t_x, t_w, t_b, *_):
+        """Forward mode. A scalar reduction: the loss's tangent is ``<dx, t_x> + <dw, t_w> + <db, t_b>``
+        with the gradients the forward computed (upstream 1). ``"none"``: each token's loss depends on
+        its own row of ``input``, so ``<dx_i, t_x_i>`` per token from the backward kernel with upstream
+        ones; a tangent on ``weight`` or ``bias`` would need a per-token contraction over the vocabulary
+        that no kernel computes, and is refused (as is vocabulary parallelism, where the weight's part
+        would need an all-reduce)."""
+        x, w, b, target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db = ctx.saved_tensors
+        args = ctx.args
+        reduction, tangents = args[0], (t_x, t_w, t_b)
+        if args[Params._fields.index("group")] is not None:
+            raise UnsupportedRequestError("fused_linear_cross_entropy has no forward-mode derivative (jvp) with "
+                                          "process_group: the weight shard's part would need an all-reduce; use "
+                                          "reverse mode (backward, torch.func.grad/vjp)")
+        if reduction == "none" and (t_w is not None or t_b is not None):
+            raise UnsupportedRequestError("fused_linear_cross_entropy with reduction='none' has a forward-mode "
+                                          "derivative (jvp) w.r.t. input only; a tangent on weight or bias needs the "
+                                          "(tokens x vocabulary) contraction the fused kernels avoid: use "
+                                          "reduction='sum'/'mean', or reverse mode (torch.func.vjp/jacrev)")
+        like = target.new_empty(target.shape if reduction == "none" else (), dtype=ctx.loss_dtype)
+        if reduction == "none":
+            if t_x is None:
+                return (torch.zeros_like(like),) + (None,) * 9
+            ones = torch.ones(target.shape, dtype=like.dtype)
+            grads = ops.call(ops.fused_linear_cross_entropy_backward, ones, x.detach(), w.detach(),
+                             None if b is None else b.detach(), target, class_weight, row_max, sum_exp, target_mask,
+                             masked_target, dx, dw, db, *args)
+            cdt = torch.float64 if like.dtype == torch.float64 else torch.float32
+            tangent = (grads[0].to(cdt) * t_x.to(cdt)).sum(-1)
+        else:
+            cdt = torch.float64 if like.dtype == torch.float64 else torch.float32
+            tangent = torch.zeros((), dtype=cdt)
+            for grad, t in zip((dx, dw, db), tangents):
+                if t is not None:
+                    tangent = tangent + (grad.to(cdt) * t.to(cdt)).sum()
+        return (tangent.to(like.dtype),) + (None,) * 9
 
 
 
@@ -284,9 +324,8 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         checks.no_grad_required(class_weight, "class_weight", "fused_linear_cross_entropy gives no gradient w.r.t. it")
         class_weight = class_weight.to(cdt).contiguous()
 
-    grad_on = torch.is_grad_enabled()
-    want = (grad_on and input.requires_grad, grad_on and weight.requires_grad,
-            grad_on and bias is not None and bias.requires_grad)
+    # a gradient is wanted for what requires grad, and for what carries a forward-mode tangent (jvp uses it)
+    want = (checks.wants_derivative(input), checks.wants_derivative(weight), checks.wants_derivative(bias))
     args = tuple(Params(reduction, ignore_index, ls, cap, z_scale, chunk, block, start, vocab, group_key(process_group),
                         native, accum, bool(return_token_accuracy), scaling)) + want + (ops.backend_key(backend),)
     x2 = input.reshape(-1, hidden).contiguous()
