@@ -102,6 +102,14 @@ def integer(value, name: str) -> int:
     return value
 
 
+def int64(value, name: str) -> int:
+    """An int that fits int64 (a class index or ignore_index crosses into int64 tensors and kernels)."""
+    value = integer(value, name)
+    if not -(2**63) <= value < 2**63:
+        raise XLossValueError(f"{name} must fit in int64 ([-2**63, 2**63)); got {value}")
+    return value
+
+
 def reduction_torchvision(value) -> str:
     """As :func:`reduction`, with torchvision's wording (its tests match ``ValueError("Invalid ...")``)."""
     if not isinstance(value, str) or value not in REDUCTIONS:

@@ -43,16 +43,17 @@ The arithmetic, the class weights and label smoothing are in :mod:`.flce_chunks`
 sizes in :mod:`.chunking`; the collectives in :mod:`.distributed`.
 """
 
+import zlib
 from typing import NamedTuple
 
 import torch
 
-from ..errors import UnsupportedRequestError, XLossTypeError, XLossValueError
+from ..errors import UnsupportedRequestError, XLossError, XLossTypeError, XLossValueError
 from ..validation import real_number
 from . import _checks as checks
 from . import flce_native, ops
 from .chunking import resolve_sizes
-from .distributed import Collectives, group_key
+from .distributed import Collectives, group_key, view_range
 from .flce_passes import Params, loss_dtype  # noqa: F401  (loss_dtype: the dtype of the returned loss)
 
 _WHAT = "fused_linear_cross_entropy"
@@ -241,6 +242,14 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     the full loss and the full input gradient; ``weight``'s gradient is its shard's. A backend
     other than ``cpu`` runs each shard's forward through its ``fused_linear_online_max_sum`` and
     ``fused_cross_entropy_loss_with_max_sum`` kernels where it has them (:mod:`.flce_max_sum`).
+    The call's first collective compares what must agree (tokens, targets' checksum, reduction,
+    ignore_index, label smoothing, dtype, class weights, softcap/z-loss/accuracy/scaling settings,
+    chunk size, backend) and carries any rank's argument error; a disagreement, such an error, or
+    shards that are views of one weight overlapping or leaving gaps raise the same
+    :class:`~xloss.XLossError` on every rank. ``process_group=None`` means no vocabulary parallelism
+    (a data-parallel rank holds the whole weight); pass ``torch.distributed.group.WORLD`` for the
+    default group, and take the shards with :func:`xloss.torch.shard_vocab` (whose ``None`` is
+    the default group, as torch.distributed reads it).
 
     A ``torch.library`` custom op underneath (``torch.ops.xloss.fused_linear_cross_entropy``):
     ``torch.compile(fullgraph=True)`` and ``torch.func.grad`` trace through it; the class-index
@@ -263,66 +272,40 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         with torch.autocast("cpu", enabled=False):
             return fused_linear_cross_entropy(input, weight, target, bias, ignore_index, reduction, label_smoothing,
                                               chunk_size, backend, **kw)
-    if input.ndim < 1:
-        raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
-    hidden = input.shape[-1]
-    weight = checks.same_dtype(checks.float_tensor(weight, "weight"), "weight", input.dtype, "input")
-    if weight.ndim != 2 or weight.shape[1] != hidden:
-        raise XLossValueError(f"weight must have shape (V, {hidden}) to match input (..., H) = "
-                              f"{checks.shape_str(input.shape)}; got {checks.shape_str(weight.shape)}")
-    rows = weight.shape[0]
-    if bias is not None:
-        bias = checks.same_dtype(checks.float_tensor(bias, "bias"), "bias", input.dtype, "input")
-        if tuple(bias.shape) != (rows,):
-            raise XLossValueError(f"bias must have shape ({rows},), one per row of weight; "
-                                  f"got {checks.shape_str(bias.shape)}")
-    _refuse_probability_targets(target, input, rows)
-    target = checks.index_tensor(target, "target")
-    if tuple(target.shape) != tuple(input.shape[:-1]):
-        raise XLossValueError(f"target must have shape {checks.shape_str(input.shape[:-1])} (input's without H); "
-                              f"got {checks.shape_str(target.shape)}")
-    ignore_index = checks.integer(ignore_index, "ignore_index")
-    reduction = checks.reduction(reduction)
-    ls = real_number(label_smoothing, "label_smoothing")
-    if not 0.0 <= ls < 1.0:
-        raise XLossValueError(f"label_smoothing must be in [0, 1); got {ls}")
-    cap = 0.0 if softcap is None else real_number(softcap, "softcap")
-    if cap < 0.0:
-        raise XLossValueError(f"softcap must be positive (or None/0 for off); got {cap}")
-    z_scale = real_number(lse_square_scale, "lse_square_scale")
-    if z_scale < 0.0:
-        raise XLossValueError(f"lse_square_scale must be >= 0; got {z_scale}")
-    accum = _accum_name(accum_dtype, input.dtype)
     if process_group is not None and torch.compiler.is_compiling():
         raise UnsupportedRequestError("fused_linear_cross_entropy with process_group runs in eager mode only "
                                       "(its collectives run inside the op); call it outside torch.compile")
     coll = Collectives(process_group)
-    bt = target.numel()
-    given_chunk = 0 if chunk_size is None else checks.integer(chunk_size, "chunk_size")
-    start, vocab = coll.vocab_layout(rows, bt, given_chunk)
+    try:  # with a process group, an argument error reaches every rank through the first collective
+        c = _checked(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend,
+                     class_weight, vocab_chunk_size, softcap, lse_square_scale, accum_dtype, use_token_scaling)
+    except XLossError as exc:
+        if not coll.active:
+            raise
+        coll.agree(0, _SETTINGS_ON_ERROR, exc)
+        raise  # (agree raised already)
+    weight, bias, target, ignore_index, reduction, ls, cap, z_scale, accum, scaling, native, class_weight = c
+    hidden, rows, bt = input.shape[-1], weight.shape[0], target.numel()
+    settings = [] if not coll.active else [  # what must be equal on every rank
+        ("tokens", bt), ("hidden size", hidden), ("chunk_size", 0 if chunk_size is None else chunk_size),
+        ("targets (checksum)", _checksum(target)), ("reduction", reduction), ("ignore_index", ignore_index),
+        ("label_smoothing", ls), ("dtype", str(input.dtype).replace("torch.", "")),
+        ("class_weight (checksum)", None if class_weight is None else _checksum(class_weight)),
+        ("softcap", cap), ("lse_square_scale", z_scale), ("use_token_scaling", scaling),
+        ("return_token_accuracy", bool(return_token_accuracy)), ("accum_dtype", accum),
+        ("backend", getattr(backend, "name", backend)), ("bias given", bias is not None)]
+    start, vocab = coll.agree(rows, settings, None, view_range(weight) if coll.active else None)
     # the token chunk must be the same on every rank (each chunk is one round of collectives):
-    # its default depends on the global vocabulary only; the vocabulary block is per rank
-    cpu = _cpu_backend(backend)
-    scaling = bool(use_token_scaling)
-    native = cpu and (input.dtype in flce_native.DTYPES or bool(cap or z_scale or scaling or accum == "float64"))
-    if not native and (cap or z_scale or scaling or (accum == "float64" and input.dtype != torch.float64)):
-        raise UnsupportedRequestError(
-            "softcap, lse_square_scale, use_token_scaling and accum_dtype=torch.float64 run on the cpu backend's "
-            "PyTorch-GEMM path "
-            f"(backend='cpu' or None); backend {getattr(backend, 'name', backend)!r} computes G in its "
-            "fused_linear_cross_entropy_grad kernel, which has no soft-capping or z-loss term")
+    # its default depends on the global vocabulary only; the vocabulary block is per rank.
+    # From here on an error depends only on what the first collective found equal on every rank
+    # (the global vocabulary, the targets, class_weight), so every rank raises it alike.
     chunk, _ = resolve_sizes(chunk_size, 1, hidden, vocab, half=native and input.dtype in flce_native.HALF)
     _, block = resolve_sizes(chunk, vocab_chunk_size, hidden, rows)
     if vocab < 1 and bt:
         raise XLossValueError("weight has no rows: the vocabulary must hold at least one class")
-    cdt = torch.float64 if input.dtype == torch.float64 else torch.float32
-    if class_weight is not None:
-        class_weight = checks.float_tensor(class_weight, "class_weight")
-        if tuple(class_weight.shape) != (vocab,):
-            raise XLossValueError(f"class_weight must have shape ({vocab},), one per class of the (global) "
-                                  f"vocabulary; got {checks.shape_str(class_weight.shape)}")
-        checks.no_grad_required(class_weight, "class_weight", "fused_linear_cross_entropy gives no gradient w.r.t. it")
-        class_weight = class_weight.to(cdt).contiguous()
+    if class_weight is not None and tuple(class_weight.shape) != (vocab,):
+        raise XLossValueError(f"class_weight must have shape ({vocab},), one per class of the (global) "
+                              f"vocabulary; got {checks.shape_str(class_weight.shape)}")
 
     # a gradient is wanted for what requires grad, and for what carries a forward-mode tangent (jvp uses it)
     want = (checks.wants_derivative(input), checks.wants_derivative(weight), checks.wants_derivative(bias))
@@ -344,6 +327,69 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     if return_token_accuracy:
         acc = out[2].reshape(loss.shape)
     return FusedLinearCrossEntropyOutput(loss, z_loss, acc)
+
+
+# what a rank whose arguments were refused sends in the first collective: no settings to compare
+_SETTINGS_ON_ERROR: list = []
+
+
+def _checksum(t: torch.Tensor) -> int:
+    """CRC-32 of a tensor's values (int64 or float64) and shape: equal tensors on every rank, equal sums."""
+    wide = t.detach().to(torch.float64 if t.is_floating_point() else torch.int64).contiguous().cpu()
+    return zlib.crc32(wide.numpy().tobytes(), zlib.crc32(repr(tuple(t.shape)).encode()))
+
+
+def _checked(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend, class_weight,
+             vocab_chunk_size, softcap, lse_square_scale, accum_dtype, use_token_scaling):
+    """Every check that needs only this rank's arguments; the checked values."""
+    if input.ndim < 1:
+        raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
+    hidden = input.shape[-1]
+    weight = checks.same_dtype(checks.float_tensor(weight, "weight"), "weight", input.dtype, "input")
+    if weight.ndim != 2 or weight.shape[1] != hidden:
+        raise XLossValueError(f"weight must have shape (V, {hidden}) to match input (..., H) = "
+                              f"{checks.shape_str(input.shape)}; got {checks.shape_str(weight.shape)}")
+    rows = weight.shape[0]
+    if bias is not None:
+        bias = checks.same_dtype(checks.float_tensor(bias, "bias"), "bias", input.dtype, "input")
+        if tuple(bias.shape) != (rows,):
+            raise XLossValueError(f"bias must have shape ({rows},), one per row of weight; "
+                                  f"got {checks.shape_str(bias.shape)}")
+    _refuse_probability_targets(target, input, rows)
+    target = checks.index_tensor(target, "target")
+    if tuple(target.shape) != tuple(input.shape[:-1]):
+        raise XLossValueError(f"target must have shape {checks.shape_str(input.shape[:-1])} (input's without H); "
+                              f"got {checks.shape_str(target.shape)}")
+    ignore_index = checks.int64(ignore_index, "ignore_index")
+    reduction = checks.reduction(reduction)
+    ls = real_number(label_smoothing, "label_smoothing")
+    if not 0.0 <= ls < 1.0:
+        raise XLossValueError(f"label_smoothing must be in [0, 1); got {ls}")
+    cap = 0.0 if softcap is None else real_number(softcap, "softcap")
+    if cap < 0.0:
+        raise XLossValueError(f"softcap must be positive (or None/0 for off); got {cap}")
+    z_scale = real_number(lse_square_scale, "lse_square_scale")
+    if z_scale < 0.0:
+        raise XLossValueError(f"lse_square_scale must be >= 0; got {z_scale}")
+    accum = _accum_name(accum_dtype, input.dtype)
+    resolve_sizes(chunk_size, vocab_chunk_size, hidden, max(rows, 1))  # their own checks (the sizes come later)
+    scaling = bool(use_token_scaling)
+    native = _cpu_backend(backend) and (input.dtype in flce_native.DTYPES
+                                        or bool(cap or z_scale or scaling or accum == "float64"))
+    if not native and (cap or z_scale or scaling or (accum == "float64" and input.dtype != torch.float64)):
+        raise UnsupportedRequestError(
+            "softcap, lse_square_scale, use_token_scaling and accum_dtype=torch.float64 run on the cpu backend's "
+            "PyTorch-GEMM path "
+            f"(backend='cpu' or None); backend {getattr(backend, 'name', backend)!r} computes G in its "
+            "fused_linear_cross_entropy_grad kernel, which has no soft-capping or z-loss term")
+    if class_weight is not None:
+        class_weight = checks.float_tensor(class_weight, "class_weight")
+        checks.no_grad_required(class_weight, "class_weight", "fused_linear_cross_entropy gives no gradient w.r.t. it")
+        if class_weight.ndim != 1:
+            raise XLossValueError(f"class_weight must have shape (V,), one per class of the (global) vocabulary; "
+                                  f"got {checks.shape_str(class_weight.shape)}")
+        class_weight = class_weight.to(torch.float64 if input.dtype == torch.float64 else torch.float32).contiguous()
+    return weight, bias, target, ignore_index, reduction, ls, cap, z_scale, accum, scaling, native, class_weight
 
 
 def _refuse_probability_targets(target, input, rows) -> None:
