@@ -7,12 +7,15 @@ port joins by declaring an entry point in its own package. :func:`register_backe
 same at run time (tests, ``xloss check --lib``).
 
 An explicitly named backend that is missing, unavailable or unable to do the request raises;
-only ``backend=None`` chooses, from :data:`DEFAULT_ORDER`.
+only ``backend=None`` chooses, from :data:`DEFAULT_ORDER`, and warns (once per reason) when it passes
+over an installed backend that is unavailable here (e.g. ``cpu`` under ``NUMBA_DISABLE_JIT=1``).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -166,6 +169,12 @@ def _available(b: Backend) -> tuple[bool, str]:
         return False, f"{type(exc).__name__}: {exc}"
 
 
+@functools.cache
+def _warn_fallback(why: str, chosen: str) -> None:
+    """Once per reason: backend=None passed over an installed backend that cannot run here."""
+    warnings.warn(f"xloss: backend=None uses {chosen!r}: the default backend {why}", RuntimeWarning, stacklevel=5)
+
+
 def resolve(choice, req: Request) -> Backend:
     """The backend that runs ``req``: ``choice`` (a name or Backend) checked, or the default."""
     if isinstance(choice, Backend):
@@ -173,7 +182,7 @@ def resolve(choice, req: Request) -> Backend:
     elif isinstance(choice, str):
         b = backend(choice)
     elif choice is None:
-        refusals = []
+        refusals, refusals_unavailable = [], []
         for name in DEFAULT_ORDER:
             try:
                 b = backend(name)
@@ -183,8 +192,12 @@ def resolve(choice, req: Request) -> Backend:
             ok, why = _available(b)
             reason = why if not ok else b.refusal(req)
             if reason is None:
+                if refusals_unavailable:
+                    _warn_fallback(refusals_unavailable[0], name)
                 return b
             refusals.append(f"{name}: {reason}")
+            if not ok:
+                refusals_unavailable.append(f"{name!r} is unavailable: {why}")
         raise UnsupportedRequestError(f"no default backend can run {req.kernel}: " + "; ".join(refusals))
     else:
         raise XLossTypeError(f"backend must be a name, a Backend or None, got {type(choice).__name__}")

@@ -26,6 +26,9 @@ def shape_str(shape) -> str:
 def tensor(obj, name: str, backend=None) -> torch.Tensor:
     if not isinstance(obj, torch.Tensor):
         raise XLossTypeError(f"{name} must be a torch.Tensor; got {type(obj).__name__}")
+    if obj.layout != torch.strided:
+        raise XLossTypeError(f"{name} has layout {obj.layout}; xloss takes dense (strided) tensors "
+                             f"(e.g. call {name}.to_dense())")
     if obj.device.type != "cpu":
         device_runs(obj, name, backend)
     return obj

@@ -43,12 +43,15 @@ The arithmetic, the class weights and label smoothing are in :mod:`.flce_chunks`
 sizes in :mod:`.chunking`; the collectives in :mod:`.distributed`.
 """
 
+import functools
 import zlib
 from typing import NamedTuple
 
 import torch
 
-from ..errors import UnsupportedRequestError, XLossError, XLossTypeError, XLossValueError
+from .. import registry
+from ..backend import Backend
+from ..errors import BackendUnavailableError, UnsupportedRequestError, XLossError, XLossTypeError, XLossValueError
 from ..validation import real_number
 from . import _checks as checks
 from . import flce_native, ops
@@ -415,8 +418,23 @@ def _accum_name(accum_dtype, dtype: torch.dtype) -> str | None:
 
 
 def _cpu_backend(backend) -> bool:
-    """flce_native serves the ``cpu`` backend (and the default): its products are PyTorch's GEMMs anyway."""
-    return backend is None or backend == "cpu" or getattr(backend, "name", None) == "cpu"
+    """flce_native serves the ``cpu`` backend (and the default): its products are PyTorch's GEMMs anyway,
+    its row passes Numba's. Where ``cpu`` cannot run (Numba missing, or switched off by the environment)
+    the default goes to the registry's choice (which warns) and ``cpu`` named raises, saying why."""
+    if not (backend is None or backend == "cpu" or getattr(backend, "name", None) == "cpu"):
+        return False
+    ok, why = registry._available(backend) if isinstance(backend, Backend) else _registered_cpu_usable()
+    if ok or backend is None:
+        return ok
+    raise BackendUnavailableError(f"backend 'cpu' is not available here: {why}")
+
+
+@functools.cache
+def _registered_cpu_usable() -> tuple[bool, str]:
+    """The registry's ``cpu`` backend's availability (fixed for the process: Numba reads its settings once)."""
+    if "cpu" not in registry.backend_names():
+        return False, "it is not registered"
+    return registry._available(registry.backend("cpu"))
 
 
 class FusedLinearCrossEntropyLoss(torch.nn.Module):

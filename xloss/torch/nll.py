@@ -78,7 +78,7 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: st
     if tuple(target.shape) != expected:
         raise checks.XLossValueError(f"target must have shape {checks.shape_str(expected)} for input of shape "
                                      f"{checks.shape_str(input.shape)}; got {checks.shape_str(target.shape)}")
-    ignore_index = checks.integer(ignore_index, "ignore_index")
+    ignore_index = checks.int64(ignore_index, "ignore_index")
     classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
     if weight is not None:
         weight = checks.same_device(checks.float_tensor(weight, "weight", backend), "weight", input, "input")
