@@ -208,7 +208,7 @@ def resolve(choice, req: Request) -> Backend:
     return b
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class BackendInfo:
     name: str
     available: bool
@@ -217,10 +217,26 @@ class BackendInfo:
     capabilities: Mapping[str, KernelCaps]
     info: Mapping[str, str]
 
+    def __repr__(self) -> str:  # one short line; the whole table is `xloss backends`
+        state = "available" if self.available else f"unavailable: {_clip(self.reason, 60)}"
+        return f"BackendInfo({self.name!r}, {state}, {len(self.capabilities)} kernels)"
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+class BackendList(list):
+    """What :func:`list_backends` returns: a list of :class:`BackendInfo`, shown one backend a line."""
+
+    def __repr__(self) -> str:
+        return "[" + ",\n ".join(map(repr, self)) + "]"
+
 
 def list_backends() -> list[BackendInfo]:
-    """Every registered backend with its availability and declared capabilities."""
-    out = []
+    """Every registered backend with its availability and declared capabilities (a list; its repr is a
+    short line per backend: ``xloss backends`` prints the full table)."""
+    out = BackendList()
     for name in backend_names():
         try:
             b = backend(name)

@@ -423,6 +423,8 @@ def _cpu_backend(backend) -> bool:
     the default goes to the registry's choice (which warns) and ``cpu`` named raises, saying why."""
     if not (backend is None or backend == "cpu" or getattr(backend, "name", None) == "cpu"):
         return False
+    if torch.compiler.is_compiling():  # the registry takes locks Dynamo cannot trace; eager calls have checked
+        return True
     ok, why = registry._available(backend) if isinstance(backend, Backend) else _registered_cpu_usable()
     if ok or backend is None:
         return ok
