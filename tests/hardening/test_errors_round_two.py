@@ -41,6 +41,27 @@ def test_the_memory_guard_counts_the_address_space_limit():
     assert "refused: a contiguous copy of x" in p.stdout and "available to this process" in p.stdout, p.stdout
 
 
+def test_a_kernel_out_of_memory_is_an_xloss_error():
+    """What the guard does not count (the reference backend's own float64 working arrays) still ends
+    as an XLossError (and a MemoryError) naming the backend and the kernel."""
+    p = _python("""
+        import resource, numpy as np, xloss
+        xloss.focal_loss(np.zeros(8, np.float32), np.zeros(8, np.float32), backend="reference")
+        x = np.zeros(60_000_000, np.float16)                 # 120 MB; float64 copies: 480 MB each
+        y = np.zeros(60_000_000, np.float16)
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * resource.getpagesize()
+        limit = used + (300 << 20)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        try:
+            xloss.focal_loss(x, y, reduction="sum", backend="reference")
+        except MemoryError as exc:
+            print("refused:", type(exc).__name__, isinstance(exc, xloss.XLossError), exc)
+    """)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "refused: XLossMemoryError True backend 'reference' ran out of memory in focal_loss" in p.stdout, p.stdout
+
+
 @pytest.mark.parametrize("env", [{"NUMBA_DISABLE_JIT": "1"}, {"NUMBA_THREADING_LAYER": "tbb"}])
 def test_numba_switched_off_by_the_environment(env):
     """The default falls back to reference with a warning naming the variable; cpu named raises it."""
