@@ -226,7 +226,8 @@ def with_eager_twin(fn_cls):
     twin instead. torch's ``apply`` binds a setup_context-style forward's signature with
     ``inspect.signature`` on every call (tens of microseconds, as much as a small loss costs).
 
-    Forward mode: the class's ``jvp_rule`` becomes the ``jvp`` of a subclass that ``call`` applies
+    Forward mode: the class's ``jvp_rule`` becomes the ``jvp`` of a subclass (which also saves what
+    ``jvp_saved(inputs, output)`` names, where the class has one) that ``call`` applies
     under torch.func transforms and when an argument carries a ``forward_ad`` tangent: Dynamo refuses
     to trace a Function that defines ``jvp``, so the class torch.compile sees in eager use has none."""
 
@@ -240,7 +241,15 @@ def with_eager_twin(fn_cls):
         backward = staticmethod(fn_cls.backward)
 
     Twin.__name__ = Twin.__qualname__ = fn_cls.__name__ + "Eager"
-    forward_mode = type(fn_cls.__name__ + "ForwardMode", (fn_cls,), {"jvp": staticmethod(fn_cls.jvp_rule)})
+    extra = {"jvp": staticmethod(fn_cls.jvp_rule)}
+    if hasattr(fn_cls, "jvp_saved"):  # tensors only the jvp needs: saved in forward mode only
+
+        def setup_context(ctx, inputs, output):
+            fn_cls.setup_context(ctx, inputs, output)
+            ctx.save_for_forward(*fn_cls.jvp_saved(inputs, output))
+
+        extra["setup_context"] = staticmethod(setup_context)
+    forward_mode = type(fn_cls.__name__ + "ForwardMode", (fn_cls,), extra)
 
     def call(*args):
         if torch._C._are_functorch_transforms_active():  # a jvp level may be anywhere in the stack

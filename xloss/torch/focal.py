@@ -57,7 +57,6 @@ class _SigmoidFocalLoss(torch.autograd.Function):
         ctx.mark_non_differentiable(output[1])
         ctx.set_materialize_grads(False)  # else autograd builds a zero gradient for dx: a pass over x's size
         ctx.params = (alpha, gamma, reduction)
-        ctx.save_for_forward(output[1], x, targets, weight)  # references only; jvp reads them
         if ctx.needs_input_grad[1]:  # torchvision's targets may require grad: keep what d/dtargets needs
             ctx.save_for_backward(output[1], x, targets, weight)
         elif checks._functorch_active():  # the second-order guard needs x
@@ -81,6 +80,12 @@ class _SigmoidFocalLoss(torch.autograd.Function):
             _, targets, weight = rest
             gy = checks.first_order_result(_WHAT, _targets_grad(rest[0], targets, weight, *ctx.params, grad), rest[0])
         return gx, gy, None, None, None, None, None
+
+    @staticmethod
+    def jvp_saved(inputs, output):
+        """What ``jvp_rule`` reads, saved only in forward mode (x and targets are not kept otherwise)."""
+        x, targets, weight = inputs[:3]
+        return output[1], x, targets, weight
 
     @staticmethod
     def jvp_rule(ctx, t_inputs, t_targets, *_):
