@@ -197,7 +197,9 @@ def run_private(backend, specs: dict, ntiles: int, stage_call, cores) -> None:
     if interrupted is not None:
         raise interrupted
     if errors:
-        raise errors[0]
+        # popped, not indexed: the traceback holds this frame, which must not hold the error (a cycle
+        # that keeps the call's arrays alive until the garbage collector runs)
+        raise errors.pop(0)
 
 
 def _on_core(backend, core, specs, tiles, stage_call, stop) -> None:
