@@ -37,6 +37,7 @@ from .errors import (
     UnsupportedRequestError,
     XLossError,
     XLossIndexError,
+    XLossMemoryError,
     XLossTypeError,
     XLossValueError,
 )
@@ -46,7 +47,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Backend", "BackendNotFoundError", "BackendUnavailableError", "KernelCaps", "KernelError",
-    "UnsupportedRequestError", "XLossError", "XLossIndexError", "XLossTypeError", "XLossValueError",
+    "UnsupportedRequestError", "XLossError", "XLossIndexError", "XLossMemoryError", "XLossTypeError",
+    "XLossValueError",
     "backend", "bce_grad", "focal_loss", "focal_loss_grad", "focal_loss_with_grad",
     "LossWithMaxSum", "OnlineMaxSum", "fused_cross_entropy_loss_with_max_sum", "fused_linear_cross_entropy_grad",
     "fused_linear_online_max_sum", "list_backends", "nll_loss_grad", "register_backend",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .dtypes import FLOAT_DTYPES
-from .errors import UnsupportedRequestError
+from .errors import UnsupportedRequestError, XLossError, XLossMemoryError
 from .kernel_args import Request
 from .kernels import KERNELS, REDUCTIONS
 
@@ -202,7 +202,13 @@ class Backend:
         if fn is None:
             raise UnsupportedRequestError(f"backend {self.name!r} declares kernel {req.kernel} but does not "
                                           f"implement it (no method {req.kernel})")
-        fn(args)
+        try:
+            fn(args)
+        except MemoryError as exc:
+            if isinstance(exc, XLossError):
+                raise
+            raise XLossMemoryError(f"backend {self.name!r} ran out of memory in {req.kernel} "
+                                   f"({type(exc).__name__}: {exc})") from exc
 
     def __reduce_ex__(self, protocol):
         """Pickle (and ``copy.deepcopy``) by name and options: the copy is the registry's shared

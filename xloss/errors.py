@@ -36,6 +36,11 @@ class UnsupportedRequestError(XLossValueError):
     """The backend does not declare the requested dtype, reduction or variant."""
 
 
+class XLossMemoryError(XLossError, MemoryError):
+    """A kernel ran out of memory after validation let it through (the guard counts what validation
+    allocates, not a backend's own working arrays)."""
+
+
 class KernelError(XLossError, RuntimeError):
     """A backend kernel reported a failure (e.g. a vendor status code).
 

@@ -4,7 +4,8 @@ Validation refuses a call whose allocations (result buffers, contiguous copies, 
 conversions, materialised broadcasts) cannot fit, before attempting any of them: a MemoryError
 half-way, or the kernel's OOM killer, is worse than a clear error. All allocations of one call
 count together (:func:`one_call`), against the smaller of the machine's available memory
-(``MemAvailable``) and what the process's cgroup limits leave (v1 and v2, every ancestor).
+(``MemAvailable``), what the process's cgroup limits leave (v1 and v2, every ancestor) and what
+its address-space limit (``RLIMIT_AS``, ``ulimit -v``) leaves.
 """
 
 from __future__ import annotations
@@ -76,9 +77,29 @@ def _cgroup_dirs() -> list[tuple[Path, str, str]]:
     return found
 
 
+def _address_space_left() -> int | None:
+    """What ``RLIMIT_AS`` (``ulimit -v``) leaves of the address space: the soft limit less the
+    process's current virtual size (VmSize counts what is reserved, which the limit counts too)."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    if limit == resource.RLIM_INFINITY or limit < 0:
+        return None
+    try:
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, limit - used)
+
+
 def available_bytes() -> int | None:
-    """Bytes this process can still allocate (None if nothing can be read)."""
-    values = [v for v in (_meminfo_available(),) if v is not None]
+    """Bytes this process can still allocate (None if nothing can be read): the least of the
+    machine's available memory, what the cgroups leave and what ``RLIMIT_AS`` leaves."""
+    values = [v for v in (_meminfo_available(), _address_space_left()) if v is not None]
     for folder, limit_file, usage_file in _cgroup_dirs():
         limit, usage = _read_int(folder / limit_file), _read_int(folder / usage_file)
         if limit is not None and usage is not None and limit < _UNLIMITED:

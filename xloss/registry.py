@@ -7,12 +7,15 @@ port joins by declaring an entry point in its own package. :func:`register_backe
 same at run time (tests, ``xloss check --lib``).
 
 An explicitly named backend that is missing, unavailable or unable to do the request raises;
-only ``backend=None`` chooses, from :data:`DEFAULT_ORDER`.
+only ``backend=None`` chooses, from :data:`DEFAULT_ORDER`, and warns (once per reason) when it passes
+over an installed backend that is unavailable here (e.g. ``cpu`` under ``NUMBA_DISABLE_JIT=1``).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -166,6 +169,12 @@ def _available(b: Backend) -> tuple[bool, str]:
         return False, f"{type(exc).__name__}: {exc}"
 
 
+@functools.cache
+def _warn_fallback(why: str, chosen: str) -> None:
+    """Once per reason: backend=None passed over an installed backend that cannot run here."""
+    warnings.warn(f"xloss: backend=None uses {chosen!r}: the default backend {why}", RuntimeWarning, stacklevel=5)
+
+
 def resolve(choice, req: Request) -> Backend:
     """The backend that runs ``req``: ``choice`` (a name or Backend) checked, or the default."""
     if isinstance(choice, Backend):
@@ -173,7 +182,7 @@ def resolve(choice, req: Request) -> Backend:
     elif isinstance(choice, str):
         b = backend(choice)
     elif choice is None:
-        refusals = []
+        refusals, refusals_unavailable = [], []
         for name in DEFAULT_ORDER:
             try:
                 b = backend(name)
@@ -183,8 +192,12 @@ def resolve(choice, req: Request) -> Backend:
             ok, why = _available(b)
             reason = why if not ok else b.refusal(req)
             if reason is None:
+                if refusals_unavailable:
+                    _warn_fallback(refusals_unavailable[0], name)
                 return b
             refusals.append(f"{name}: {reason}")
+            if not ok:
+                refusals_unavailable.append(f"{name!r} is unavailable: {why}")
         raise UnsupportedRequestError(f"no default backend can run {req.kernel}: " + "; ".join(refusals))
     else:
         raise XLossTypeError(f"backend must be a name, a Backend or None, got {type(choice).__name__}")
@@ -195,7 +208,7 @@ def resolve(choice, req: Request) -> Backend:
     return b
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class BackendInfo:
     name: str
     available: bool
@@ -204,10 +217,26 @@ class BackendInfo:
     capabilities: Mapping[str, KernelCaps]
     info: Mapping[str, str]
 
+    def __repr__(self) -> str:  # one short line; the whole table is `xloss backends`
+        state = "available" if self.available else f"unavailable: {_clip(self.reason, 60)}"
+        return f"BackendInfo({self.name!r}, {state}, {len(self.capabilities)} kernels)"
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+class BackendList(list):
+    """What :func:`list_backends` returns: a list of :class:`BackendInfo`, shown one backend a line."""
+
+    def __repr__(self) -> str:
+        return "[" + ",\n ".join(map(repr, self)) + "]"
+
 
 def list_backends() -> list[BackendInfo]:
-    """Every registered backend with its availability and declared capabilities."""
-    out = []
+    """Every registered backend with its availability and declared capabilities (a list; its repr is a
+    short line per backend: ``xloss backends`` prints the full table)."""
+    out = BackendList()
     for name in backend_names():
         try:
             b = backend(name)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ...backend import Backend
 from ...clib import library_paths
-from ...errors import BackendUnavailableError, XLossValueError
+from ...errors import BackendUnavailableError, XLossTypeError, XLossValueError
 from ...kernels import REDUCTION_CODES
 from . import focal, vocab_parallel
 from .operators import BCE_BACKWARD, FLCE_GRAD, NLL_BACKWARD, OPERATORS, declare
@@ -81,6 +81,7 @@ class AscendBackend(Backend):
     def __init__(self, lib=None, *, device: int = 0, layout: str = "contiguous", checked: bool = False):
         if layout not in LAYOUTS:
             raise XLossValueError(f"ascend backend: layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+        device = _device_id(device)
         paths = library_paths(lib, ENV_VAR, _EMULATOR)
         super().__init__(name="ascend",
                          description="CANN aclnn ABI through cffi (host emulator, or a vendor library via "
@@ -309,6 +310,19 @@ def _describe_origins(origins: dict, first: str) -> str:
         note = "" if path is not None and _same_file(path, first) else " (not the first library given)"
         parts.append(f"{', '.join(names)} from {where}{note}")
     return "; ".join(parts)
+
+
+def _device_id(device) -> int:
+    """``device`` as aclrtSetDevice's ``int32_t deviceId`` (a string of digits too: ``--option device=1``)."""
+    if isinstance(device, str) and device.strip().lstrip("+").isdigit():
+        device = int(device)
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise XLossTypeError(f"ascend backend: device must be an int (a device id); got {type(device).__name__} "
+                             f"{device!r}")
+    if not 0 <= device < 2**31:
+        raise XLossValueError(f"ascend backend: device must be a device id in [0, 2**31) (aclrtSetDevice takes an "
+                              f"int32_t); got {device}")
+    return device
 
 
 def make_backend(lib=None, **options) -> AscendBackend:

@@ -81,6 +81,27 @@ def _numba_problem() -> str | None:
         return None
     if version < _MIN_NUMBA:
         return f"numba {numba.__version__} is too old (need >= {'.'.join(map(str, _MIN_NUMBA))})"
+    return _numba_settings_problem(numba)
+
+
+# the module of each threading layer NUMBA_THREADING_LAYER can name (its own choices too: "safe" etc.)
+_LAYER_MODULES = {"tbb": "tbbpool", "omp": "omppool", "workqueue": "workqueue"}
+
+
+def _numba_settings_problem(numba) -> str | None:
+    """What the environment set that leaves Numba unable to run the kernels: its compiler off, or
+    a threading layer named that cannot load (every parallel kernel would fail at launch)."""
+    if numba.config.DISABLE_JIT:
+        return ("NUMBA_DISABLE_JIT is set: Numba's compiler is off and the cpu backend's kernels exist only "
+                "compiled (unset NUMBA_DISABLE_JIT, or pass backend='reference')")
+    layer = str(numba.config.THREADING_LAYER).lower()
+    module = _LAYER_MODULES.get(layer)
+    if module is not None:
+        try:
+            importlib.import_module(f"numba.np.ufunc.{module}")
+        except Exception as exc:  # ImportError: e.g. libtbb.so missing
+            return (f"NUMBA_THREADING_LAYER={layer} names a threading layer that cannot load here "
+                    f"({type(exc).__name__}: {exc}); install it, or unset NUMBA_THREADING_LAYER to let Numba choose")
     return None
 
 

@@ -105,7 +105,12 @@ def _serial_twin(dispatcher):
     options = dict(dispatcher.targetoptions)
     options["parallel"] = False
     options.pop("nopython", None)  # implied by njit (it warns when given)
-    return njit(**options)(g)
+    twin = njit(**options)(g)
+    # ``cache=True`` is not a target option: it made the original's cache, so ask for one alike
+    # (else the twin gets Numba's NullCache and every forked child compiles every kernel again)
+    if type(dispatcher._cache).__name__ != "NullCache":
+        twin.enable_caching()
+    return twin
 
 
 def _is_parallel_dispatcher(obj) -> bool:

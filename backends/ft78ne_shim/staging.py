@@ -7,7 +7,8 @@ thread. Python delivers KeyboardInterrupt (SIGINT, ``_thread.interrupt_main``) t
 the main thread only, so an interrupt can never fall between a private allocation and the record
 that frees it: each worker frees every block it allocated, on every exit path, and releases its
 core. The calling thread, interrupted while it waits, tells the workers to stop after their
-current tile, waits for them, and re-raises. ``os.register_at_fork`` gives a forked child fresh
+current tile, waits for them, and re-raises; it shares no lock with them (:class:`_Done`), so an
+interrupt anywhere in its wait cannot leave one corrupted. ``os.register_at_fork`` gives a forked child fresh
 core locks and workers (a lock held by a parent thread that does not exist in the child would
 never be released) and frees, in the child, the blocks those threads held; the arena code takes its own
 mutex across ``fork`` (``csrc/arena.c``).
@@ -39,32 +40,69 @@ def core_lock(lib, core: int) -> threading.Lock:
         return _locks.setdefault((id(lib), core), threading.Lock())
 
 
-class _Workers:
-    """One daemon thread per core running submitted functions in order."""
+class _Done:
+    """A submitted function's completion, shared by one worker and the calling thread with no lock
+    between them that an interrupt could leave corrupted (a ``threading.Event`` shares its
+    condition's lock: an interrupt landing inside ``Event.wait`` can leave it released twice, and the
+    worker's ``set`` then dies with "release unlocked lock", never serving its core again). The
+    worker sets a flag and releases a lock it alone ever releases; the caller only polls the flag
+    and takes that lock with a timeout to sleep, so an interrupt anywhere in its wait loses nothing."""
+
+    __slots__ = ("flag", "_wake")
 
     def __init__(self):
-        self.queues: dict[int, queue.SimpleQueue] = {}
-        self.lock = threading.Lock()
+        self.flag = False
+        self._wake = threading.Lock()
+        self._wake.acquire()  # released once, by the worker
 
-    def submit(self, core: int, fn) -> threading.Event:
-        with self.lock:
-            q = self.queues.get(core)
-            if q is None:
-                q = self.queues[core] = queue.SimpleQueue()
-                threading.Thread(target=self._serve, args=(q,), name=f"xloss-ft78ne-core{core}", daemon=True).start()
-        done = threading.Event()
-        q.put((fn, done))
+    def set(self) -> None:
+        self.flag = True
+        self._wake.release()
+
+    def wait(self, timeout: float) -> bool:
+        if not self.flag:
+            self._wake.acquire(timeout=timeout)  # C; an interrupt makes it return early, changes nothing
+        return self.flag
+
+
+class _Workers:
+    """One daemon thread per core running submitted functions in order. No lock: a worker is started
+    first and then filed with one ``dict.setdefault`` (atomic under the GIL), so an interrupt can leave
+    at worst an idle thread unfiled, never a filed queue that nobody serves; a filed worker found dead
+    is replaced (nothing it was given is awaited: its submitter was interrupted before it got the
+    completion)."""
+
+    def __init__(self):
+        self.queues: dict[int, tuple[queue.SimpleQueue, threading.Thread]] = {}
+
+    def submit(self, core: int, fn) -> _Done:
+        entry = self.queues.get(core)
+        if entry is None or not entry[1].is_alive():
+            q = queue.SimpleQueue()
+            mine = (q, threading.Thread(target=self._serve, args=(q,), name=f"xloss-ft78ne-core{core}", daemon=True))
+            mine[1].start()
+            if entry is None:
+                entry = self.queues.setdefault(core, mine)
+                if entry is not mine:  # another thread filed its worker first
+                    q.put(None)
+            else:
+                self.queues[core] = entry = mine
+        done = _Done()
+        entry[0].put((fn, done))
         return done
 
     @staticmethod
     def _serve(q) -> None:
         while True:
-            fn, done = q.get()
+            item = q.get()
+            if item is None:
+                return
+            fn, done = item
             try:
                 fn()  # catches everything itself
             finally:
                 done.set()
-                del fn, done  # keep nothing of a finished call (its arrays) until the next one
+                del fn, done, item  # keep nothing of a finished call (its arrays) until the next one
 
 
 _workers = _Workers()
@@ -159,7 +197,9 @@ def run_private(backend, specs: dict, ntiles: int, stage_call, cores) -> None:
     if interrupted is not None:
         raise interrupted
     if errors:
-        raise errors[0]
+        # popped, not indexed: the traceback holds this frame, which must not hold the error (a cycle
+        # that keeps the call's arrays alive until the garbage collector runs)
+        raise errors.pop(0)
 
 
 def _on_core(backend, core, specs, tiles, stage_call, stop) -> None:

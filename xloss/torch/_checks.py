@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from ..errors import XLossIndexError, XLossTypeError, XLossValueError
 from ..kernels import REDUCTIONS
@@ -25,6 +26,9 @@ def shape_str(shape) -> str:
 def tensor(obj, name: str, backend=None) -> torch.Tensor:
     if not isinstance(obj, torch.Tensor):
         raise XLossTypeError(f"{name} must be a torch.Tensor; got {type(obj).__name__}")
+    if obj.layout != torch.strided:
+        raise XLossTypeError(f"{name} has layout {obj.layout}; xloss takes dense (strided) tensors "
+                             f"(e.g. call {name}.to_dense())")
     if obj.device.type != "cpu":
         device_runs(obj, name, backend)
     return obj
@@ -101,6 +105,14 @@ def integer(value, name: str) -> int:
     return value
 
 
+def int64(value, name: str) -> int:
+    """An int that fits int64 (a class index or ignore_index crosses into int64 tensors and kernels)."""
+    value = integer(value, name)
+    if not -(2**63) <= value < 2**63:
+        raise XLossValueError(f"{name} must fit in int64 ([-2**63, 2**63)); got {value}")
+    return value
+
+
 def reduction_torchvision(value) -> str:
     """As :func:`reduction`, with torchvision's wording (its tests match ``ValueError("Invalid ...")``)."""
     if not isinstance(value, str) or value not in REDUCTIONS:
@@ -112,6 +124,9 @@ def reduction_torchvision(value) -> str:
 def no_grad_required(t, name: str, why: str) -> None:
     if t is not None and t.requires_grad:
         raise XLossValueError(f"{name} requires grad, but {why}; pass {name}.detach()")
+    if has_tangent(t):
+        raise XLossValueError(f"{name} carries a forward-mode tangent, but {why}; pass a tensor without one "
+                              f"(torch.autograd.forward_ad.unpack_dual({name}).primal)")
 
 
 def check_class_indices(target: torch.Tensor, classes: int, ignore_index: int, name: str = "target") -> None:
@@ -144,6 +159,28 @@ def _functorch_active() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
+def has_tangent(t) -> bool:
+    """Whether ``t`` carries a forward-mode tangent (``torch.autograd.forward_ad`` or ``torch.func.jvp``,
+    which both make dual tensors): such a call must go through the autograd.Function, whose ``jvp``
+    gives the tangent (a bare op would drop it)."""
+    return t is not None and fwAD._current_level >= 0 and fwAD.unpack_dual(t).tangent is not None
+
+
+def wants_derivative(*tensors) -> bool:
+    """Whether a call must build autograd state: a tensor requires grad (grad mode on) or carries a tangent."""
+    grad_on = torch.is_grad_enabled()
+    return any(t is not None and ((grad_on and t.requires_grad) or has_tangent(t)) for t in tensors)
+
+
+def reduce_tangent(per_element: torch.Tensor, reduction: str, like: torch.Tensor) -> torch.Tensor:
+    """The loss's tangent from the elementwise product of its derivative and the input's tangent
+    (the derivative already holds ``mean``'s division): summed for a scalar reduction, in the
+    loss's dtype and shape."""
+    if reduction != "none":
+        per_element = per_element.sum(dtype=torch.float64 if per_element.dtype == torch.float64 else torch.float32)
+    return per_element.to(like.dtype).reshape(like.shape)
+
+
 class _SecondOrderGuard(torch.autograd.Function):
     """Identity on a kernel-made gradient whose own derivative raises (used under torch.func,
     which always builds the graph of a gradient: only differentiating it again is refused).
@@ -161,6 +198,10 @@ class _SecondOrderGuard(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        raise XLossValueError(_second_order_message(ctx.what))
+
+    @staticmethod
+    def jvp(ctx, *tangents):  # forward over reverse (hvp, jacfwd(jacrev)): a second order too
         raise XLossValueError(_second_order_message(ctx.what))
 
 
@@ -183,7 +224,12 @@ def with_eager_twin(fn_cls):
     """Class decorator for an autograd.Function written with ``setup_context`` (what torch.func
     needs): adds ``fn_cls.call(*args)``, which outside torch.func transforms applies a ctx-style
     twin instead. torch's ``apply`` binds a setup_context-style forward's signature with
-    ``inspect.signature`` on every call (tens of microseconds, as much as a small loss costs)."""
+    ``inspect.signature`` on every call (tens of microseconds, as much as a small loss costs).
+
+    Forward mode: the class's ``jvp_rule`` becomes the ``jvp`` of a subclass (which also saves what
+    ``jvp_saved(inputs, output)`` names, where the class has one) that ``call`` applies
+    under torch.func transforms and when an argument carries a ``forward_ad`` tangent: Dynamo refuses
+    to trace a Function that defines ``jvp``, so the class torch.compile sees in eager use has none."""
 
     class Twin(torch.autograd.Function):
         @staticmethod
@@ -195,10 +241,21 @@ def with_eager_twin(fn_cls):
         backward = staticmethod(fn_cls.backward)
 
     Twin.__name__ = Twin.__qualname__ = fn_cls.__name__ + "Eager"
+    extra = {"jvp": staticmethod(fn_cls.jvp_rule)}
+    if hasattr(fn_cls, "jvp_saved"):  # tensors only the jvp needs: saved in forward mode only
+
+        def setup_context(ctx, inputs, output):
+            fn_cls.setup_context(ctx, inputs, output)
+            ctx.save_for_forward(*fn_cls.jvp_saved(inputs, output))
+
+        extra["setup_context"] = staticmethod(setup_context)
+    forward_mode = type(fn_cls.__name__ + "ForwardMode", (fn_cls,), extra)
 
     def call(*args):
-        if torch._C._are_functorch_transforms_active():
-            return fn_cls.apply(*args)
+        if torch._C._are_functorch_transforms_active():  # a jvp level may be anywhere in the stack
+            return forward_mode.apply(*args)
+        if fwAD._current_level >= 0 and any(isinstance(a, torch.Tensor) and has_tangent(a) for a in args):
+            return forward_mode.apply(*args)
         return Twin.apply(*args)
 
     fn_cls.call = staticmethod(call)

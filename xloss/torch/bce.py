@@ -21,6 +21,10 @@ _WHAT = "xloss.torch.binary_cross_entropy"
 
 @checks.with_eager_twin
 class _BinaryCrossEntropy(torch.autograd.Function):
+    # vmap (vmap(grad(f)), jacfwd, jacrev): the generated rule runs forward, backward and jvp under
+    # vmap; the ops have no batching rule, so PyTorch's fallback runs them once per entry (it warns)
+    generate_vmap_rule = True
+
     @staticmethod
     def forward(x, y, weight, reduction, eps, eps_mode, backend):
         return ops.call(ops.binary_cross_entropy, x, y, weight, reduction)
@@ -30,6 +34,7 @@ class _BinaryCrossEntropy(torch.autograd.Function):
         x, y, weight, reduction, eps, eps_mode, backend = inputs
         ctx.params = (reduction, eps, eps_mode, backend)
         ctx.save_for_backward(x, y, weight)
+        ctx.save_for_forward(x, y, weight)
 
     @staticmethod
     @checks.first_order_only(_WHAT)
@@ -38,6 +43,20 @@ class _BinaryCrossEntropy(torch.autograd.Function):
         # detached: under torch.func the op must not see tensors tracked at the transform's level
         dx = ops.call(ops.binary_cross_entropy_backward, grad.detach(), x.detach(), y, weight, *ctx.params)
         return checks.first_order_result(_WHAT, dx, x), None, None, None, None, None, None
+
+    @staticmethod
+    def jvp_rule(ctx, t_x, *_):
+        """Forward mode: the loss is elementwise, so its tangent is the backward kernel's ``dx``
+        for upstream 1 (``mean``'s division included) times ``t_x``, reduced as the loss is."""
+        x, y, weight = ctx.saved_tensors
+        reduction = ctx.params[0]
+        like = x.new_empty(x.shape if reduction == "none" else ())
+        if t_x is None:
+            return torch.zeros_like(like)
+        one = torch.ones((), dtype=x.dtype)
+        dx = ops.call(ops.binary_cross_entropy_backward, one, x.detach(), y, weight, *ctx.params)
+        cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return checks.reduce_tangent(dx.to(cdt) * t_x.to(cdt), reduction, like)
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *, eps: float = 1e-12,
@@ -73,7 +92,7 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
     if eps < 0:
         raise checks.XLossValueError(f"eps must be >= 0; got {eps}")
     # the [0, 1] check needs the data: it runs inside the op (no graph break under torch.compile)
-    if not (torch.is_grad_enabled() and input.requires_grad):
+    if not checks.wants_derivative(input):
         return ops.call(ops.binary_cross_entropy, input, target, weight, reduction)
     return _BinaryCrossEntropy.call(input, target.detach(), weight, reduction, eps, eps_mode,
                                      ops.backend_key(backend))

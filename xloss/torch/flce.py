@@ -43,16 +43,20 @@ The arithmetic, the class weights and label smoothing are in :mod:`.flce_chunks`
 sizes in :mod:`.chunking`; the collectives in :mod:`.distributed`.
 """
 
+import functools
+import zlib
 from typing import NamedTuple
 
 import torch
 
-from ..errors import UnsupportedRequestError, XLossTypeError, XLossValueError
+from .. import registry
+from ..backend import Backend
+from ..errors import BackendUnavailableError, UnsupportedRequestError, XLossError, XLossTypeError, XLossValueError
 from ..validation import real_number
 from . import _checks as checks
 from . import flce_native, ops
 from .chunking import resolve_sizes
-from .distributed import Collectives, group_key
+from .distributed import Collectives, group_key, view_range
 from .flce_passes import Params, loss_dtype  # noqa: F401  (loss_dtype: the dtype of the returned loss)
 
 _WHAT = "fused_linear_cross_entropy"
@@ -99,16 +103,18 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         loss, z_loss, acc, row_max, sum_exp, dx, dw, db, target_mask, masked_target = output
         ctx.mark_non_differentiable(z_loss, acc, row_max, sum_exp, dx, dw, db, target_mask, masked_target)
         ctx.set_materialize_grads(False)
-        ctx.args = args
+        ctx.args, ctx.loss_dtype = args, loss.dtype
         reduction, native, want = args[0], args[_NATIVE], args[_WANT]
         precomputed = reduction != "none" and any(want)
         # the operands are needed to recompute (reduction "none"; 16-bit scaled by a non-power of two)
         # and, under torch.func, by the second-order guard
         recompute = not precomputed or (native and x.dtype in flce_native.HALF)
         keep = recompute or checks._functorch_active()
-        ctx.save_for_backward(x if keep else None, w if keep else None, b if keep else None, target, class_weight,
-                              *((row_max, sum_exp, target_mask, masked_target) if recompute else (None,) * 4),
-                              *((dx, dw, db) if precomputed else (None, None, None)))
+        saved = (x if keep else None, w if keep else None, b if keep else None, target, class_weight,
+                 *((row_max, sum_exp, target_mask, masked_target) if recompute else (None,) * 4),
+                 *((dx, dw, db) if precomputed else (None, None, None)))
+        ctx.save_for_backward(*saved)
+        ctx.save_for_forward(*saved)  # references only; jvp reads them
 
     @staticmethod
     def backward(ctx, grad, *_):
@@ -134,6 +140,44 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             grads = tuple(None if t is None else checks.first_order_result(_WHAT, t, ref)
                           for t, ref in zip(grads, (x, w, b)))
         return grads + (None, None, None)
+
+    @staticmethod
+    def jvp_rule(ctx, t_x, t_w, t_b, *_):
+        """Forward mode. A scalar reduction: the loss's tangent is ``<dx, t_x> + <dw, t_w> + <db, t_b>``
+        with the gradients the forward computed (upstream 1). ``"none"``: each token's loss depends on
+        its own row of ``input``, so ``<dx_i, t_x_i>`` per token from the backward kernel with upstream
+        ones; a tangent on ``weight`` or ``bias`` would need a per-token contraction over the vocabulary
+        that no kernel computes, and is refused (as is vocabulary parallelism, where the weight's part
+        would need an all-reduce)."""
+        x, w, b, target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db = ctx.saved_tensors
+        args = ctx.args
+        reduction, tangents = args[0], (t_x, t_w, t_b)
+        if args[Params._fields.index("group")] is not None:
+            raise UnsupportedRequestError("fused_linear_cross_entropy has no forward-mode derivative (jvp) with "
+                                          "process_group: the weight shard's part would need an all-reduce; use "
+                                          "reverse mode (backward, torch.func.grad/vjp)")
+        if reduction == "none" and (t_w is not None or t_b is not None):
+            raise UnsupportedRequestError("fused_linear_cross_entropy with reduction='none' has a forward-mode "
+                                          "derivative (jvp) w.r.t. input only; a tangent on weight or bias needs the "
+                                          "(tokens x vocabulary) contraction the fused kernels avoid: use "
+                                          "reduction='sum'/'mean', or reverse mode (torch.func.vjp/jacrev)")
+        like = target.new_empty(target.shape if reduction == "none" else (), dtype=ctx.loss_dtype)
+        if reduction == "none":
+            if t_x is None:
+                return (torch.zeros_like(like),) + (None,) * 9
+            ones = torch.ones(target.shape, dtype=like.dtype)
+            grads = ops.call(ops.fused_linear_cross_entropy_backward, ones, x.detach(), w.detach(),
+                             None if b is None else b.detach(), target, class_weight, row_max, sum_exp, target_mask,
+                             masked_target, dx, dw, db, *args)
+            cdt = torch.float64 if like.dtype == torch.float64 else torch.float32
+            tangent = (grads[0].to(cdt) * t_x.to(cdt)).sum(-1)
+        else:
+            cdt = torch.float64 if like.dtype == torch.float64 else torch.float32
+            tangent = torch.zeros((), dtype=cdt)
+            for grad, t in zip((dx, dw, db), tangents):
+                if t is not None:
+                    tangent = tangent + (grad.to(cdt) * t.to(cdt)).sum()
+        return (tangent.to(like.dtype),) + (None,) * 9
 
 
 
@@ -201,6 +245,14 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     the full loss and the full input gradient; ``weight``'s gradient is its shard's. A backend
     other than ``cpu`` runs each shard's forward through its ``fused_linear_online_max_sum`` and
     ``fused_cross_entropy_loss_with_max_sum`` kernels where it has them (:mod:`.flce_max_sum`).
+    The call's first collective compares what must agree (tokens, targets' checksum, reduction,
+    ignore_index, label smoothing, dtype, class weights, softcap/z-loss/accuracy/scaling settings,
+    chunk size, backend) and carries any rank's argument error; a disagreement, such an error, or
+    shards that are views of one weight overlapping or leaving gaps raise the same
+    :class:`~xloss.XLossError` on every rank. ``process_group=None`` means no vocabulary parallelism
+    (a data-parallel rank holds the whole weight); pass ``torch.distributed.group.WORLD`` for the
+    default group, and take the shards with :func:`xloss.torch.shard_vocab` (whose ``None`` is
+    the default group, as torch.distributed reads it).
 
     A ``torch.library`` custom op underneath (``torch.ops.xloss.fused_linear_cross_entropy``):
     ``torch.compile(fullgraph=True)`` and ``torch.func.grad`` trace through it; the class-index
@@ -223,70 +275,43 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         with torch.autocast("cpu", enabled=False):
             return fused_linear_cross_entropy(input, weight, target, bias, ignore_index, reduction, label_smoothing,
                                               chunk_size, backend, **kw)
-    if input.ndim < 1:
-        raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
-    hidden = input.shape[-1]
-    weight = checks.same_dtype(checks.float_tensor(weight, "weight"), "weight", input.dtype, "input")
-    if weight.ndim != 2 or weight.shape[1] != hidden:
-        raise XLossValueError(f"weight must have shape (V, {hidden}) to match input (..., H) = "
-                              f"{checks.shape_str(input.shape)}; got {checks.shape_str(weight.shape)}")
-    rows = weight.shape[0]
-    if bias is not None:
-        bias = checks.same_dtype(checks.float_tensor(bias, "bias"), "bias", input.dtype, "input")
-        if tuple(bias.shape) != (rows,):
-            raise XLossValueError(f"bias must have shape ({rows},), one per row of weight; "
-                                  f"got {checks.shape_str(bias.shape)}")
-    _refuse_probability_targets(target, input, rows)
-    target = checks.index_tensor(target, "target")
-    if tuple(target.shape) != tuple(input.shape[:-1]):
-        raise XLossValueError(f"target must have shape {checks.shape_str(input.shape[:-1])} (input's without H); "
-                              f"got {checks.shape_str(target.shape)}")
-    ignore_index = checks.integer(ignore_index, "ignore_index")
-    reduction = checks.reduction(reduction)
-    ls = real_number(label_smoothing, "label_smoothing")
-    if not 0.0 <= ls < 1.0:
-        raise XLossValueError(f"label_smoothing must be in [0, 1); got {ls}")
-    cap = 0.0 if softcap is None else real_number(softcap, "softcap")
-    if cap < 0.0:
-        raise XLossValueError(f"softcap must be positive (or None/0 for off); got {cap}")
-    z_scale = real_number(lse_square_scale, "lse_square_scale")
-    if z_scale < 0.0:
-        raise XLossValueError(f"lse_square_scale must be >= 0; got {z_scale}")
-    accum = _accum_name(accum_dtype, input.dtype)
     if process_group is not None and torch.compiler.is_compiling():
         raise UnsupportedRequestError("fused_linear_cross_entropy with process_group runs in eager mode only "
                                       "(its collectives run inside the op); call it outside torch.compile")
     coll = Collectives(process_group)
-    bt = target.numel()
-    given_chunk = 0 if chunk_size is None else checks.integer(chunk_size, "chunk_size")
-    start, vocab = coll.vocab_layout(rows, bt, given_chunk)
+    try:  # with a process group, an argument error reaches every rank through the first collective
+        c = _checked(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend,
+                     class_weight, vocab_chunk_size, softcap, lse_square_scale, accum_dtype, use_token_scaling)
+    except XLossError as exc:
+        if not coll.active:
+            raise
+        coll.agree(0, _SETTINGS_ON_ERROR, exc)
+        raise  # (agree raised already)
+    weight, bias, target, ignore_index, reduction, ls, cap, z_scale, accum, scaling, native, class_weight = c
+    hidden, rows, bt = input.shape[-1], weight.shape[0], target.numel()
+    settings = [] if not coll.active else [  # what must be equal on every rank
+        ("tokens", bt), ("hidden size", hidden), ("chunk_size", 0 if chunk_size is None else chunk_size),
+        ("targets (checksum)", _checksum(target)), ("reduction", reduction), ("ignore_index", ignore_index),
+        ("label_smoothing", ls), ("dtype", str(input.dtype).replace("torch.", "")),
+        ("class_weight (checksum)", None if class_weight is None else _checksum(class_weight)),
+        ("softcap", cap), ("lse_square_scale", z_scale), ("use_token_scaling", scaling),
+        ("return_token_accuracy", bool(return_token_accuracy)), ("accum_dtype", accum),
+        ("backend", getattr(backend, "name", backend)), ("bias given", bias is not None)]
+    start, vocab = coll.agree(rows, settings, None, view_range(weight) if coll.active else None)
     # the token chunk must be the same on every rank (each chunk is one round of collectives):
-    # its default depends on the global vocabulary only; the vocabulary block is per rank
-    cpu = _cpu_backend(backend)
-    scaling = bool(use_token_scaling)
-    native = cpu and (input.dtype in flce_native.DTYPES or bool(cap or z_scale or scaling or accum == "float64"))
-    if not native and (cap or z_scale or scaling or (accum == "float64" and input.dtype != torch.float64)):
-        raise UnsupportedRequestError(
-            "softcap, lse_square_scale, use_token_scaling and accum_dtype=torch.float64 run on the cpu backend's "
-            "PyTorch-GEMM path "
-            f"(backend='cpu' or None); backend {getattr(backend, 'name', backend)!r} computes G in its "
-            "fused_linear_cross_entropy_grad kernel, which has no soft-capping or z-loss term")
+    # its default depends on the global vocabulary only; the vocabulary block is per rank.
+    # From here on an error depends only on what the first collective found equal on every rank
+    # (the global vocabulary, the targets, class_weight), so every rank raises it alike.
     chunk, _ = resolve_sizes(chunk_size, 1, hidden, vocab, half=native and input.dtype in flce_native.HALF)
     _, block = resolve_sizes(chunk, vocab_chunk_size, hidden, rows)
     if vocab < 1 and bt:
         raise XLossValueError("weight has no rows: the vocabulary must hold at least one class")
-    cdt = torch.float64 if input.dtype == torch.float64 else torch.float32
-    if class_weight is not None:
-        class_weight = checks.float_tensor(class_weight, "class_weight")
-        if tuple(class_weight.shape) != (vocab,):
-            raise XLossValueError(f"class_weight must have shape ({vocab},), one per class of the (global) "
-                                  f"vocabulary; got {checks.shape_str(class_weight.shape)}")
-        checks.no_grad_required(class_weight, "class_weight", "fused_linear_cross_entropy gives no gradient w.r.t. it")
-        class_weight = class_weight.to(cdt).contiguous()
+    if class_weight is not None and tuple(class_weight.shape) != (vocab,):
+        raise XLossValueError(f"class_weight must have shape ({vocab},), one per class of the (global) "
+                              f"vocabulary; got {checks.shape_str(class_weight.shape)}")
 
-    grad_on = torch.is_grad_enabled()
-    want = (grad_on and input.requires_grad, grad_on and weight.requires_grad,
-            grad_on and bias is not None and bias.requires_grad)
+    # a gradient is wanted for what requires grad, and for what carries a forward-mode tangent (jvp uses it)
+    want = (checks.wants_derivative(input), checks.wants_derivative(weight), checks.wants_derivative(bias))
     args = tuple(Params(reduction, ignore_index, ls, cap, z_scale, chunk, block, start, vocab, group_key(process_group),
                         native, accum, bool(return_token_accuracy), scaling)) + want + (ops.backend_key(backend),)
     x2 = input.reshape(-1, hidden).contiguous()
@@ -305,6 +330,69 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     if return_token_accuracy:
         acc = out[2].reshape(loss.shape)
     return FusedLinearCrossEntropyOutput(loss, z_loss, acc)
+
+
+# what a rank whose arguments were refused sends in the first collective: no settings to compare
+_SETTINGS_ON_ERROR: list = []
+
+
+def _checksum(t: torch.Tensor) -> int:
+    """CRC-32 of a tensor's values (int64 or float64) and shape: equal tensors on every rank, equal sums."""
+    wide = t.detach().to(torch.float64 if t.is_floating_point() else torch.int64).contiguous().cpu()
+    return zlib.crc32(wide.numpy().tobytes(), zlib.crc32(repr(tuple(t.shape)).encode()))
+
+
+def _checked(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend, class_weight,
+             vocab_chunk_size, softcap, lse_square_scale, accum_dtype, use_token_scaling):
+    """Every check that needs only this rank's arguments; the checked values."""
+    if input.ndim < 1:
+        raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
+    hidden = input.shape[-1]
+    weight = checks.same_dtype(checks.float_tensor(weight, "weight"), "weight", input.dtype, "input")
+    if weight.ndim != 2 or weight.shape[1] != hidden:
+        raise XLossValueError(f"weight must have shape (V, {hidden}) to match input (..., H) = "
+                              f"{checks.shape_str(input.shape)}; got {checks.shape_str(weight.shape)}")
+    rows = weight.shape[0]
+    if bias is not None:
+        bias = checks.same_dtype(checks.float_tensor(bias, "bias"), "bias", input.dtype, "input")
+        if tuple(bias.shape) != (rows,):
+            raise XLossValueError(f"bias must have shape ({rows},), one per row of weight; "
+                                  f"got {checks.shape_str(bias.shape)}")
+    _refuse_probability_targets(target, input, rows)
+    target = checks.index_tensor(target, "target")
+    if tuple(target.shape) != tuple(input.shape[:-1]):
+        raise XLossValueError(f"target must have shape {checks.shape_str(input.shape[:-1])} (input's without H); "
+                              f"got {checks.shape_str(target.shape)}")
+    ignore_index = checks.int64(ignore_index, "ignore_index")
+    reduction = checks.reduction(reduction)
+    ls = real_number(label_smoothing, "label_smoothing")
+    if not 0.0 <= ls < 1.0:
+        raise XLossValueError(f"label_smoothing must be in [0, 1); got {ls}")
+    cap = 0.0 if softcap is None else real_number(softcap, "softcap")
+    if cap < 0.0:
+        raise XLossValueError(f"softcap must be positive (or None/0 for off); got {cap}")
+    z_scale = real_number(lse_square_scale, "lse_square_scale")
+    if z_scale < 0.0:
+        raise XLossValueError(f"lse_square_scale must be >= 0; got {z_scale}")
+    accum = _accum_name(accum_dtype, input.dtype)
+    resolve_sizes(chunk_size, vocab_chunk_size, hidden, max(rows, 1))  # their own checks (the sizes come later)
+    scaling = bool(use_token_scaling)
+    native = _cpu_backend(backend) and (input.dtype in flce_native.DTYPES
+                                        or bool(cap or z_scale or scaling or accum == "float64"))
+    if not native and (cap or z_scale or scaling or (accum == "float64" and input.dtype != torch.float64)):
+        raise UnsupportedRequestError(
+            "softcap, lse_square_scale, use_token_scaling and accum_dtype=torch.float64 run on the cpu backend's "
+            "PyTorch-GEMM path "
+            f"(backend='cpu' or None); backend {getattr(backend, 'name', backend)!r} computes G in its "
+            "fused_linear_cross_entropy_grad kernel, which has no soft-capping or z-loss term")
+    if class_weight is not None:
+        class_weight = checks.float_tensor(class_weight, "class_weight")
+        checks.no_grad_required(class_weight, "class_weight", "fused_linear_cross_entropy gives no gradient w.r.t. it")
+        if class_weight.ndim != 1:
+            raise XLossValueError(f"class_weight must have shape (V,), one per class of the (global) vocabulary; "
+                                  f"got {checks.shape_str(class_weight.shape)}")
+        class_weight = class_weight.to(torch.float64 if input.dtype == torch.float64 else torch.float32).contiguous()
+    return weight, bias, target, ignore_index, reduction, ls, cap, z_scale, accum, scaling, native, class_weight
 
 
 def _refuse_probability_targets(target, input, rows) -> None:
@@ -330,8 +418,25 @@ def _accum_name(accum_dtype, dtype: torch.dtype) -> str | None:
 
 
 def _cpu_backend(backend) -> bool:
-    """flce_native serves the ``cpu`` backend (and the default): its products are PyTorch's GEMMs anyway."""
-    return backend is None or backend == "cpu" or getattr(backend, "name", None) == "cpu"
+    """flce_native serves the ``cpu`` backend (and the default): its products are PyTorch's GEMMs anyway,
+    its row passes Numba's. Where ``cpu`` cannot run (Numba missing, or switched off by the environment)
+    the default goes to the registry's choice (which warns) and ``cpu`` named raises, saying why."""
+    if not (backend is None or backend == "cpu" or getattr(backend, "name", None) == "cpu"):
+        return False
+    if torch.compiler.is_compiling():  # the registry takes locks Dynamo cannot trace; eager calls have checked
+        return True
+    ok, why = registry._available(backend) if isinstance(backend, Backend) else _registered_cpu_usable()
+    if ok or backend is None:
+        return ok
+    raise BackendUnavailableError(f"backend 'cpu' is not available here: {why}")
+
+
+@functools.cache
+def _registered_cpu_usable() -> tuple[bool, str]:
+    """The registry's ``cpu`` backend's availability (fixed for the process: Numba reads its settings once)."""
+    if "cpu" not in registry.backend_names():
+        return False, "it is not registered"
+    return registry._available(registry.backend("cpu"))
 
 
 class FusedLinearCrossEntropyLoss(torch.nn.Module):

@@ -43,6 +43,10 @@ def _targets_grad(inputs, targets, weight, alpha, gamma, reduction, grad):
 
 @checks.with_eager_twin
 class _SigmoidFocalLoss(torch.autograd.Function):
+    # vmap (vmap(grad(f)), jacfwd, jacrev): the generated rule runs forward, backward and jvp under
+    # vmap; the ops have no batching rule, so PyTorch's fallback runs them once per entry (it warns)
+    generate_vmap_rule = True
+
     @staticmethod
     def forward(inputs, targets, weight, alpha, gamma, reduction, backend):
         return ops.call(ops.sigmoid_focal_loss_with_grad, inputs, targets, weight, alpha, gamma, reduction, backend)
@@ -77,6 +81,31 @@ class _SigmoidFocalLoss(torch.autograd.Function):
             gy = checks.first_order_result(_WHAT, _targets_grad(rest[0], targets, weight, *ctx.params, grad), rest[0])
         return gx, gy, None, None, None, None, None
 
+    @staticmethod
+    def jvp_saved(inputs, output):
+        """What ``jvp_rule`` reads, saved only in forward mode (x and targets are not kept otherwise)."""
+        x, targets, weight = inputs[:3]
+        return output[1], x, targets, weight
+
+    @staticmethod
+    def jvp_rule(ctx, t_inputs, t_targets, *_):
+        """Forward mode: the loss is elementwise, so its tangent is ``dx * t_inputs`` (plus the
+        targets' derivative times theirs), reduced as the loss is; ``dx`` (upstream 1) came from
+        the forward's kernel pass and already holds ``mean``'s division."""
+        dx, x, targets, weight = ctx.saved_tensors
+        alpha, gamma, reduction = ctx.params
+        cdt = torch.float64 if dx.dtype == torch.float64 else torch.float32
+        per = 0.0
+        if t_inputs is not None:
+            per = dx.to(cdt) * t_inputs.to(cdt)
+        if t_targets is not None:
+            dy = _targets_grad(x, targets, weight, alpha, gamma, reduction, torch.ones((), dtype=cdt))
+            per = per + dy.to(cdt) * t_targets.to(cdt)
+        like = dx.new_empty(dx.shape if reduction == "none" else ())
+        if not isinstance(per, torch.Tensor):  # no tangent reached this call
+            return torch.zeros_like(like), None
+        return checks.reduce_tangent(per, reduction, like), None
+
 
 def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0, reduction: str = "none", *,
                        weight=None, backend=None):
@@ -104,9 +133,9 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0,
         checks.no_grad_required(weight, "weight", "sigmoid_focal_loss gives no gradient w.r.t. the weight")
     reduction = checks.reduction_torchvision(reduction)
     key = ops.backend_key(backend)
-    if not (torch.is_grad_enabled() and (inputs.requires_grad or targets.requires_grad)):
+    if not checks.wants_derivative(inputs, targets):
         return ops.call(ops.sigmoid_focal_loss, inputs, targets, weight, alpha, gamma, reduction, key)
-    if not targets.requires_grad:
+    if not (targets.requires_grad or checks.has_tangent(targets)):
         targets = targets.detach()
     return _SigmoidFocalLoss.call(inputs, targets, weight, alpha, gamma, reduction, key)[0]
 

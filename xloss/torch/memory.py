@@ -10,6 +10,11 @@ benchmarks and the training example.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
+import tempfile
 import tracemalloc
 from dataclasses import dataclass
 
@@ -39,7 +44,8 @@ class track_peak_memory:
         self.result = PeakMemory()
         # the profiler starts first, so that its own Python allocations are not counted as NumPy's
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        self._prof.__enter__()
+        with _without_profiler_notes():
+            self._prof.__enter__()
         self._own_tracemalloc = not tracemalloc.is_tracing()
         if self._own_tracemalloc:
             tracemalloc.start()
@@ -50,11 +56,40 @@ class track_peak_memory:
     def __exit__(self, *exc):
         # read NumPy's peak before the profiler builds its (Python) event lists
         self.result.numpy_bytes = max(0, tracemalloc.get_traced_memory()[1] - self._np_start)
-        self._prof.__exit__(*exc)
+        with _without_profiler_notes():
+            self._prof.__exit__(*exc)
         if self._own_tracemalloc:
             tracemalloc.stop()
         self.result.torch_bytes = _torch_peak(self._prof)
         return False
+
+
+# what PyTorch's profiler library (kineto) writes on stderr as it starts and stops, at its USDT and
+# INFO levels (KINETO_LOG_LEVEL cannot silence USDT below its highest setting, which hides errors too)
+_NOTE = re.compile(rb"(USDT|INFO):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def _without_profiler_notes():
+    """Run the block with file descriptor 2 captured, then write back every line but the profiler's notes
+    (its warnings and errors, and anything else written meanwhile, still reach stderr)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no real stderr: nothing to keep clean
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [line for line in tmp.read().splitlines(keepends=True) if not _NOTE.match(line)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def _torch_peak(prof) -> int:

@@ -18,6 +18,10 @@ _WHAT = "xloss.torch.nll_loss"
 
 @checks.with_eager_twin
 class _NLLLoss(torch.autograd.Function):
+    # vmap (vmap(grad(f)), jacfwd, jacrev): the generated rule runs forward, backward and jvp under
+    # vmap; the ops have no batching rule, so PyTorch's fallback runs them once per entry (it warns)
+    generate_vmap_rule = True
+
     @staticmethod
     def forward(x, target, weight, ignore_index, reduction, backend):
         return ops.call(ops.nll_loss_forward, x, target, weight, ignore_index, reduction)
@@ -29,6 +33,7 @@ class _NLLLoss(torch.autograd.Function):
         ctx.mark_non_differentiable(output[1])
         ctx.set_materialize_grads(False)  # total_weight's gradient stays None
         ctx.save_for_backward(x, target, weight, output[1])
+        ctx.save_for_forward(target, weight)
 
     @staticmethod
     @checks.first_order_only(_WHAT)
@@ -40,9 +45,19 @@ class _NLLLoss(torch.autograd.Function):
         dx = ops.call(ops.nll_loss_backward, grad.detach(), x.detach(), target, weight, total_weight, *ctx.params)
         return checks.first_order_result(_WHAT, dx, x), None, None, None, None, None
 
+    @staticmethod
+    def jvp_rule(ctx, t_x, *_):
+        """Forward mode: the loss is linear in the input, so its tangent is the same forward applied
+        to ``t_x`` (same targets, weights and ``mean`` divisor); total_weight has none."""
+        target, weight = ctx.saved_tensors
+        ignore_index, reduction, _ = ctx.params
+        if t_x is None:
+            return None, None
+        return ops.call(ops.nll_loss_forward, t_x, target, weight, ignore_index, reduction)[0], None
+
 
 def _nll_2d(input, target, weight, ignore_index, reduction, key):
-    if torch.is_grad_enabled() and input.requires_grad:
+    if checks.wants_derivative(input):
         return _NLLLoss.call(input, target, weight, ignore_index, reduction, key)[0]
     return ops.call(ops.nll_loss_forward, input, target, weight, ignore_index, reduction)[0]
 
@@ -63,7 +78,7 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: st
     if tuple(target.shape) != expected:
         raise checks.XLossValueError(f"target must have shape {checks.shape_str(expected)} for input of shape "
                                      f"{checks.shape_str(input.shape)}; got {checks.shape_str(target.shape)}")
-    ignore_index = checks.integer(ignore_index, "ignore_index")
+    ignore_index = checks.int64(ignore_index, "ignore_index")
     classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
     if weight is not None:
         weight = checks.same_device(checks.float_tensor(weight, "weight", backend), "weight", input, "input")

@@ -44,6 +44,7 @@ void emu_retire_locked(void *object);
 
 extern emu_ptrset emu_tensors;   /* live aclTensor objects */
 extern emu_ptrset emu_executors; /* live aclOpExecutor objects */
+void emu_release_executors_locked(void); /* aclFinalize: every executor leaves (and is freed) */
 extern emu_ptrset emu_streams;   /* live streams */
 
 /* ---- runtime state ------------------------------------------------------------------------ */

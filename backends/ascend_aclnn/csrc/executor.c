@@ -218,6 +218,22 @@ EMU_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)
     return ACLNN_SUCCESS;
 }
 
+/* aclFinalize (lock held): every executor, repeatable or not, is released; one in a run is freed
+ * when that run ends. A later phase two with it finds no live executor, as CANN's does. */
+void emu_release_executors_locked(void)
+{
+    for (size_t i = 0; i < emu_executors.cap; i++) {
+        aclOpExecutor *e;
+        while ((e = emu_executors.slots[i]) != NULL) { /* a removal may shift another entry into slot i */
+            emu_ptrset_remove(&emu_executors, e);
+            if (e->busy)
+                e->doomed = 1;
+            else
+                free_executor(e);
+        }
+    }
+}
+
 /* Called with the lock held after a failed check: a single-use executor is spent anyway. */
 static void spend_locked(aclOpExecutor *e)
 {

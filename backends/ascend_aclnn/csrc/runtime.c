@@ -17,6 +17,16 @@ static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 void emu_lock(void) { pthread_mutex_lock(&g_mutex); }
 void emu_unlock(void) { pthread_mutex_unlock(&g_mutex); }
 
+/* fork(): only the forking thread lives on in the child, so the mutex held by another thread at
+ * that moment would stay locked there for good. Held across fork (as the FT78NE arena's is), it
+ * leaves the child with a free lock and every registry in a consistent state. */
+static void fork_prepare(void) { pthread_mutex_lock(&g_mutex); }
+static void fork_release(void) { pthread_mutex_unlock(&g_mutex); }
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 /* ---- error messages ------------------------------------------------------------------------ */
 
 static _Thread_local char tls_msg[1024];
@@ -261,6 +271,7 @@ EMU_EXPORT aclError aclFinalize(void)
     g_initialized = 0;
     g_device_refs = 0;
     g_device_gen++;
+    emu_release_executors_locked(); /* aclFinalize releases aclnn's resources too (aclnnFinalize's page) */
     flush_quarantine_locked(); /* a program that finalizes leaves nothing allocated behind */
     emu_unlock();
     return ACL_SUCCESS;
