@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import traceback
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,7 +200,10 @@ def run_private(backend, specs: dict, ntiles: int, stage_call, cores) -> None:
     if errors:
         # popped, not indexed: the traceback holds this frame, which must not hold the error (a cycle
         # that keeps the call's arrays alive until the garbage collector runs)
-        raise errors.pop(0)
+        error = errors.pop(0)
+        # the workers' finished frames let their arrays go now, not at the next garbage collection
+        traceback.clear_frames(error.__traceback__)
+        raise error
 
 
 def _on_core(backend, core, specs, tiles, stage_call, stop) -> None:
