@@ -58,7 +58,13 @@ class Case:
             else:
                 parts.append(f"{k}={_fmt_value(v) if isinstance(v, (float, np.floating)) else repr(v)}")
         head = f"{self.kernel}[mode={self.mode}, dtype={self.dtype}]"
-        return head + (f" ({self.label})" if self.label else "") + "\n  " + "\n  ".join(parts)
+        return head + (f" ({printable(self.label)})" if self.label else "") + "\n  " + "\n  ".join(parts)
+
+
+def printable(text) -> str:
+    """``text`` with every control or other non-printable character escaped (``\\x1b``): a label or
+    path read from a case file never reaches the terminal raw."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def _fmt_value(e) -> str:

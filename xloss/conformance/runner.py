@@ -244,8 +244,24 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
         res.status = FAIL
         res.message = "works but is not declared: the backend's capability declaration is incomplete"
     stats.store(res)
+    if failure is not None:
+        _failing_example(res, failure[1])
     res.seconds = time.perf_counter() - start
     return res
+
+
+def _failing_example(res: TargetResult, exc: BaseException):
+    """A FAIL row shows the errors of the failing example (the statistics gather only the passing
+    ones, whose err/tol is below 1 by definition)."""
+    if not isinstance(exc, Mismatch):
+        return
+    failing = _Stats()
+    failing.add(exc.comparisons)
+    if not failing.tolerance and not failing.max_ratio:
+        return
+    res.max_abs, res.max_rel = max(res.max_abs, failing.max_abs), max(res.max_rel, failing.max_rel)
+    res.max_ulp = max(res.max_ulp, failing.max_ulp)
+    res.max_ratio, res.tolerance = failing.max_ratio, failing.tolerance
 
 
 def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0, repeats: int = REPEATS,
@@ -259,6 +275,7 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
     configs = checked_configurations(backend) if configurations else []
     res = TargetResult(kernel, dtype, mode, True, group=LARGE)
     stats = _Stats()
+    failure = None
     start = time.perf_counter()
     for rung, case in large.cases(kernel, dtype, mode, seed, caps):
         if not supports(caps, case):
@@ -278,10 +295,13 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
         except Exception as exc:
             res.found_at = stats.examples
             _classify(res, case, exc)
+            failure = exc
             break
     if not stats.examples:
         return None
     stats.store(res)
+    if failure is not None:
+        _failing_example(res, failure)
     res.seconds = time.perf_counter() - start
     return res
 
