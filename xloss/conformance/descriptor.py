@@ -169,6 +169,23 @@ def upstream_rounding(dx, dtype: str, caps, upstream=None) -> np.ndarray | float
     return 0.5 * rel * np.where(np.isfinite(d), d, 0.0)
 
 
+def underflow(dtype: str, *factors) -> np.ndarray | float:
+    """The absolute error a product of ``factors`` (magnitudes, broadcastable) may carry when it is
+    evaluated in the compute dtype in any order, with IEEE gradual underflow: each of the products
+    formed on the way (a scale ``g/n`` or ``g*(1/n)`` included) may round to a subnormal or to zero,
+    losing up to half the smallest subnormal, which the factors applied after it then multiply (at
+    most the product of those above 1). Relative roundings are :func:`allowance`'s; this is the part
+    that is not relative to the result (the tolerance contract of docs/porting.md)."""
+    compute = xdt.compute_dtype(dtype)
+    half_sub = 0.5 * float(np.finfo(compute).smallest_subnormal)
+    big = 1.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for f in factors:
+            f = np.abs(np.asarray(f, dtype=np.float64))
+            big = big * np.where(np.isfinite(f), np.maximum(f, 1.0), 1.0)
+    return len(factors) * half_sub * big
+
+
 def allowance(oracle, scale, dtype: str, *, eps_c: float | None = None, k: float = K_SLACK) -> np.ndarray:
     """The allowed error for ``oracle`` given the term magnitude ``scale`` (see module docstring)."""
     eps_c = xdt.eps(xdt.float_name(xdt.compute_dtype(dtype))) if eps_c is None else eps_c

@@ -14,7 +14,7 @@ import os
 
 from .. import registry
 from ..errors import XLossError
-from . import DESCRIPTORS, large
+from . import DESCRIPTORS
 from .casefile import load_cases
 from .configs import MASK_DEPENDENT, NONDETERMINISTIC, across_configurations, checked_configurations, repeat_runs
 from .descriptor import printable
@@ -75,13 +75,10 @@ def replay(args, given_options: dict, make_backend) -> int:
     configs = checked_configurations(backend) if status == MASK_DEPENDENT else []
     runner = backend.checked()
     failed = False
-    for k, case in enumerate(cases):
-        cases[k] = None  # a large case may be rebuilt: do not hold two copies
+    for k in range(len(cases)):  # built one at a time (a large case for the variants the backend declares)
+        caps = backend.capabilities().get(cases.kernel(k))
+        case = cases.build(k, caps)
         d = DESCRIPTORS[case.kernel]
-        caps = backend.capabilities().get(case.kernel)
-        if case.ladder is not None and caps is not None:  # built for the variants this backend declares, as in the run
-            case = large.build(case.kernel, case.dtype, case.mode, case.ladder["rung"], case.ladder["seed"], caps) \
-                or case
         print(case.describe())
         try:
             outputs, comparisons, allowed = check_case(d, case, runner, caps)
