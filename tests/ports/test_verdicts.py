@@ -48,6 +48,9 @@ def test_the_replay_hint_replays_exactly_what_failed(capsys, tmp_path, dsp_ports
     code, out, _ = _check(capsys, "--backend", "mt7004", "--lib", lib, "--option", "core_mask=0x07", "--kernels",
                           "bce", "--max-examples", "10", "--failures-dir", tmp_path / "fail")
     assert code == 1
+    # the minimal case is also shown as the call the library received
+    assert "as the library received it:\n    fp_binarycrossentropygrad_s(input_size=" in out
+    assert "core_mask=0x07)" in out
     hints = [line.split("replay: ", 1)[1] for line in out.splitlines() if line.strip().startswith("replay: ")]
     assert hints, out
     argv = shlex.split(hints[0])
@@ -142,3 +145,93 @@ def test_the_ports_compute_in_float_only():
             if re.search(r"\bdouble\b", allowed.sub("", code)) and not code.lstrip().startswith(("*", "/*")):
                 offending.append(f"{path.name}:{number}: {line.strip()}")
     assert not offending, offending
+
+
+# ---- item 7: ports written from the manual are checked as written ----------------------------------
+
+@pytest.fixture(scope="session")
+def manual_ports(tmp_path_factory) -> dict[str, str]:
+    """tests/ports/ft78ne/manual.c under both readings of nlllossgrad's codes: no helper, no shim."""
+    import subprocess
+
+    import xloss.backends.ft78ne_shim as dsp
+
+    cc = os.environ.get("CC", "gcc").split()
+    if shutil.which(cc[0]) is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("manual_ports")
+    libs = {}
+    for reading, defines in (("text", []), ("parameter_list", ["-DMANUAL_NLL_PARAMETER_LIST"])):
+        lib = out / f"libmanual_{reading}.so"
+        subprocess.run([*cc, "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Werror",
+                        "-Wdouble-promotion", *defines, f"-I{dsp.include_dir()}", str(HERE / "ft78ne" / "manual.c"),
+                        "-o", str(lib)], check=True, capture_output=True)
+        libs[reading] = str(lib)
+    return libs
+
+
+def test_a_manual_written_port_runs_in_private_memory_without_a_shim_on_the_command_line(manual_ports, capsys):
+    lib = manual_ports["text"]
+    backend = xloss.backend("ft78ne", lib=lib, memory="private", private_bytes=4096)
+    assert backend.availability() == (True, "")
+    assert "xloss's private-memory shim" in backend.info()["private memory"]
+    code, out, err = _check(capsys, "--backend", "ft78ne", "--lib", lib, "--option", "memory=private", "--option",
+                            "private_bytes=4096", "--kernels", "bce", "nll", "--max-examples", "8")
+    assert code == 0 and "PASSED: 2 pass" in out, out + err
+
+
+@pytest.mark.parametrize("reading, option, other", [
+    ("parameter_list", None, "nll_reduction_codes=sum,mean,none"),
+    ("text", "nll_reduction_codes=sum,mean,none", "nll_reduction_codes=none,sum,mean"),
+])
+@pytest.mark.parametrize("memory", ["shared", "private"])
+def test_a_manual_reading_nll_port_gets_wrong_numbers_not_a_crash_and_the_reading_is_named(
+        manual_ports, reading, option, other, memory):
+    """The page's codes contradict each other: called under the other reading, the port reads a real
+    total_weight and batch upstream values (wrong numbers, never a NULL or short buffer), and the
+    report names the reading its results match and the option that selects it."""
+    options = {"memory": memory, "core_mask": 0x07}
+    if option:
+        key, value = option.split("=")
+        options[key] = value
+    backend = xloss.backend("ft78ne", lib=manual_ports[reading], **options)
+    r = runner.run_target(backend, "nll_loss_grad", "float32", None, max_examples=6, seed=0)
+    assert r.status == runner.FAIL and "outside tolerance" in r.message, r.message
+    assert "match another reading of the vendor's page" in r.message and f"pass --option {other}" in r.message
+    key, value = other.split("=")
+    right = xloss.backend("ft78ne", lib=manual_ports[reading], **dict(options, **{key: value}))
+    assert runner.run_target(right, "nll_loss_grad", "float32", None, max_examples=6, seed=0).status == runner.PASS
+
+
+def test_the_minimal_case_is_shown_as_the_abi_call(manual_ports, aclnn_ports):
+    """xloss's reduction='none' with a scalar upstream gradient crosses the ABI as its sum: the report
+    shows the ABI function, the reduction code as sent and every scalar and buffer size."""
+    import numpy as np
+
+    from xloss.conformance import DESCRIPTORS
+    from xloss.conformance.descriptor import Case
+    from xloss.conformance.execute import check_case
+
+    x = np.array([0.25, 0.5, 0.75], np.float32)
+    case = Case("bce_grad", "add", "float32", dict(x=x, y=np.array([0.0, 1.0, 0.0], np.float32), grad=2.0,
+                                                   reduction="none", eps=1e-12, eps_mode="add"))
+    # a library reading the codes another way (here: told 1 is sum, it reads 1 as mean) fails the case
+    backend = xloss.backend("ft78ne", lib=manual_ports["text"], core_mask=0x05,
+                            bce_reduction_codes="none,sum,mean").checked()
+    with pytest.raises(AssertionError) as info:
+        check_case(DESCRIPTORS["bce_grad"], case, backend)
+    assert info.value.abi_calls == ["fp_binarycrossentropygrad_s(input_size=3, reduction=1 (sum), input_x=float[3] "
+                                    "{0.25, 0.5, 0.75}, input_y=float[3] {0.0, 1.0, 0.0}, weight=NULL, dloss=float[1] "
+                                    "{2.0}, dx=float[3], weight_defined=0, core_mask=0x05)"]
+    r = runner.run_target(xloss.backend("mt7004", lib=manual_ports["text"], memory="private", private_bytes=4096,
+                                        bce_reduction_codes="none,sum,mean"), "bce_grad", "float32", "add",
+                          max_examples=5, seed=0)
+    assert r.status == runner.FAIL and r.abi_calls and all("_p(" in c and "(private)" in c for c in r.abi_calls)
+    # Ascend: the two-phase call's first phase, every tensor's dtype and shape
+    ascend = xloss.backend("ascend", lib=aclnn_ports["correct"]).checked()
+    from xloss import abi_log
+
+    abi_log.begin()
+    xloss.bce_grad(x, case.kwargs["y"], 2.0, reduction="sum", backend=ascend)
+    assert abi_log.taken() == ["aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(gradOutput=FLOAT[], self=FLOAT[3], "
+                               "target=FLOAT[3], weightOptional=NULL, reduction=2 (sum), out=FLOAT[3])"]

@@ -186,6 +186,9 @@ def failures_text(results: list[TargetResult], saved: dict, command=None) -> str
         if r.case is not None:
             out.append("  smallest failing input:" if r.status != CRASH else "  input that crashed:")
             out.append("  " + case_from_json(r.case).describe().replace("\n", "\n  "))
+        if r.abi_calls:
+            out.append("  as the library received it:")
+            out.extend(f"    {printable(call)}" for call in r.abi_calls)
         if r.outputs:
             out.append(f"  the two outputs ({r.outputs['first']['label']}; {r.outputs['second']['label']}) "
                        "are saved in the replay file")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -71,6 +71,7 @@ class TargetResult:
     max_ratio: float = 0.0  # the worst |error| / allowed error over every output element
     tolerance: float = 0.0  # the allowed error at that element
     outputs: dict | None = None  # the two disagreeing outputs (nondeterministic, mask-dependent)
+    abi_calls: list = field(default_factory=list)  # the failing case as the vendor-ABI call(s) the library received
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -152,6 +153,7 @@ def _classify(res: TargetResult, case: Case, exc: BaseException):
     if case.label:
         res.message += f" [case: {case.label}]"
     res.case = case_to_json(case)
+    res.abi_calls = list(getattr(exc, "abi_calls", None) or [])
     if isinstance(exc, Disagreement):
         res.status = exc.status
         res.outputs = outputs_to_json(DESCRIPTORS[res.kernel].output_names(case.mode), exc.first, exc.second)
@@ -240,6 +242,8 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
         failure = minimise(failure, attempt)
     if failure is not None:
         _classify(res, *failure)
+        if declared and not isinstance(failure[1], Disagreement):
+            res.message += _matching_reading(backend, d, failure[0], caps, d.edge_cases(dtype, mode, caps))
     elif not declared:
         res.status = FAIL
         res.message = "works but is not declared: the backend's capability declaration is incomplete"
@@ -248,6 +252,20 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
         _failing_example(res, failure[1])
     res.seconds = time.perf_counter() - start
     return res
+
+
+def _matching_reading(backend: Backend, d, case: Case, caps, edge_cases) -> str:
+    """Where the vendor's page can be read another way (:meth:`Backend.readings`): the reading under
+    which the failing case and every edge case pass, and the option that selects it ('' if none)."""
+    for what, option, other in backend.readings(d.name):
+        runner = other.checked()
+        try:
+            for c in [case, *(e for e in edge_cases if supports(caps, e))]:
+                check_case(d, c, runner, caps)
+        except Exception:
+            continue
+        return f"; the library's results match another reading of the vendor's page, {what}: pass {option}"
+    return ""
 
 
 def _failing_example(res: TargetResult, exc: BaseException):
