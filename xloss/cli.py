@@ -141,7 +141,8 @@ def cmd_check(args) -> int:
     if variants:
         print(variants + "\n")
     print(report.table(results))
-    text = report.failures_text(results, saved, report.replay_command(args.backend, options))
+    command = report.replay_command(args.backend, options)
+    text = report.failures_text(results, saved, command)
     if text:
         print()
         print(text)
@@ -151,7 +152,8 @@ def cmd_check(args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report.to_json(results, backend=args.backend, info=info, settings=settings, saved=saved,
-                                     variants=report.declared_variants(backend.capabilities())), f, indent=1)
+                                     variants=report.declared_variants(backend.capabilities()), command=command),
+                      f, indent=1)
     return 1 if any(r.status in FAILING for r in results) else 0
 
 

@@ -7,6 +7,7 @@ runs in this process (``xloss check --in-process``), with a fixed seed and few e
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -46,13 +47,16 @@ def test_an_empty_lib_is_a_usage_error(capsys, tmp_path):
 def test_the_replay_hint_replays_exactly_what_failed(capsys, tmp_path, dsp_ports):
     lib = dsp_ports["bce_eps_clamp"]
     code, out, _ = _check(capsys, "--backend", "mt7004", "--lib", lib, "--option", "core_mask=0x07", "--kernels",
-                          "bce", "--max-examples", "10", "--failures-dir", tmp_path / "fail")
+                          "bce", "--max-examples", "10", "--failures-dir", tmp_path / "fail", "--json",
+                          tmp_path / "report.json")
     assert code == 1
     # the minimal case is also shown as the call the library received
     assert "as the library received it:\n    fp_binarycrossentropygrad_s(input_size=" in out
     assert "core_mask=0x07)" in out
     hints = [line.split("replay: ", 1)[1] for line in out.splitlines() if line.strip().startswith("replay: ")]
     assert hints, out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [r["replay_command"] for r in report["results"] if r["replay_command"]] == hints
     argv = shlex.split(hints[0])
     assert argv[:2] == ["xloss", "check"]
     assert argv[argv.index("--backend") + 1] == "mt7004" and argv[argv.index("--lib") + 1] == lib

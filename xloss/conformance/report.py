@@ -202,7 +202,8 @@ def failures_text(results: list[TargetResult], saved: dict, command=None) -> str
 
 
 def to_json(results: list[TargetResult], *, backend: str, info: dict, settings: dict, saved: dict,
-            variants: list[str] | None = None) -> dict:
+            variants: list[str] | None = None, command=None) -> dict:
+    """The JSON report; ``command``: path -> the replay command line (:func:`replay_command`)."""
     import numpy
 
     from .. import __version__
@@ -216,5 +217,7 @@ def to_json(results: list[TargetResult], *, backend: str, info: dict, settings: 
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "numpy": numpy.__version__},
         "passed": not any(r.status in FAILING for r in results),
         "summary": summary(results),
-        "results": [dict(r.to_json(), replay_file=saved.get(_key(r))) for r in results],
+        "results": [dict(r.to_json(), replay_file=saved.get(_key(r)),
+                         replay_command=command(saved[_key(r)]) if command and _key(r) in saved else None)
+                    for r in results],
     }
