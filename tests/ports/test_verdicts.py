@@ -118,8 +118,13 @@ def _declared(backend):
     return [t for t in runner.universe() if runner.declared_caps(backend, *t) is not None]
 
 
-@pytest.mark.parametrize("chip, options", [("ft78ne", {"core_mask": 0x07}), ("mt7004", {"core_mask": 0x07}),
-                                           ("mt7004", {"memory": "private", "private_bytes": 8192})])
+SLOW = pytest.mark.slow  # the other configurations: CI runs them (-m slow), the default suite one of each
+
+
+@pytest.mark.parametrize("chip, options", [
+    ("ft78ne", {"core_mask": 0x07}),
+    pytest.param("mt7004", {"core_mask": 0x07}, marks=SLOW),
+    pytest.param("mt7004", {"memory": "private", "private_bytes": 8192}, marks=SLOW)])
 def test_pure_float32_dsp_port_passes_every_configuration(dsp_ports, chip, options):
     backend = xloss.backend(chip, lib=dsp_ports["correct"], **options)
     results = runner.run_suite(backend, targets=_declared(backend), max_examples=6, seed=3)
@@ -127,8 +132,8 @@ def test_pure_float32_dsp_port_passes_every_configuration(dsp_ports, chip, optio
         [(r.kernel, r.dtype, r.mode, r.status, r.message) for r in results if r.status != runner.PASS]
 
 
-@pytest.mark.parametrize("variant, layout", [("correct", "contiguous"), ("correct", "strided"),
-                                             ("drivingsdk", "contiguous")])
+@pytest.mark.parametrize("variant, layout", [("correct", "contiguous"), pytest.param("correct", "strided", marks=SLOW),
+                                             pytest.param("drivingsdk", "contiguous", marks=SLOW)])
 def test_pure_float32_aclnn_port_passes_every_configuration(aclnn_ports, variant, layout):
     backend = xloss.backend("ascend", lib=aclnn_ports[variant], layout=layout)
     results = runner.run_suite(backend, targets=_declared(backend), max_examples=6, seed=3)
@@ -188,7 +193,7 @@ def test_a_manual_written_port_runs_in_private_memory_without_a_shim_on_the_comm
     ("parameter_list", None, "nll_reduction_codes=sum,mean,none"),
     ("text", "nll_reduction_codes=sum,mean,none", "nll_reduction_codes=none,sum,mean"),
 ])
-@pytest.mark.parametrize("memory", ["shared", "private"])
+@pytest.mark.parametrize("memory", ["shared", pytest.param("private", marks=SLOW)])
 def test_a_manual_reading_nll_port_gets_wrong_numbers_not_a_crash_and_the_reading_is_named(
         manual_ports, reading, option, other, memory):
     """The page's codes contradict each other: called under the other reading, the port reads a real
