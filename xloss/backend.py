@@ -171,6 +171,13 @@ class Backend:
         masks), as ``(label, backend)``; ``xloss check`` runs its edge and large cases on each."""
         return []
 
+    def readings(self, kernel: str) -> list[tuple[str, str, Backend]]:
+        """Where the vendor's own page for ``kernel`` can be read two ways (e.g. contradictory
+        reduction codes): the readings other than this backend's, as ``(what the reading is, the
+        command-line options that select it, this backend with them)``. ``xloss check`` reruns a
+        failing case on each and says which one the library's results match."""
+        return []
+
     def refusal(self, req: Request) -> str | None:
         caps = self.capabilities().get(req.kernel)
         if caps is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from . import registry
@@ -63,9 +64,19 @@ def _backend_options(args) -> dict:
         if not sep or not key:
             raise UsageError(f"--option takes KEY=VALUE, got {item!r}")
         options[key] = _option_value(value)
-    if args.lib:
+    if args.lib is not None:
+        if not args.lib.strip() or "" in args.lib.split(os.pathsep):
+            raise UsageError(f"--lib names no library ({args.lib!r}: an unset shell variable?); give the path of "
+                             "your shared library, or leave --lib out to check the backend's own")
         options["lib"] = args.lib
     return options
+
+
+def _hypothesis_storage():
+    """Hypothesis keeps its caches under the user's cache folder, not in the working directory
+    (the isolated children inherit the variable)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(cache, "xloss", "hypothesis"))
 
 
 def _make_backend(name: str, options: dict):
@@ -98,6 +109,7 @@ def cmd_check(args) -> int:
     from .conformance.isolated import LoadFailure, describe, run_isolated
     from .conformance.runner import FAILING, run_suite
 
+    _hypothesis_storage()
     if args.replay:
         from .conformance.replay import replay
 
@@ -161,7 +173,8 @@ def _report(args, results, described, info, settings, variants, note="") -> int:
     if described.get("variants_text"):
         print(described["variants_text"] + "\n")
     print(report.table(results))
-    text = report.failures_text(results, saved)
+    command = report.replay_command(args.backend, options)
+    text = report.failures_text(results, saved, command)
     if text:
         print()
         print(text)
@@ -174,7 +187,7 @@ def _report(args, results, described, info, settings, variants, note="") -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report.to_json(results, backend=args.backend, info=info, settings=settings, saved=saved,
-                                     variants=variants), f, indent=1)
+                                     variants=variants, command=command), f, indent=1)
     return 1
 
 

@@ -39,7 +39,10 @@ def real_number(value, name: str) -> float:
     if isinstance(value, (bool, np.bool_)):
         raise XLossTypeError(f"{name} must be a real number, got a bool")
     if isinstance(value, numbers.Real):
-        v = float(value)
+        try:
+            v = float(value)
+        except OverflowError:  # an integer beyond float64's range
+            raise XLossValueError(f"{name} must be finite, got an integer of {int(value).bit_length()} bits") from None
     else:
         arr = to_numpy(value, name)
         if arr.size != 1 or arr.dtype.kind not in "fiu" and float_name(arr.dtype) is None:

@@ -47,6 +47,7 @@ import weakref
 
 import numpy as np
 
+from ... import abi_log
 from ...clib import CLibrary
 from ...errors import InputModified, KernelError, OutOfBoundsWrite, PhaseOneWrite, RepeatMismatch
 from . import _cdef as C
@@ -65,6 +66,18 @@ WRITTEN_INPUTS = {"aclnnFusedLinearCrossEntropyLossGrad": frozenset({"softmaxOpt
 PARAMETERS = C.phase_one_parameters()
 #: a checked call whose operands hold more bytes than this runs its repeatable executor once only
 REPEAT_MAX_BYTES = 64 << 20
+#: CANN's reduction codes (aclnn loss operators)
+_REDUCTION_NAMES = {0: "none", 1: "mean", 2: "sum"}
+_DTYPE_NAMES = {C.ACL_FLOAT: "FLOAT", C.ACL_FLOAT16: "FLOAT16", C.ACL_BF16: "BF16", C.ACL_DOUBLE: "DOUBLE",
+                C.ACL_INT8: "INT8", C.ACL_INT16: "INT16", C.ACL_INT32: "INT32", C.ACL_INT64: "INT64",
+                C.ACL_UINT8: "UINT8", C.ACL_BOOL: "BOOL"}
+
+
+def _tensor_text(code: int, shape, strides, offset: int) -> str:
+    text = f"{_DTYPE_NAMES.get(code, f'dtype {code}')}{list(shape)}"
+    if tuple(strides) != contiguous_strides(shape) or offset:
+        text += f" (strides {list(strides)}, offset {offset})"
+    return text
 
 #: Symbols an adapter session cannot work without.
 RUNTIME_SYMBOLS = ("aclInit", "aclrtSetDevice", "aclrtResetDevice", "aclrtCreateStream", "aclrtDestroyStream",
@@ -282,6 +295,7 @@ class Session:
         self._buffers: list[DeviceBuffer] = []
         self._tensors: list = []
         self._tensor_buffer: dict = {}  # aclTensor address -> the DeviceBuffer it views
+        self._tensor_text: dict = {}  # aclTensor address -> its dtype, shape and layout, for abi_log
         self._strided = 0  # tensors laid out so far (picks each one's layout)
         self._sigint = _DeferredSigint()
         self._guard_scratch = None  # a host buffer the guard checks reuse
@@ -321,6 +335,7 @@ class Session:
         while self._tensors:
             note("aclDestroyTensor", self.lib.aclDestroyTensor(self._tensors.pop()))
         self._tensor_buffer.clear()
+        self._tensor_text.clear()
         while self._buffers:
             note("aclrtFree", self.lib.aclrtFree(self._buffers.pop().base))
         if self.stream is not None:
@@ -423,6 +438,7 @@ class Session:
                               status=None, status_name="NULL_TENSOR")
         self._tensors.append(t)
         self._tensor_buffer[int(self.ffi.cast("uintptr_t", t))] = buf
+        self._tensor_text[int(self.ffi.cast("uintptr_t", t))] = _tensor_text(code, shape, strides, offset)
         return t
 
     def _strided_storage(self, shape, dtype, output: bool):
@@ -474,6 +490,20 @@ class Session:
                 if buf is not None:
                     buf.name = name
                     buf.written |= name in written
+
+    def _describe_call(self, op: str, args) -> str:
+        """``aclnnXxxGetWorkspaceSize(self=FLOAT[4, 3], reduction=2 (sum), ...)``: every scalar and tensor."""
+        parts = []
+        for name, arg in zip(PARAMETERS.get(op, ()), args):
+            if isinstance(arg, self.ffi.CData):
+                text = "NULL" if arg == self.ffi.NULL else self._tensor_text.get(int(self.ffi.cast("uintptr_t", arg)),
+                                                                                 "a pointer")
+            elif name == "reduction":
+                text = f"{arg} ({_REDUCTION_NAMES.get(arg, 'no such code')})"
+            else:
+                text = repr(arg)
+            parts.append(f"{name}={text}")
+        return f"{op}GetWorkspaceSize({', '.join(parts)})"
 
     def check_guards(self, op: str) -> None:
         """Raise OutOfBoundsWrite if a guard region of any buffer changed."""
@@ -569,6 +599,7 @@ class Session:
         ``args`` are the operator's arguments before ``workspaceSize`` and ``executor``.
         """
         self._name_operands(op, args)
+        abi_log.record(lambda: self._describe_call(op, args))
         size = self.ffi.new("uint64_t *")
         exe = self.ffi.new("aclOpExecutor **")
         strict = self.checked or self.layout == "strided"

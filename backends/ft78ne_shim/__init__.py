@@ -29,7 +29,7 @@ from . import abi
 from .abi import EMULATOR, ENV_VAR
 from .backend import DspBackend
 
-PRIVATE_SHIM = Path(__file__).resolve().with_name("libxloss_ft78ne_private.so")
+PRIVATE_SHIM = abi.PRIVATE_SHIM
 
 
 def library_path(lib=None) -> str:

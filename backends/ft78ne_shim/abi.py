@@ -16,6 +16,8 @@ from ...errors import XLossValueError
 ENV_VAR = "XLOSS_FT78NE_LIB"
 MEMORY_ENV_VAR = "XLOSS_FT78NE_MEMORY"  # default of the memory option ("shared" or "private")
 EMULATOR = Path(__file__).resolve().with_name("libxloss_ft78ne.so")
+#: The private-memory arenas and helpers without any operator (listed after a library that has none)
+PRIVATE_SHIM = Path(__file__).resolve().with_name("libxloss_ft78ne_private.so")
 
 #: The operators, each with fp_/hp_ x _s/_p entry points.
 OPS = ("binarycrossentropygrad", "sigmoidfocalloss", "sigmoidfocallossgrad", "nlllossgrad",
@@ -220,6 +222,9 @@ BCE_CODES = ("none", "mean", "sum")
 #: nlllossgrad: its loss_grad text and the nllloss page say 0 None, 1 Sum, 2 Mean (the default);
 #: its parameter list says 0 Sum, 1 Mean, 2 None (option nll_reduction_codes="sum,mean,none").
 NLL_CODES = ("none", "sum", "mean")
+#: nlllossgrad's page can be read two ways: (what the reading is, its names in code order)
+NLL_READINGS = (("the page's loss_grad text and the nllloss page (0 none, 1 sum, 2 mean)", NLL_CODES),
+                ("the page's parameter list (0 sum, 1 mean, 2 none)", ("sum", "mean", "none")))
 #: backend option -> (operators it sets, default names in code order)
 CODE_OPTIONS = {"nll_reduction_codes": (("nlllossgrad",), NLL_CODES),
                 "bce_reduction_codes": (("binarycrossentropygrad",), BCE_CODES)}

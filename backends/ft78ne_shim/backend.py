@@ -49,6 +49,7 @@ class DspBackend(Backend):
         self._private_blocks = threading.local()  # checked mode: this core thread's guarded blocks
         self._lib = None
         self._features = None
+        self._shim_supplied = False  # memory="private" on a library without the helpers: xloss's shim added
         self._caps = None
 
     # -- the library ---------------------------------------------------------------------------
@@ -57,7 +58,14 @@ class DspBackend(Backend):
         if self._lib is None:
             with abi.state_lock():  # not per backend: a forked child gets a fresh one
                 if self._lib is None:
-                    self._lib, self._features = library.load(self.paths)  # BackendUnavailableError if missing
+                    lib, features = library.load(self.paths)  # BackendUnavailableError if missing
+                    if self.memory == "private" and library.needs_private_shim(lib):
+                        # a port written from the manual brings no private memory of its own: the
+                        # arenas and helpers come from xloss's shim, listed after it
+                        self.paths = [*self.paths, str(abi.PRIVATE_SHIM)]
+                        self._shim_supplied = True
+                        lib, features = library.load(self.paths)
+                    self._lib, self._features = lib, features
         return self._lib
 
     @property
@@ -87,6 +95,9 @@ class DspBackend(Backend):
             out["error"] = str(exc)
             return out
         out.update(library.facts(lib, self._features, self.private_bytes))
+        if self._shim_supplied:
+            out["private memory"] = (f"xloss's private-memory shim ({abi.PRIVATE_SHIM.name}), added because the "
+                                     "library exports none of the private-memory helpers")
         out["deterministic"] = "yes" if self.deterministic else "not declared (deterministic=True declares it)"
         return out
 
@@ -134,6 +145,21 @@ class DspBackend(Backend):
         hold the tiles. Each must give this backend's results."""
         return [(f"core_mask={m:#04x}", DspBackend(self.chip, **dict(self._given, core_mask=m)))
                 for m in CONFIG_MASKS]
+
+    def readings(self, kernel: str) -> list:
+        """nlllossgrad's page gives two sets of reduction codes: the other reading, with the option
+        that selects it (the library's results are compared under it when NLL fails)."""
+        if kernel != "nll_loss_grad":
+            return []
+        codes = self._codes["nlllossgrad"]
+        mine = tuple(sorted(codes, key=codes.get))
+        out = []
+        for what, names in abi.NLL_READINGS:
+            if names != mine:
+                value = ",".join(names)
+                out.append((what, f"--option nll_reduction_codes={value}",
+                            DspBackend(self.chip, **dict(self._given, nll_reduction_codes=value))))
+        return out
 
     def checked(self) -> DspBackend:
         """This backend with guards=True (see :mod:`.guards`); a replay that records the options

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import abi_log
 from ...errors import InputModified, OutOfBoundsWrite
 
 GUARD = 64  # private blocks: bytes each side (a multiple of the arena granule: inner pointers stay aligned)
@@ -96,10 +97,10 @@ def extents(op: str, es: int, v: dict, codes: dict) -> dict:
         else:
             out.update(dloss=upstream(n, red), dx=n * es)
         return out
-    if op == "nlllossgrad":
-        b, k, red = max(v["batch"], 0), max(v["class_num"], 0), v["reduction_type"]
-        return {"logits": b * k * es, "loss_grad": upstream(b, red), "labels": b * 4, "weight": k * es if b else 0,
-                "total_weight": es if red == codes["mean"] and b else 0, "logits_grad": b * k * es}
+    if op == "nlllossgrad":  # the page's codes contradict each other: the adapter hands full-size inputs
+        b, k = max(v["batch"], 0), max(v["class_num"], 0)
+        return {"logits": b * k * es, "loss_grad": b * es, "labels": b * 4, "weight": k * es if b else 0,
+                "total_weight": es if b else 0, "logits_grad": b * k * es}
     if op == "fusedlinearonlinemaxsum":  # es: input, weight and logits only (the rest is float / int / byte)
         bt, h, vocab = (max(v[k], 0) for k in ("bt", "hidden", "vocab"))
         return {"input": bt * h * es, "weight": vocab * h * es, "target": bt * 4, "logits_max_local": bt * 4,
@@ -114,6 +115,43 @@ def extents(op: str, es: int, v: dict, codes: dict) -> dict:
     return {"grad": bt * 4, "input": bt * h * es, "weight": vocab * h * es, "target_mask": bt,
             "masked_target": bt * 4, "logits_max": 0 if sm else bt * 4, "sum_exp_logits": 0 if sm else bt * 4,
             "softmax": bt * vocab * 4 if sm else 0, "input_grad": bt * h * es, "weight_grad": vocab * h * es}
+
+
+_ELEMENT = {"half": np.float16, "float": np.float32, "int": np.int32, "unsigned char": np.uint8}
+_INT_ARGS = frozenset({"labels", "target", "masked_target"})
+
+
+def describe_call(fname, names, args, ext, codes, written, regions, ffi) -> str:
+    """``fp_nlllossgrad_s(logits=float[12], ..., reduction_type=1 (sum), core_mask=0x07)``: every scalar,
+    each buffer's element count (and the values of an input of at most 4 elements)."""
+    by_code = {v: k for k, v in codes.items()}
+    bodies = {r.name: r.raw[r.front:r.front + r.extent] for r in regions}
+    parts = []
+    for name, a in zip(names, args):
+        if isinstance(a, HostArg) or isinstance(a, ffi.CData):
+            if not isinstance(a, HostArg) and a == ffi.NULL:
+                parts.append(f"{name}=NULL")
+                continue
+            if isinstance(a, HostArg):
+                ctype, dt = a.ctype, a.arr.dtype
+            else:  # a private-memory block: its type is the call's
+                ctype = "int" if name in _INT_ARGS else "unsigned char" if name == "target_mask" else \
+                    ("half" if fname.startswith("hp") else "float")
+                dt = np.dtype(_ELEMENT[ctype])
+            n = ext.get(name, 0) // dt.itemsize
+            text = f"{name}={ctype}[{n}]" + (" (private)" if not isinstance(a, HostArg) else "")
+            body = bodies.get(name)
+            if name not in written and 0 < n <= 4 and body is not None and body.size >= n * dt.itemsize:
+                values = body[:n * dt.itemsize].view(dt)
+                text += " {" + ", ".join(repr(v.item()) for v in values) + "}"
+            parts.append(text)
+        elif name in ("reduction", "reduction_type"):
+            parts.append(f"{name}={a} ({by_code.get(a, 'no such code')})")
+        elif name == "core_mask":
+            parts.append(f"{name}={a:#04x}")
+        else:
+            parts.append(f"{name}={a!r}")
+    return f"{fname}({', '.join(parts)})"
 
 
 @dataclass
@@ -209,6 +247,7 @@ def checked_call(backend, fname: str, fn, args, ffi, es: int, codes: dict, priva
                 regions.append(_Region(name, raw, nbytes, name not in written))
     for r in regions:
         r.arm()
+    abi_log.record(lambda: describe_call(fname, names, args, ext, codes, written, regions, ffi))
     fn(*call_args)
     for r in regions:  # guards first: an overrun that reached a neighbour is reported where it began
         r.verify_guards(backend.name, fname)

@@ -66,6 +66,12 @@ def unavailable_hint(paths: list[str]) -> str:
     return ""
 
 
+def needs_private_shim(lib) -> bool:
+    """Whether the library lacks every private-memory helper (then xloss's shim supplies them, if
+    it is built); a library with only some of them is refused instead (its own memory is half there)."""
+    return not any(lib.has(s) for s in abi.PRIVATE_HELPERS) and abi.PRIVATE_SHIM.exists()
+
+
 def private_refusal(lib, features: Features, paths: list[str], private_bytes) -> str | None:
     """Why ``memory="private"`` cannot run on this library (None if it can)."""
     missing = [s for s in abi.PRIVATE_HELPERS if not lib.has(s)]

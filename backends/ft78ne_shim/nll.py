@@ -25,6 +25,16 @@ def mean_operands(g, tw, dt):
     return (np.asarray(g, np.float64) / scale).astype(dt), np.array([tw / scale], dt)
 
 
+def _kept_weight(w, targets) -> float:
+    """Sum of the class weights of the kept rows (PyTorch's default total_weight), in float64."""
+    return float(np.asarray(w, np.float64)[targets].sum()) if targets.size else 0.0
+
+
+def _in_range(value: float, dt) -> float:
+    big = float(np.finfo(dt).max)
+    return max(-big, min(big, value))
+
+
 def nll_loss_grad(b, a) -> None:
     b._require(a.request())
     dt = a.self.dtype
@@ -39,9 +49,12 @@ def nll_loss_grad(b, a) -> None:
     g = a.grad.reshape(-1) if per_row else np.array([a.grad], dt)
     # a uniform gradient for none is the sum call's (-g * w), as for the element-wise operators
     red = codes["none" if per_row else "mean" if a.reduction == "mean" else "sum"]
-    tw = None
     if a.reduction == "mean":
         g, tw = mean_operands(g, a.total_weight, dt)
+    else:  # the page's codes contradict each other: a library reading this call as mean finds a real one
+        tw = np.array([_in_range(_kept_weight(w, t64[kept]), dt)], dt)
+    if b.guards and not per_row:  # ... and one reading it as none finds batch values (wrong numbers, no crash)
+        g = np.full(max(batch, 1), g[0], dt)
     out = a.out.reshape(batch, classes)
     labels = (t64 if rows is None else t64[rows]).astype(np.int32)
     fname, ct = b._names(dt, "nlllossgrad")
@@ -53,6 +66,7 @@ def nll_loss_grad(b, a) -> None:
             return
     logits = a.self.reshape(batch, classes) if rows is None else a.self.reshape(batch, classes)[rows]
     dl = g if rows is None or not per_row else g[rows]
+    dl = dl if per_row or dl.size == 1 else dl[:max(labels.size, 1)]
     dst = b._out(out) if rows is None else np.empty((rows.size, classes), dt)
     b._invoke(fname, b._ptr(logits, ct), b._ptr(dl, ct), b._ptr(labels, "int"), b._ptr(w, ct),
               b._ptr(tw, ct), b._ptr(dst, ct), labels.size, classes, red, b.core_mask)
@@ -71,9 +85,11 @@ def _nll_private(b, a, fname, ct, rows, labels, w, g, red, tw, per_row, out):
     rows = np.arange(batch) if rows is None else rows
     logits = a.self.reshape(batch, classes)
 
+    full = b.guards  # checked mode: loss_grad of the tile's rows whatever the reduction (see nll_loss_grad)
+
     def need(r, cc):
-        return (2 * b._blk(r * cc * es) + b._blk((r if per_row else 1) * es) + b._blk(r * 4) + b._blk(cc * es)
-                + (b._blk(es) if tw is not None else 0))
+        return (2 * b._blk(r * cc * es) + b._blk((r if per_row or full else 1) * es) + b._blk(r * 4)
+                + b._blk(cc * es) + b._blk(es))
 
     budget = b._budget()
     cc = classes if need(1, classes) <= budget else fit(budget, lambda c: need(1, c), classes)
@@ -86,23 +102,20 @@ def _nll_private(b, a, fname, ct, rows, labels, w, g, red, tw, per_row, out):
         sel, lab = rows[inside], labels[inside] - c0
         tiles += [(sel[lo:hi], lab[lo:hi], c0, c1) for lo, hi in ranges(sel.size, rmax) if hi > lo]
     host = np.zeros((batch, classes), dt)
-    specs = {"lg": (ct, dt, rmax * cc), "dl": (ct, dt, rmax if per_row else 1), "t": ("int", np.int32, rmax),
-             "w": (ct, dt, cc), "dx": (ct, dt, rmax * cc)}
-    if tw is not None:
-        specs["tw"] = (ct, dt, 1)
+    specs = {"lg": (ct, dt, rmax * cc), "dl": (ct, dt, rmax if per_row or full else 1),
+             "t": ("int", np.int32, rmax), "w": (ct, dt, cc), "dx": (ct, dt, rmax * cc), "tw": (ct, dt, 1)}
 
     def stage(i, bufs):
         sel, lab, c0, c1 = tiles[i]
         m, k = sel.size, c1 - c0
         bufs["lg"].arr[:m * k] = logits[sel, c0:c1].reshape(-1)
-        dl = g[sel] if per_row else g
+        dl = g[sel] if per_row else np.full(m, g[0], dt) if full else g[:1]
         bufs["dl"].arr[:dl.size] = dl
         bufs["t"].arr[:m] = lab
         bufs["w"].arr[:k] = w[c0:c1]
-        if tw is not None:
-            bufs["tw"].arr[0] = tw[0]
-        b._invoke(fname, bufs["lg"].ptr, bufs["dl"].ptr, bufs["t"].ptr, bufs["w"].ptr,
-                  bufs["tw"].ptr if tw is not None else b.ffi.NULL, bufs["dx"].ptr, m, k, red)
+        bufs["tw"].arr[0] = tw[0]
+        b._invoke(fname, bufs["lg"].ptr, bufs["dl"].ptr, bufs["t"].ptr, bufs["w"].ptr, bufs["tw"].ptr,
+                  bufs["dx"].ptr, m, k, red)
         host[sel, c0:c1] = bufs["dx"].arr[:m * k].reshape(m, k)
 
     if tiles:

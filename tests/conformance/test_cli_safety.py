@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from xloss import cli
+from xloss.backends.ft78ne_shim import abi as ft78ne_abi
 from xloss.conformance import DESCRIPTORS, large
 from xloss.conformance.casefile import CaseFileError, case_to_json, load_cases, save_cases
 
@@ -37,11 +38,17 @@ def test_a_case_file_never_names_code_to_run(tmp_path, capsys, meta, message):
     assert not (tmp_path / "PWNED").exists()
 
 
-def test_a_library_in_the_case_file_is_shown_not_loaded(tmp_path, capsys):
+def test_a_library_in_the_case_file_is_never_loaded_from_it(tmp_path, capsys):
+    # without --lib the replay refuses (the backend's default is not what failed), naming the library
     path = _case_file(tmp_path, backend="reference", library=str(tmp_path / "libport.so"))
     code, out, err = _main(capsys, "check", "--replay", str(path))
-    assert code == 0, out + err
-    assert f"recorded with library {tmp_path / 'libport.so'}; it is not loaded" in out
+    assert code == 2 and f"recorded with library {tmp_path / 'libport.so'}: pass --lib" in err, out + err
+    # with --lib, the library given is the one loaded, and the recorded one is shown
+    emulator = str(ft78ne_abi.EMULATOR)
+    path = _case_file(tmp_path, backend="ft78ne", library=str(tmp_path / "libport.so"))
+    code, out, err = _main(capsys, "check", "--replay", str(path), "--lib", emulator)
+    assert code == 1 and "does not support eps_mode='clamp'" in out, out + err  # the case is the reference's
+    assert f"recorded with library {tmp_path / 'libport.so'}; it is not loaded from the file; using {emulator}" in out
 
 
 def test_replay_runs_the_backend_of_the_command_line(tmp_path, capsys):

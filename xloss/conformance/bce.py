@@ -10,7 +10,7 @@ from ..errors import XLossTypeError, XLossValueError
 from ..kernels import BCE_GRAD
 from ..reference._common import as_f64
 from . import values as V
-from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, upstream_rounding
+from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, underflow, upstream_rounding
 from .large import BCE_LADDER
 from .shrink import ELEMENTWISE
 
@@ -51,6 +51,10 @@ def edge_cases(dtype, mode, caps=None) -> list[Case]:
         for red in ("none", "mean", "sum"):
             add(f"odd size {n}, {red}", rng.uniform(0, 1, n), (rng.random(n) > 0.5).astype(float), reduction=red,
                 weight=rng.uniform(0, 2, n))
+    # the tolerance contract: g/n (or g*(1/n)) of a subnormal g may underflow in the compute dtype
+    for red in ("mean", "sum"):
+        add(f"subnormal upstream gradient, {red}", [0.0, 1e-12, 0.5, 0.25, 1.0], [1.0, 0.0, 0.0, 1.0, 0.0],
+            reduction=red, grad=V.smallest_subnormal(dtype), weight=np.array([0.5, 2.0, 1.0, 3.0, 0.25]))
     x = rng.uniform(0, 1, (31, 9))
     add("row weight (N, 1)", x, rng.uniform(0, 1, x.shape), reduction="mean", weight=rng.uniform(0, 2, (31, 1)))
     add("column weight (C,)", x, rng.uniform(0, 1, x.shape), reduction="none", weight=rng.uniform(0, 2, 9),
@@ -99,15 +103,21 @@ def oracle(case: Case):
 def allowed(case: Case, expected, caps=None):
     # (x - y), 1 - x, the product, the clamp or sum, the division, weight and grad: a handful of
     # roundings, each relative to the result; no cancellation a careful implementation could avoid.
+    # The factors may be applied in any order in the compute dtype (underflow included: the mean's
+    # g/n of a subnormal g may be zero), see descriptor.underflow.
     kw = case.kwargs
     n = np.size(kw["x"])
-    g = np.abs(as_f64(kw["grad"])) / (n if kw["reduction"] == "mean" and n else 1)
+    upstream = np.abs(as_f64(kw["grad"]))
+    g = upstream / (n if kw["reduction"] == "mean" and n else 1)
     x = as_f64(kw["x"])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         raw = np.abs(x - as_f64(kw["y"])) / reference.bce_denominator(x, kw["eps"], kw["eps_mode"])
     w = np.abs(as_f64(kw["weight"])) if "weight" in kw else 1.0
-    scale = np.where(np.isfinite(raw), raw, 0.0) * w * g
-    return (allowance(expected[0], np.broadcast_to(scale, np.shape(expected[0])), case.dtype)
+    raw = np.where(np.isfinite(raw), raw, 0.0)
+    scale = raw * w * g
+    shape = np.shape(expected[0])
+    return (allowance(expected[0], np.broadcast_to(scale, shape), case.dtype)
+            + np.broadcast_to(underflow(case.dtype, raw, w, upstream, 1.0 / max(n, 1)), shape)
             + upstream_rounding(expected[0], case.dtype, caps, g),)
 
 

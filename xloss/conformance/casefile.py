@@ -16,19 +16,26 @@ import binascii
 import json
 import math
 import os
+import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from .. import dtypes as xdt
-from ..errors import XLossValueError
+from ..backend import Backend, KernelCaps
+from ..errors import XLossError, XLossValueError
 from ..kernels import KERNELS
+from ..memory import available_bytes
 from .descriptor import Case
 
 FORMAT = "xloss-cases/1"
 PREVIEW = 8
 #: Larger case files are refused (the biggest drawn or edge case is a few MiB; large cases are rebuilt).
-MAX_FILE_BYTES = 1 << 30
+MAX_FILE_BYTES = 1 << 27
+#: Checking a case holds it, the copy the library gets, its outputs and the float64 oracle: about
+#: this many times the case's own bytes (more than any kernel needs).
+CASE_MEMORY_FACTOR = 6
 MAX_CASES = 10000
 #: Disagreeing outputs up to this many elements are saved whole, larger ones as their differences.
 OUTPUT_LIMIT = 1 << 20
@@ -128,7 +135,8 @@ def _decode_value(value, where: str):
     _fail(where, "a value must be an array, a float, a number, a short string or null")
 
 
-def _case_from_json(obj, where: str) -> Case:
+def _check_header(obj, where: str) -> None:
+    """The keys, kernel, mode, dtype, label and (for a ladder case) the rung of a case object."""
     from . import DESCRIPTORS, large
 
     if not isinstance(obj, dict):
@@ -137,12 +145,12 @@ def _case_from_json(obj, where: str) -> Case:
     if extra:
         _fail(where, f"unknown key(s) {', '.join(sorted(extra))}")
     kernel = obj.get("kernel")
-    if kernel not in DESCRIPTORS:
+    if not isinstance(kernel, str) or kernel not in DESCRIPTORS:
         _fail(where, f"kernel must be one of {', '.join(DESCRIPTORS)}; got {kernel!r:.40}")
     d = DESCRIPTORS[kernel]
-    if obj.get("mode") not in d.modes():
+    if not isinstance(obj.get("mode"), (str, type(None))) or obj.get("mode") not in d.modes():
         _fail(where, f"mode of {kernel} must be one of {', '.join(map(str, d.modes()))}; got {obj.get('mode')!r:.40}")
-    if obj.get("dtype") not in xdt.FLOAT_DTYPES:
+    if not isinstance(obj.get("dtype"), str) or obj.get("dtype") not in xdt.FLOAT_DTYPES:
         _fail(where, f"dtype must be one of {', '.join(xdt.FLOAT_DTYPES)}; got {obj.get('dtype')!r:.40}")
     label = obj.get("label", "")
     if not isinstance(label, str) or len(label) > 1000:
@@ -151,20 +159,38 @@ def _case_from_json(obj, where: str) -> Case:
         _fail(where, "a case has either kwargs or ladder")
     if "ladder" in obj:
         lad = obj["ladder"]
-        if not isinstance(lad, dict) or set(lad) != {"rung", "seed"} or lad["rung"] not in large.rungs(kernel) \
-                or not isinstance(lad["seed"], int) or isinstance(lad["seed"], bool) or not 0 <= lad["seed"] < 2**63:
+        if not isinstance(lad, dict) or set(lad) != {"rung", "seed"} or not isinstance(lad["rung"], str) \
+                or lad["rung"] not in large.rungs(kernel) or not isinstance(lad["seed"], int) \
+                or isinstance(lad["seed"], bool) or not 0 <= lad["seed"] < 2**63:
             _fail(where, f"ladder must be {{rung: one of {large.rungs(kernel)}, seed: a non-negative integer}}")
-        case = large.build(kernel, obj["dtype"], obj["mode"], lad["rung"], lad["seed"])
+    elif not isinstance(obj["kwargs"], dict):
+        _fail(where, "kwargs must be an object")
+
+
+def _build(obj, where: str, caps=None) -> Case:
+    """The case of a checked object (:func:`_check_header`); a ladder case is built for the variants
+    ``caps`` declares (or, where none fits, the default ones)."""
+    from . import large
+
+    kernel = obj["kernel"]
+    if "ladder" in obj:
+        lad = obj["ladder"]
+        case = large.build(kernel, obj["dtype"], obj["mode"], lad["rung"], lad["seed"], caps)
+        if case is None:
+            case = large.build(kernel, obj["dtype"], obj["mode"], lad["rung"], lad["seed"])
         case.ladder = dict(lad)
         return case
     kw = obj["kwargs"]
-    if not isinstance(kw, dict):
-        _fail(where, "kwargs must be an object")
     unknown = set(kw) - KERNELS[kernel].parameters()
     if unknown:
         _fail(where, f"{kernel} takes no argument(s) {', '.join(sorted(unknown))}")
     return Case(kernel, obj["mode"], obj["dtype"], {k: _decode_value(v, f"{where}: {k}") for k, v in kw.items()},
-                label)
+                obj.get("label", ""))
+
+
+def _case_from_json(obj, where: str) -> Case:
+    _check_header(obj, where)
+    return _build(obj, where)
 
 
 def case_from_json(obj: dict) -> Case:
@@ -192,18 +218,96 @@ def save_cases(path, cases: list[Case], **meta) -> Path:
     return path
 
 
-def load_cases(path) -> tuple[list[Case], dict]:
-    """The cases and metadata of a case file; :class:`CaseFileError` (one line) if it is not valid."""
-    where = str(path)
+class _ArgumentsOnly(Backend):
+    """Takes every request and computes nothing: a saved case's arguments go through the public
+    function's own validation, so an invalid one is refused here, never reported as a backend's FAIL."""
+
+    def __init__(self):
+        super().__init__(name="case file")
+
+    def capabilities(self):
+        from . import DESCRIPTORS
+
+        return {k: KernelCaps.declare(k, dtypes=tuple(xdt.FLOAT_DTYPES)) for k in DESCRIPTORS}
+
+    def run(self, args):
+        pass
+
+
+def _case_bytes(obj, where: str) -> int:
+    """The bytes of the arrays of a checked case object, found without building it (a kwargs case
+    is decoded and its arguments validated, then dropped; a ladder case is measured on one period)."""
+    from . import DESCRIPTORS, large
+
+    if "ladder" in obj:
+        return large.nbytes(obj["kernel"], obj["dtype"], obj["mode"], obj["ladder"]["rung"])
+    case = _build(obj, where)
     try:
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            _fail(where, f"{size} bytes is larger than a case file can be ({MAX_FILE_BYTES})")
-        obj = json.loads(Path(path).read_text())
+        DESCRIPTORS[case.kernel].call(case, _ArgumentsOnly())
+    except (XLossError, TypeError, ValueError, OverflowError) as exc:  # what the public function refuses
+        _fail(where, f"invalid arguments for {case.kernel}: {exc}")
+    return sum(v.nbytes for v in case.kwargs.values() if isinstance(v, np.ndarray))
+
+
+class Cases(Sequence):
+    """The cases of a case file, every one checked when the file is loaded, each built only when it
+    is asked for (so a file of large cases holds one in memory at a time)."""
+
+    def __init__(self, objs: list, where: str):
+        self._objs, self._where = objs, where
+
+    def __len__(self):
+        return len(self._objs)
+
+    def kernel(self, i: int) -> str:
+        return self._objs[i]["kernel"]
+
+    def build(self, i: int, caps=None) -> Case:
+        """Case ``i`` (a ladder case for the variants ``caps`` declares)."""
+        return _build(self._objs[i], f"{self._where}: case {i}", caps)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.build(k) for k in range(len(self))[i]]
+        return self.build(range(len(self))[i])
+
+
+def _read(path, where: str) -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES (a FIFO is opened without blocking and
+    refused, as is a device, a directory or anything else that is not a regular file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         _fail(where, f"cannot read: {exc.strerror or exc}")
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _fail(where, "not a regular file (a case file is never a device, a FIFO or a directory)")
+        if st.st_size > MAX_FILE_BYTES:
+            _fail(where, f"{st.st_size} bytes is larger than a case file can be ({MAX_FILE_BYTES})")
+        try:
+            data = f.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            _fail(where, f"cannot read: {exc.strerror or exc}")
+    if len(data) > MAX_FILE_BYTES:
+        _fail(where, f"larger than a case file can be ({MAX_FILE_BYTES} bytes)")
+    return data
+
+
+def load_cases(path) -> tuple[Cases, dict]:
+    """The cases and metadata of a case file; :class:`CaseFileError` (one line) if it is not valid.
+    Every case is checked (structure, arguments, size against the memory available) before any is
+    built; :class:`Cases` builds them one at a time."""
+    where = str(path)
+    data = _read(path, where)
+    try:
+        obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         _fail(where, f"not JSON ({exc})")
+    except RecursionError:
+        _fail(where, "not a case file: JSON nested too deeply")
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        _fail(where, f"not a case file: {exc}")
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         got = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
         _fail(where, f"not an xloss case file (format {got!r:.40}; expected {FORMAT!r})")
@@ -220,4 +324,11 @@ def load_cases(path) -> tuple[list[Case], dict]:
     cases = obj.get("cases")
     if not isinstance(cases, list) or not 0 < len(cases) <= MAX_CASES:
         _fail(where, f"cases must be a list of 1 to {MAX_CASES} cases")
-    return [_case_from_json(c, f"{where}: case {i}") for i, c in enumerate(cases)], meta
+    for i, c in enumerate(cases):
+        _check_header(c, f"{where}: case {i}")
+    available = available_bytes()
+    for i, c in enumerate(cases):
+        need = CASE_MEMORY_FACTOR * _case_bytes(c, f"{where}: case {i}")
+        if available is not None and need > available:
+            _fail(f"{where}: case {i}", f"checking it needs about {need} bytes of memory; {available} are available")
+    return Cases(cases, where), meta

@@ -58,7 +58,13 @@ class Case:
             else:
                 parts.append(f"{k}={_fmt_value(v) if isinstance(v, (float, np.floating)) else repr(v)}")
         head = f"{self.kernel}[mode={self.mode}, dtype={self.dtype}]"
-        return head + (f" ({self.label})" if self.label else "") + "\n  " + "\n  ".join(parts)
+        return head + (f" ({printable(self.label)})" if self.label else "") + "\n  " + "\n  ".join(parts)
+
+
+def printable(text) -> str:
+    """``text`` with every control or other non-printable character escaped (``\\x1b``): a label or
+    path read from a case file never reaches the terminal raw."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def _fmt_value(e) -> str:
@@ -161,6 +167,23 @@ def upstream_rounding(dx, dtype: str, caps, upstream=None) -> np.ndarray | float
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.maximum(rel, np.where(u > 0, xdt.ulp(u, dtype) / np.where(u > 0, u, 1.0), 0.0))
     return 0.5 * rel * np.where(np.isfinite(d), d, 0.0)
+
+
+def underflow(dtype: str, *factors) -> np.ndarray | float:
+    """The absolute error a product of ``factors`` (magnitudes, broadcastable) may carry when it is
+    evaluated in the compute dtype in any order, with IEEE gradual underflow: each of the products
+    formed on the way (a scale ``g/n`` or ``g*(1/n)`` included) may round to a subnormal or to zero,
+    losing up to half the smallest subnormal, which the factors applied after it then multiply (at
+    most the product of those above 1). Relative roundings are :func:`allowance`'s; this is the part
+    that is not relative to the result (the tolerance contract of docs/porting.md)."""
+    compute = xdt.compute_dtype(dtype)
+    half_sub = 0.5 * float(np.finfo(compute).smallest_subnormal)
+    big = 1.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for f in factors:
+            f = np.abs(np.asarray(f, dtype=np.float64))
+            big = big * np.where(np.isfinite(f), np.maximum(f, 1.0), 1.0)
+    return len(factors) * half_sub * big
 
 
 def allowance(oracle, scale, dtype: str, *, eps_c: float | None = None, k: float = K_SLACK) -> np.ndarray:

@@ -16,6 +16,7 @@ import zlib
 
 import numpy as np
 
+from .. import abi_log
 from .. import dtypes as xdt
 from ..errors import PortViolation
 from . import process_state
@@ -228,13 +229,21 @@ def judge(d: KernelDescriptor, case: Case, outputs: tuple, caps, expected=None) 
 def check_case(d: KernelDescriptor, case: Case, backend, caps=None, expected=None):
     """Run ``case`` on ``backend`` (see :func:`call_checked`) and judge it; raise :class:`Mismatch`
     if an output is outside tolerance. Returns ``(outputs, comparisons, allowed)``."""
-    outputs = call_checked(d, case, backend)
+    abi_log.begin()
+    try:
+        outputs = call_checked(d, case, backend)
+    except Exception as exc:
+        exc.abi_calls = abi_log.taken()  # what the library received: the report shows it
+        raise
+    calls = abi_log.taken()
     caps = backend.capabilities().get(case.kernel) if caps is None else caps
     expected = expected or expectations(d, case, caps)
     comparisons = judge(d, case, outputs, caps, expected)
     bad = [c for c in comparisons if not c.ok]
     if bad:
-        raise Mismatch("; ".join(f"{c.name}: {c.detail}" for c in bad), comparisons)
+        exc = Mismatch("; ".join(f"{c.name}: {c.detail}" for c in bad), comparisons)
+        exc.abi_calls = calls
+        raise exc
     return outputs, comparisons, expected[1]
 
 

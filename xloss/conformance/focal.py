@@ -11,7 +11,7 @@ from ..errors import XLossTypeError, XLossValueError
 from ..kernels import FOCAL
 from ..reference._common import as_f64
 from . import values as V
-from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, upstream_rounding
+from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, underflow, upstream_rounding
 from .large import FOCAL_LADDER
 from .shrink import ELEMENTWISE
 
@@ -71,6 +71,11 @@ def edge_cases(dtype, mode, caps=None) -> list[Case]:
     add("per-class weight (C,)", x, (x > 1).astype(float), alpha=0.5, gamma=1.5, reduction="none",
         weight=rng.uniform(0, 2, 17))
     add("gamma 0 alpha -1 is BCE", x, rng.uniform(0, 1, x.shape), alpha=-1.0, gamma=0.0, reduction="sum")
+    if mode != "forward":  # the tolerance contract: g/n of a subnormal g may underflow in the compute dtype
+        for red in ("mean", "sum"):
+            add(f"subnormal upstream gradient, {red}", [-30.0, -2.0, 0.5, 3.0, 17.0], [0.0, 1.0, 0.0, 1.0, 0.0],
+                alpha=0.25, gamma=0.5, reduction=red, grad=V.smallest_subnormal(dtype),
+                weight=np.array([2.0, 0.5, 1.0, 3.0, 1.0]))
     return cases
 
 
@@ -185,10 +190,12 @@ def allowed(case: Case, expected, caps=None):
                 scale, extra = scale / n, extra / n
         out.append(allowance(expected[0], scale, case.dtype) + extra)
     if case.mode in ("grad", "forward+grad"):
-        g = np.abs(as_f64(kw["grad"]))
-        if red == "mean" and n:
-            g = g / n
+        upstream = np.abs(as_f64(kw["grad"]))
+        g = upstream / n if red == "mean" and n else upstream
+        # the local derivative, the upstream gradient and 1/n in any order (descriptor.underflow)
         out.append(allowance(expected[-1], grad_scale * g, case.dtype) + d_alpha * grad_da * g
+                   + underflow(case.dtype, np.where(np.isfinite(grad_scale), grad_scale, 0.0), upstream,
+                               1.0 / max(n, 1))
                    + upstream_rounding(expected[-1], case.dtype, caps, g))
     return tuple(out)
 

@@ -21,6 +21,7 @@ MiB of arrays).
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -235,6 +236,16 @@ def build(kernel: str, dtype: str, mode, rung: str, seed: int = 0, caps=None) ->
     case = _tiled(base, reps, lead) if reps > 1 else base
     case.ladder = {"rung": rung, "seed": int(seed)}
     return case
+
+
+@functools.lru_cache(maxsize=256)
+def nbytes(kernel: str, dtype: str, mode, rung: str) -> int:
+    """At most the bytes of the arrays of one rung's case (its period's, times the repetitions),
+    measured without building the case: a case file's large cases are sized before any is built."""
+    base, reps, _ = _base(kernel, dtype, mode, rung, 0, None)
+    if base is None:
+        return 0
+    return reps * sum(v.nbytes for v in base.kwargs.values() if isinstance(v, np.ndarray))
 
 
 def cases(kernel: str, dtype: str, mode, seed: int = 0, caps=None):

@@ -13,7 +13,7 @@ from ..errors import XLossIndexError, XLossTypeError, XLossValueError
 from ..kernels import NLL_GRAD
 from ..reference._common import as_f64
 from . import values as V
-from .descriptor import Case, ErrorCase, KernelDescriptor, allowance
+from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, underflow
 from .large import NLL_LADDER
 from .shrink import NLL_ROWS
 
@@ -82,6 +82,10 @@ def edge_cases(dtype, mode, caps=None) -> list[Case]:
         weight=np.array([0.0, 0.0, 1.0]))
     add("ignore_index is a valid class", (8, 4), np.array([0, 1, 2, 3, 0, 1, 2, 3]), reduction="mean",
         ignore_index=2)
+    # the tolerance contract: g/total_weight of a subnormal g may underflow in the compute dtype
+    for red in ("mean", "sum"):
+        add(f"subnormal upstream gradient, {red}", (4, 3), np.array([0, 1, 2, 1]), reduction=red,
+            grad=V.smallest_subnormal(dtype), weight=np.array([3e4, 0.5, 2.0]))
     add("uint8 targets", (6, 300), np.array([0, 255, 17, 3, 200, 9], np.uint8), reduction="sum")
     add("int32 targets", (5, 4), np.array([3, 2, 1, 0, -100], np.int32), reduction="mean")
     return cases
@@ -145,7 +149,17 @@ def allowed(case: Case, expected, caps=None):
     o = np.abs(as_f64(expected[0]))
     o = np.where(np.isfinite(o), o, 0.0)
     scalar_rounding = xdt.eps(case.dtype) * o if case.dtype in ("float16", "bfloat16") else 0.0
-    return (allowance(expected[0], o * factor, case.dtype) + scalar_rounding,)
+    # w, g and 1/total_weight in any order, each product free to underflow (descriptor.underflow)
+    kw = case.kwargs
+    w = np.max(np.abs(as_f64(kw["weight"])), initial=1.0) if kw.get("weight") is not None else 1.0
+    g = np.max(np.abs(as_f64(kw["grad"])), initial=0.0)
+    tw = kw.get("total_weight")
+    if tw is None and kw["reduction"] == "mean":  # the default: the weights of the kept rows
+        t = np.asarray(kw["target"]).reshape(-1).astype(np.int64)
+        t = t[t != kw.get("ignore_index", -100)]
+        tw = float(np.abs(as_f64(kw["weight"]))[t].sum()) if kw.get("weight") is not None else float(t.size)
+    inv_tw = 1.0 / abs(float(tw)) if kw["reduction"] == "mean" and tw else 1.0
+    return (allowance(expected[0], o * factor, case.dtype) + scalar_rounding + underflow(case.dtype, w, g, inv_tw),)
 
 
 DESCRIPTOR = KernelDescriptor(spec=NLL_GRAD, draw_case=draw_case, edge_cases=edge_cases,

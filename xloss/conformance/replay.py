@@ -14,9 +14,10 @@ import os
 
 from .. import registry
 from ..errors import XLossError
-from . import DESCRIPTORS, large
+from . import DESCRIPTORS
 from .casefile import load_cases
 from .configs import MASK_DEPENDENT, NONDETERMINISTIC, across_configurations, checked_configurations, repeat_runs
+from .descriptor import printable
 from .execute import check_case, describe_failure
 from .report import error_reporting_note
 
@@ -50,6 +51,10 @@ def _options(args, meta, name, given: dict) -> tuple[dict, str]:
 
 def replay(args, given_options: dict, make_backend) -> int:
     cases, meta = load_cases(args.replay)
+    saved_lib = meta.get("library")
+    if saved_lib and not args.lib:  # the backend's default library is not what failed: it could pass
+        raise ReplayError(f"{args.replay} was recorded with library {printable(saved_lib)}: pass --lib with it "
+                          "(or with your rebuilt library) to replay what failed")
     name = _backend_name(args, meta)
     options, source = _options(args, meta, name, given_options)
     backend = make_backend(name, options)
@@ -58,11 +63,10 @@ def replay(args, given_options: dict, make_backend) -> int:
         raise ReplayError(f"backend {name!r} is not available: {why}")
     shown = ", ".join(f"{k}={v}" for k, v in options.items()) or "none"
     print(f"replaying {len(cases)} case(s) on backend {name} (options from the {source}: {shown})")
-    saved_lib = meta.get("library")
     loaded = str(backend.info().get("library", ""))
     if saved_lib and os.path.abspath(saved_lib) != os.path.abspath(loaded or "."):
-        print(f"note: the case was recorded with library {saved_lib}; it is not loaded from the file "
-              f"(pass --lib {saved_lib} to replay against it); using {loaded or 'the backend default'}")
+        print(f"note: the case was recorded with library {printable(saved_lib)}; it is not loaded from the file; "
+              f"using {loaded}")
     note = error_reporting_note(dict(backend.info()))
     if note:
         print(note)
@@ -71,13 +75,10 @@ def replay(args, given_options: dict, make_backend) -> int:
     configs = checked_configurations(backend) if status == MASK_DEPENDENT else []
     runner = backend.checked()
     failed = False
-    for k, case in enumerate(cases):
-        cases[k] = None  # a large case may be rebuilt: do not hold two copies
+    for k in range(len(cases)):  # built one at a time (a large case for the variants the backend declares)
+        caps = backend.capabilities().get(cases.kernel(k))
+        case = cases.build(k, caps)
         d = DESCRIPTORS[case.kernel]
-        caps = backend.capabilities().get(case.kernel)
-        if case.ladder is not None and caps is not None:  # built for the variants this backend declares, as in the run
-            case = large.build(case.kernel, case.dtype, case.mode, case.ladder["rung"], case.ladder["seed"], caps) \
-                or case
         print(case.describe())
         try:
             outputs, comparisons, allowed = check_case(d, case, runner, caps)

@@ -11,9 +11,11 @@ import json
 import os
 import platform
 import re
+import shlex
 from pathlib import Path
 
 from .casefile import FORMAT
+from .descriptor import printable
 from .runner import CRASH, DRAWN, FAILING, HANG, LARGE, PASS_IN_VENDOR_RANGE, TargetResult
 
 GROUP_TITLES = {DRAWN: "edge and drawn cases", LARGE: "large cases (the sizes a tiling sees; repeated, every "
@@ -160,8 +162,25 @@ def _key(r: TargetResult):
     return (r.kernel, r.dtype, r.mode) if r.group == DRAWN else (r.kernel, r.dtype, r.mode, r.group)
 
 
-def failures_text(results: list[TargetResult], saved: dict) -> str:
+def replay_command(backend: str, options: dict | None = None):
+    """``path -> the command line`` that replays a saved failure on exactly what failed: the backend,
+    its library (absolute) and every option given (a replay without them would run the in-tree
+    default and could pass)."""
+    options = dict(options or {})
+    lib = options.pop("lib", None)
+    parts = ["--backend", backend] + (["--lib", absolute_library(str(lib))] if lib else [])
+    for key, value in options.items():
+        parts += ["--option", f"{key}={value}"]
+    tail = " ".join(shlex.quote(str(p)) for p in parts)
+    return lambda path: f"xloss check --replay {shlex.quote(str(path))} {tail}"
+
+
+def failures_text(results: list[TargetResult], saved: dict, command=None) -> str:
+    """The failing targets with their smallest input; ``command``: path -> the replay command line
+    (:func:`replay_command`)."""
     from .casefile import case_from_json
+
+    command = command or (lambda path: f"xloss check --replay {shlex.quote(str(path))}")
 
     out = []
     for r in results:
@@ -172,24 +191,29 @@ def failures_text(results: list[TargetResult], saved: dict) -> str:
             continue
         group = " (large cases)" if r.group == LARGE else ""
         found = f" (example {r.found_at})" if r.found_at else ""
-        out.append(f"{r.status.upper()}: {r.kernel} {r.dtype} mode={r.mode}{group}{found}: {r.message}")
+        out.append(f"{r.status.upper()}: {r.kernel} {r.dtype} mode={r.mode}{group}{found}: {printable(r.message)}")
         if r.case is not None:
             out.append({CRASH: "  input that crashed:", HANG: "  input that hung:"}.get(r.status,
                                                                                   "  smallest failing input:"))
             out.append("  " + case_from_json(r.case).describe().replace("\n", "\n  "))
+        if r.abi_calls:
+            out.append("  as the library received it:")
+            out.extend(f"    {printable(call)}" for call in r.abi_calls)
         if r.outputs:
             out.append(f"  the two outputs ({r.outputs['first']['label']}; {r.outputs['second']['label']}) "
                        "are saved in the replay file")
         path = saved.get(_key(r))
         if path:
             more = " --repeat 5" if r.status == "nondeterministic" else ""
-            out.append(f"  saved: {path}   (replay: xloss check --replay {path}{more})")
+            out.append(f"  saved: {path}")
+            out.append(f"  replay: {command(path)}{more}")
         out.append("")
     return "\n".join(out)
 
 
 def to_json(results: list[TargetResult], *, backend: str, info: dict, settings: dict, saved: dict,
-            variants: list[str] | None = None) -> dict:
+            variants: list[str] | None = None, command=None) -> dict:
+    """The JSON report; ``command``: path -> the replay command line (:func:`replay_command`)."""
     import numpy
 
     from .. import __version__
@@ -203,5 +227,7 @@ def to_json(results: list[TargetResult], *, backend: str, info: dict, settings: 
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "numpy": numpy.__version__},
         "passed": not any(r.status in FAILING for r in results),
         "summary": summary(results),
-        "results": [dict(r.to_json(), replay_file=saved.get(_key(r))) for r in results],
+        "results": [dict(r.to_json(), replay_file=saved.get(_key(r)),
+                         replay_command=command(saved[_key(r)]) if command and _key(r) in saved else None)
+                    for r in results],
     }

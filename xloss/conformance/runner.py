@@ -92,6 +92,7 @@ class TargetResult:
     # cases with an input outside the declared vendor range: {"range", "cases", "failed", "first"}
     outside_vendor_range: dict | None = None
     warnings: list = field(default_factory=list)  # findings that do not fail the target (a memory leak)
+    abi_calls: list = field(default_factory=list)  # the failing case as the vendor-ABI call(s) the library received
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -228,6 +229,7 @@ def _classify(res: TargetResult, case: Case, exc: BaseException):
     if case.label:
         res.message += f" [case: {case.label}]"
     res.case = case_to_json(case)
+    res.abi_calls = list(getattr(exc, "abi_calls", None) or [])
     if isinstance(exc, Disagreement):
         res.status = exc.status
         res.outputs = outputs_to_json(DESCRIPTORS[res.kernel].output_names(case.mode), exc.first, exc.second)
@@ -327,6 +329,8 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
         failure = minimise(failure, attempt)
     if failure is not None:
         _classify(res, *failure)
+        if declared and not isinstance(failure[1], Disagreement):
+            res.message += _matching_reading(backend, d, failure[0], caps, d.edge_cases(dtype, mode, caps))
     elif not declared:
         res.status = FAIL
         res.message = "works but is not declared: the backend's capability declaration is incomplete"
@@ -334,6 +338,8 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
     if declared and leak_case and not isinstance(failure and failure[1], StateChanged):
         res.warnings.extend(_leak_warnings(d, leak_case[0], runner, on_case))
     stats.store(res)
+    if failure is not None:
+        _failing_example(res, failure[1])
     res.seconds = time.perf_counter() - start
     return res
 
@@ -350,6 +356,34 @@ def _leak_warnings(d, case: Case, runner: Backend, on_case) -> list[str]:
     return [f"{warning} [case: {case.label or 'drawn'}, {_size(case)} elements]"] if warning else []
 
 
+def _matching_reading(backend: Backend, d, case: Case, caps, edge_cases) -> str:
+    """Where the vendor's page can be read another way (:meth:`Backend.readings`): the reading under
+    which the failing case and every edge case pass, and the option that selects it ('' if none)."""
+    for what, option, other in backend.readings(d.name):
+        runner = other.checked()
+        try:
+            for c in [case, *(e for e in edge_cases if supports(caps, e))]:
+                check_case(d, c, runner, caps)
+        except Exception:
+            continue
+        return f"; the library's results match another reading of the vendor's page, {what}: pass {option}"
+    return ""
+
+
+def _failing_example(res: TargetResult, exc: BaseException):
+    """A FAIL row shows the errors of the failing example (the statistics gather only the passing
+    ones, whose err/tol is below 1 by definition)."""
+    if not isinstance(exc, Mismatch):
+        return
+    failing = _Stats()
+    failing.add(exc.comparisons)
+    if not failing.tolerance and not failing.max_ratio:
+        return
+    res.max_abs, res.max_rel = max(res.max_abs, failing.max_abs), max(res.max_rel, failing.max_rel)
+    res.max_ulp = max(res.max_ulp, failing.max_ulp)
+    res.max_ratio, res.tolerance = failing.max_ratio, failing.tolerance
+
+
 def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0, repeats: int = REPEATS,
               on_case: Callable[[Case], None] | None = None, configurations: bool = True) -> TargetResult | None:
     """The ladder of large cases of a declared target (group ``large``); None if none applies."""
@@ -361,6 +395,7 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
     configs = checked_configurations(backend) if configurations else []
     res = TargetResult(kernel, dtype, mode, True, group=LARGE)
     stats = _Stats()
+    failure = None
     start = time.perf_counter()
     outside = _OutsideRange(caps, kernel)
     for rung, case in large.cases(kernel, dtype, mode, seed, caps):
@@ -384,11 +419,14 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
         except Exception as exc:
             res.found_at = stats.examples
             _classify(res, case, exc)
+            failure = exc
             break
     if not stats.examples and not outside.cases:
         return None
     outside.store(res)
     stats.store(res)
+    if failure is not None:
+        _failing_example(res, failure)
     res.seconds = time.perf_counter() - start
     return res
 

@@ -113,6 +113,11 @@ def cast(values, dtype: str) -> np.ndarray:
     return xdt.cast(values, dtype)
 
 
+def smallest_subnormal(dtype: str) -> float:
+    """The smallest positive value of the dtype: an upstream gradient whose mean scale ``g/n`` underflows."""
+    return xdt.tiny(dtype) * xdt.eps(dtype)
+
+
 def draw_upstream(draw, reduction: str, shape, dtype: str, *, per_element: bool = True):
     """The upstream gradient: a float, or (``none``) sometimes an array of ``shape``."""
     scalar = st.one_of(st.sampled_from((1.0, -1.0, 0.5, 0.0)), st.floats(-4, 4, allow_nan=False))

@@ -38,13 +38,13 @@ INCLUDE = EMU / "include"
 
 PORT_SOURCES = [HERE / n for n in ("port_common.c", "port_focal.c", "port_focal_drivingsdk.c", "port_bce.c",
                                    "port_nll.c", "port_flce.c", "port_vocab_parallel.c")]
-PORT_HEADERS = [HERE / "port.h"]
+PORT_HEADERS = [HERE / "port.h", HERE.parent / "pairwise.h"]
 
 # The emulator's flags: FUNC_VISIBILITY + -fvisibility=hidden export exactly the ACL_FUNC_VISIBILITY
 # symbols (the operators). --no-undefined: every runtime symbol a port uses must be in libxloss_aclrt.
 DEFINES = ["-DFUNC_VISIBILITY", "-D_POSIX_C_SOURCE=200809L"]
 CFLAGS = ["-O2", "-std=c11", "-pthread", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
-          "-Wno-unused-parameter", "-Wno-unused-const-variable"]
+          "-Wno-unused-parameter", "-Wno-unused-const-variable", "-Wdouble-promotion"]
 LDFLAGS = ["-shared", "-Wl,--no-undefined", "-lm", "-pthread"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
 
@@ -156,7 +156,7 @@ def _object_path(obj_dir: Path, source: Path, switches, extra=()) -> Path:
 
 def _compile(source: Path, obj: Path, switches, extra) -> None:
     cmd = [_cc(), "-c", *DEFINES, *CFLAGS, *extra, *[f"-D{s}" for s in switches], f"-I{INCLUDE}", f"-I{HERE}",
-           str(source), "-o", str(obj)]
+           f"-I{HERE.parent}", str(source), "-o", str(obj)]  # HERE.parent: pairwise.h, shared with ft78ne/
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"compiling {source.name} {' '.join(switches)} failed:\n{res.stderr}")

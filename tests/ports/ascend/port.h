@@ -142,4 +142,6 @@ typedef struct {
 void port_walk_init(port_walk *w, const port_tensor *shape, const port_tensor *const *ops, int n);
 void port_walk_next(port_walk *w);
 
+#include "pairwise.h"
+
 #endif

@@ -167,13 +167,13 @@ static aclnnStatus bce_kernel(const void *vplan, void *workspace, uint64_t works
         if (p->t[B_WEIGHT].present)
             v *= port_load(&p->t[B_WEIGHT], w.at[B_WEIGHT]);
         float g = port_load(&p->t[B_GRAD], w.at[B_GRAD]);
-        /* mean: (g / n) * value in double, one rounding (g / n alone can be a float32 subnormal) */
+        /* mean: (g / n) * value in float, as the vector unit computes (g / n may underflow: allowed) */
 #ifdef BUG_BCE_MEAN_COUNT_24BIT
         /* BUG: the tiling hands the kernel the element count in a 24-bit field: above 2^24 elements
          * the mean divides by the count modulo 2^24. */
-        double scale = p->reduction == 1 ? (double)(n & 0xFFFFFF) : 1.0;
+        float scale = p->reduction == 1 ? (float)(n & 0xFFFFFF) : 1.0f;
 #else
-        double scale = p->reduction == 1 ? (double)n : 1.0;
+        float scale = p->reduction == 1 ? (float)n : 1.0f;
 #endif
 #ifdef HOSTILE_PLAN_CONSUMED
         /* HOSTILE: the kernel consumes its tiling data (the reduction is "applied" once): a repeatable
@@ -181,7 +181,7 @@ static aclnnStatus bce_kernel(const void *vplan, void *workspace, uint64_t works
         if (i == n - 1)
             ((bce_plan *)vplan)->reduction = 0;
 #endif
-        float result = (float)((double)g * (double)v / scale);
+        float result = g / scale * v;
 #ifdef HOSTILE_PHASE_ONE_WRITE
         /* HOSTILE: adds into out, which phase one zeroed */
         result = port_load(&p->t[B_OUT], w.at[B_OUT]) + result;

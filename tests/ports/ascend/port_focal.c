@@ -51,11 +51,10 @@ static aclnnStatus focal_forward_kernel(const void *vplan, void *workspace, uint
     port_walk w;
     port_walk_init(&w, x, ops, 5); /* walk slots follow the enum: w.at[F_OUT] is out's element */
     int64_t n = x->numel, tiles = (n + FOCAL_TILE - 1) / FOCAL_TILE;
-    double *partial = workspace;
-    if (p->reduction != 0 && (uint64_t)tiles * sizeof(double) > workspaceSize)
+    float *partial = workspace; /* one float sum per tile, pairwise within it */
+    if (p->reduction != 0 && (uint64_t)tiles * sizeof(float) > workspaceSize)
         return ACLNN_ERR_INNER; /* phase one sized it; never write past it */
-    for (int64_t t = 0; t < tiles && p->reduction != 0; t++)
-        partial[t] = 0.0;
+    port_pairwise tile = {0};
 
     for (int64_t i = 0; i < n; i++, port_walk_next(&w)) {
         float xv = port_load(x, w.at[F_SELF]), yv = port_load(&p->t[F_TARGET], w.at[F_TARGET]);
@@ -64,22 +63,27 @@ static aclnnStatus focal_forward_kernel(const void *vplan, void *workspace, uint
         if (p->reduction == 0)
             port_store(out, w.at[F_OUT], loss, ELEMENTWISE_OUT_ROUND);
         else
-            partial[i / FOCAL_TILE] += loss;
+            port_pairwise_add(&tile, loss);
+        if (p->reduction != 0 && (i % FOCAL_TILE == FOCAL_TILE - 1 || i == n - 1)) {
+            partial[i / FOCAL_TILE] = port_pairwise_sum(&tile);
+            tile = (port_pairwise){0};
+        }
     }
     if (p->reduction == 0)
         return ACLNN_SUCCESS;
-    double total = 0.0;
-    for (int64_t t = 0; t < tiles; t++)
-        total += partial[t];
+    for (int64_t stride = 1; stride < tiles; stride *= 2) /* the tiles' sums added as a tree */
+        for (int64_t t = 0; t + stride < tiles; t += 2 * stride)
+            partial[t] += partial[t + stride];
+    float total = tiles ? partial[0] : 0.0f;
     if (p->reduction == 1) {
 #ifdef BUG_FOCAL_MEAN_PADDED_COUNT
         /* BUG: the mean divides by the elements the tiles cover (the padded count), not by n. */
-        total /= (double)(tiles * FOCAL_TILE);
+        total /= (float)(tiles * FOCAL_TILE);
 #else
-        total /= (double)n; /* 0/0: the mean of nothing is NaN, as torch */
+        total /= (float)n; /* 0/0: the mean of nothing is NaN, as torch */
 #endif
     }
-    port_store(out, out->offset, (float)total, ELEMENTWISE_OUT_ROUND);
+    port_store(out, out->offset, total, ELEMENTWISE_OUT_ROUND);
     return ACLNN_SUCCESS;
 }
 
@@ -117,9 +121,9 @@ static aclnnStatus focal_backward_kernel(const void *vplan, void *workspace, uin
         }
         float dx = class_weight(yv, p->alpha) * weight_at(p, &w, i) * (pmy * qg + mod);
         float g = port_load(&p->t[F_GRAD], w.at[F_GRAD]);
-        /* mean: (g / n) * value in double, one rounding (g / n alone can be a float32 subnormal) */
-        double scale = p->reduction == 1 ? (double)n : 1.0;
-        port_store(&p->t[F_OUT], w.at[F_OUT], (float)((double)dx * (double)g / scale), ELEMENTWISE_OUT_ROUND);
+        /* mean: g * (1 / n) in float, as the vector unit computes (it may underflow: allowed) */
+        float scale = p->reduction == 1 ? 1.0f / (float)n : 1.0f;
+        port_store(&p->t[F_OUT], w.at[F_OUT], g * scale * dx, ELEMENTWISE_OUT_ROUND);
 #ifdef BUG_FOCAL_GRAD_SCRATCH_IN_SELF
         /* BUG: the sigmoid is parked in self's buffer as scratch (to save on-chip memory for a second
          * pass that was later removed): the results are right, the caller's input is not. */
@@ -181,7 +185,7 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(
         return ACLNN_ERR_PARAM_INVALID;
     }
     int64_t tiles = (p.t[F_SELF].numel + FOCAL_TILE - 1) / FOCAL_TILE;
-    uint64_t ws = reduction != 0 ? port_align32((uint64_t)tiles * sizeof(double)) : 0;
+    uint64_t ws = reduction != 0 ? port_align32((uint64_t)tiles * sizeof(float)) : 0;
     return port_create_executor("aclnnXlossSigmoidFocalLoss", p.t, operand_names, 5, &p, sizeof p, focal_forward_kernel,
                                 ws, workspaceSize, executor);
 }

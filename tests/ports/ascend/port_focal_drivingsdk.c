@@ -72,9 +72,9 @@ static aclnnStatus ds_kernel(const void *vplan, void *workspace, uint64_t worksp
 #ifdef BUG_DS_GRAD_ALPHA_SWAPPED
             /* BUG: the gradient weighs the classes the other way round (alpha for the negatives),
              * a slip when the forward's alpha_t was copied into the backward kernel. */
-            v = (float)((double)wt * (double)alpha_t(1.0f - y, p->alpha) * (double)dx);
+            v = wt * alpha_t(1.0f - y, p->alpha) * dx;
 #else
-            v = (float)((double)wt * (double)alpha_t(y, p->alpha) * (double)dx);
+            v = wt * alpha_t(y, p->alpha) * dx;
 #endif
         }
         port_store(&p->t[D_OUT], w.at[D_OUT], v, PORT_ROUND_RINT);

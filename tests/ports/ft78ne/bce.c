@@ -37,9 +37,10 @@ static void bce(const char *fn, int is_half, int is_private, int n, int reductio
     }
     if (n == 0)
         return;
-    /* mean and sum share one upstream value; mean spreads it over all n elements */
-    double g0 = reduction == FT78NE_REDUCTION_NONE ? 0.0 : port_ld(dloss, is_half, 0);
-    double scale = reduction == FT78NE_REDUCTION_MEAN ? g0 / n : g0;
+    /* mean and sum share one upstream value; mean spreads it over all n elements (g / n in float: a
+     * subnormal quotient may round to zero, which the tolerance contract allows) */
+    float g0 = reduction == FT78NE_REDUCTION_NONE ? 0.0f : port_ld(dloss, is_half, 0);
+    float scale = reduction == FT78NE_REDUCTION_MEAN ? g0 / (float)n : g0;
 #ifdef BUG_BCE_MASK_CONTIGUOUS
     /* BUG: splits over cores 0..highest as if the mask were contiguous low bits; a core whose bit is
      * clear never runs, so its slice is never written (right for 0x01, 0x07, 0xff; wrong for 0x55) */
@@ -58,7 +59,7 @@ static void bce(const char *fn, int is_half, int is_private, int n, int reductio
 #ifdef BUG_BCE_MEAN_PER_CHUNK
             /* BUG: _p streams its private buffers through L1 in chunks and takes mean over the chunk */
             if (is_private && reduction == FT78NE_REDUCTION_MEAN && (i - lo) % PORT_L1_CHUNK == 0)
-                scale = g0 / (hi - i < PORT_L1_CHUNK ? hi - i : PORT_L1_CHUNK);
+                scale = g0 / (float)(hi - i < PORT_L1_CHUNK ? hi - i : PORT_L1_CHUNK);
 #endif
             float xi = port_ld(x, is_half, i), yi = port_ld(y, is_half, i);
 #ifdef BUG_BCE_EPS_CLAMP
@@ -73,8 +74,8 @@ static void bce(const char *fn, int is_half, int is_private, int n, int reductio
             if (weighted)
                 d *= port_ld(w, is_half, i);
 #endif
-            double g = reduction == FT78NE_REDUCTION_NONE ? port_ld(dloss, is_half, i) : scale;
-            port_st(dx, is_half, i, (float)(d * g));
+            float g = reduction == FT78NE_REDUCTION_NONE ? port_ld(dloss, is_half, i) : scale;
+            port_st(dx, is_half, i, d * g);
         }
     }
 #ifdef BUG_BCE_P_VECTOR_TAIL

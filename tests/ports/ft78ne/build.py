@@ -42,7 +42,7 @@ SOURCES = {
     "vocab_parallel.c": VOCAB_PARALLEL,
 }
 # -O1: these are test subjects; compile time matters more than speed
-CFLAGS = ("-std=c11", "-O1", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror")
+CFLAGS = ("-std=c11", "-O1", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror", "-Wdouble-promotion")
 
 #: variant -> (BUG_ switches, sources left out)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -134,8 +134,8 @@ def build_all(out_dir, variants=None, *, cc: str | None = None, jobs: int = 2, e
 
     def compile_one(item):
         (source, defines), obj = item
-        _run(_cc(cc) + flags + [f"-I{INCLUDE}", "-c"] + [f"-D{d}" for d in defines] + [str(HERE / source), "-o",
-                                                                                          str(obj)])
+        includes = [f"-I{INCLUDE}", f"-I{HERE.parent}"]  # HERE.parent: pairwise.h, shared with ascend/
+        _run(_cc(cc) + flags + includes + ["-c"] + [f"-D{d}" for d in defines] + [str(HERE / source), "-o", str(obj)])
 
     def link(v):
         objs = [str(objects[key(v, s)]) for s in SOURCES if s not in VARIANTS[v][1]]

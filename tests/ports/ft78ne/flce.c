@@ -54,7 +54,7 @@ static void flce(const char *fn, int is_private, int bt, int hidden, int vocab, 
         }
     }
     float *g = malloc(sizeof(float) * (size_t)(vocab > 0 ? vocab : 1));     /* one row of G */
-    double *acc = malloc(sizeof(double) * (size_t)(hidden > 0 ? hidden : 1)); /* one row of input_grad */
+    float *acc = malloc(sizeof(float) * (size_t)(hidden > 0 ? hidden : 1)); /* one row of input_grad */
     if (!g || !acc) {
         free(g);
         free(acc);
@@ -88,7 +88,7 @@ static void flce(const char *fn, int is_private, int bt, int hidden, int vocab, 
                 g[masked_target[i]] -= 1.0f;
 #endif
             for (int h = 0; h < hidden; h++)
-                acc[h] = 0.0;
+                acc[h] = 0.0f;
 #ifdef BUG_FLCE_INPUT_IN_PLACE
             /* BUG: folds grad[i] into the token's input row in place (one multiply per element saved
              * in the weight_grad update) and never undoes it: the caller's `input` is changed */
@@ -101,7 +101,7 @@ static void flce(const char *fn, int is_private, int bt, int hidden, int vocab, 
                 const float *wv = weight + (size_t)v * hidden;
                 float *wg = weight_grad + (size_t)v * hidden;
                 for (int h = 0; h < hidden; h++) {
-                    acc[h] += (double)gv * wv[h];
+                    acc[h] += gv * wv[h];
 #ifdef BUG_FLCE_INPUT_IN_PLACE
                     wg[h] += g[v] * xi[h];
 #else
@@ -111,7 +111,7 @@ static void flce(const char *fn, int is_private, int bt, int hidden, int vocab, 
             }
             for (int h = 0; h < hidden; h++) {
                 float *out = &input_grad[(size_t)i * hidden + h];
-                *out = (float)(accumulate ? acc[h] + *out : acc[h]);
+                *out = accumulate ? acc[h] + *out : acc[h];
             }
         }
     }

@@ -64,13 +64,13 @@ static void focal_loss(const char *fn, int is_half, int is_private, int n, int r
         if (port_check_private(fn, bufs, 3))
             return;
     }
-    double total = 0.0; /* per-core partial sums, added in core order */
+    float total = 0.0f; /* per-core partial sums (pairwise within a core), added in core order */
 #ifdef BUG_FOCAL_SUM_RACE
     /* BUG: each core adds its partial into loss[0] with an unsynchronised read-modify-write; all
      * cores read loss[0] before any of them writes (no barrier), so only the last write survives */
     if (reduction != FT78NE_REDUCTION_NONE)
         port_st(loss, is_half, 0, 0.0f);
-    double seen = reduction != FT78NE_REDUCTION_NONE ? port_ld(loss, is_half, 0) : 0.0;
+    float seen = reduction != FT78NE_REDUCTION_NONE ? port_ld(loss, is_half, 0) : 0.0f;
 #endif
     int base = n / k;
     for (int c = 0; c < k; c++) {
@@ -80,24 +80,24 @@ static void focal_loss(const char *fn, int is_half, int is_private, int n, int r
 #else
         int hi = c == k - 1 ? n : lo + base;
 #endif
-        double part = 0.0;
+        port_pairwise part = {0};
         for (int i = lo; i < hi; i++) {
             float l = focal_element(port_ld(x, is_half, i), port_ld(y, is_half, i), alpha, gamma).loss;
             if (reduction == FT78NE_REDUCTION_NONE)
                 port_st(loss, is_half, i, l);
             else
-                part += l;
+                port_pairwise_add(&part, l);
         }
 #ifdef BUG_FOCAL_SUM_RACE
-        total = seen + part;
+        total = seen + port_pairwise_sum(&part);
 #else
-        total += part;
+        total += port_pairwise_sum(&part);
 #endif
     }
     if (reduction == FT78NE_REDUCTION_MEAN)
-        port_st(loss, is_half, 0, n ? (float)(total / n) : NAN); /* the mean of nothing is NaN */
+        port_st(loss, is_half, 0, n ? total / (float)n : NAN); /* the mean of nothing is NaN */
     else if (reduction == FT78NE_REDUCTION_SUM)
-        port_st(loss, is_half, 0, (float)total);
+        port_st(loss, is_half, 0, total);
 }
 
 static void focal_grad(const char *fn, int is_half, int is_private, int n, int reduction, float alpha, float gamma,
@@ -123,20 +123,20 @@ static void focal_grad(const char *fn, int is_half, int is_private, int n, int r
     }
     if (n == 0)
         return;
-    double g0 = reduction == FT78NE_REDUCTION_NONE ? 0.0 : port_ld(dloss, is_half, 0);
+    float g0 = reduction == FT78NE_REDUCTION_NONE ? 0.0f : port_ld(dloss, is_half, 0);
     int base = n / k;
     for (int c = 0; c < k; c++) {
         int lo = c * base, hi = c == k - 1 ? n : lo + base;
-        /* mean: one upstream value spread over all n elements (in double: g0 / n must not underflow) */
+        /* mean: one upstream value spread over all n elements (g0 / n in float, as the chip computes) */
 #ifdef BUG_MEAN_PER_SLICE
-        double scale = reduction == FT78NE_REDUCTION_MEAN ? g0 / (hi - lo) : g0; /* BUG: this core's count */
+        float scale = reduction == FT78NE_REDUCTION_MEAN ? g0 / (float)(hi - lo) : g0; /* BUG: this core's count */
 #else
-        double scale = reduction == FT78NE_REDUCTION_MEAN ? g0 / n : g0;
+        float scale = reduction == FT78NE_REDUCTION_MEAN ? g0 / (float)n : g0;
 #endif
         for (int i = lo; i < hi; i++) {
             float d = focal_element(port_ld(x, is_half, i), port_ld(y, is_half, i), alpha, gamma).dx;
-            double g = reduction == FT78NE_REDUCTION_NONE ? port_ld(dloss, is_half, i) : scale;
-            port_st(dx, is_half, i, (float)(d * g));
+            float g = reduction == FT78NE_REDUCTION_NONE ? port_ld(dloss, is_half, i) : scale;
+            port_st(dx, is_half, i, d * g);
         }
     }
 }

@@ -53,10 +53,10 @@ static void nll(const char *fn, int is_half, int is_private, const void *logits,
             return;
         }
     }
-    double g0 = reduction == NLL_NONE || batch == 0 ? 0.0 : port_ld(loss_grad, is_half, 0);
+    float g0 = reduction == NLL_NONE || batch == 0 ? 0.0f : port_ld(loss_grad, is_half, 0);
     if (reduction == NLL_MEAN && batch > 0) {
 #ifdef BUG_NLL_MEAN_BY_BATCH
-        g0 /= batch; /* BUG: the mean of the rows, where the manual divides by total_weight (the weight sum) */
+        g0 /= (float)batch; /* BUG: the mean of the rows, where the manual divides by total_weight (the weight sum) */
 #else
         g0 /= port_ld(total_weight, is_half, 0); /* PyTorch's order: w * -(g / total_weight) */
 #endif
@@ -77,8 +77,8 @@ static void nll(const char *fn, int is_half, int is_private, const void *logits,
             memset((char *)logits_grad + (size_t)lo * class_num * elem, 0, clear * elem); /* +0 */
         for (int i = lo; i < hi; i++) {
             int t = labels[i];
-            double g = reduction == NLL_NONE ? port_ld(loss_grad, is_half, i) : g0;
-            port_st(logits_grad, is_half, (size_t)i * class_num + t, (float)(port_ld(weight, is_half, t) * -g));
+            float g = reduction == NLL_NONE ? port_ld(loss_grad, is_half, i) : g0;
+            port_st(logits_grad, is_half, (size_t)i * class_num + t, port_ld(weight, is_half, t) * -g);
         }
     }
 }

@@ -21,6 +21,7 @@
 #include "ft78ne.h"
 #include "ft78ne_emu.h"
 #include "ft78ne_private_shim.h"
+#include "pairwise.h"
 
 /* Clears this thread's error (every entry point starts with it). */
 void port_begin(void);
