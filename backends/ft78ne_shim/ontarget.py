@@ -83,6 +83,10 @@ class OnTargetBackend(DspBackend):
         self.session = session
         self._lib, self._features = session.lib, session.features
         self.deterministic = session.deterministic if opts.get("deterministic") is None else self.deterministic
+        # the report names the port's library and the options the user gave, as a host run does
+        self.options = {k: v for k, v in self.options.items() if k not in ("lib", "guards")}
+        if session.library:
+            self.options["lib"] = session.library
 
     @property
     def lib(self):
@@ -145,8 +149,9 @@ def _digest(body) -> str:
 
 
 class _Session:
-    def __init__(self, emulator, symbols, features, deterministic, wrap, status=None):
+    def __init__(self, emulator, symbols, features, deterministic, wrap, status=None, library=None):
         self.emulator = emulator
+        self.library = library
         self.features = features
         self.deterministic = deterministic
         self.lib = _Lib(emulator, symbols, wrap, status)
@@ -177,9 +182,10 @@ def recorder(chip: str, options: dict, recording) -> tuple[OnTargetBackend, dict
 
         return recorded
 
-    session = _Session(emulator, symbols, features, decl.deterministic, wrap)
+    library_given = ":".join(decl.paths) if "lib" in options else None
+    session = _Session(emulator, symbols, features, decl.deterministic, wrap, library=library_given)
     facts = {"symbols": symbols, "features": vars(features), "deterministic": decl.deterministic,
-             "chip": chip, "library": ":".join(decl.paths)}
+             "chip": chip, "library": library_given}
     return OnTargetBackend(chip, session, **options), facts
 
 
@@ -213,7 +219,8 @@ def player(chip: str, options: dict, facts: dict, playback) -> OnTargetBackend:
 
         return played
 
-    session = _Session(emulator, facts["symbols"], features, facts["deterministic"], wrap, status)
+    session = _Session(emulator, facts["symbols"], features, facts["deterministic"], wrap, status,
+                       library=facts["library"])
     return OnTargetBackend(chip, session, **options)
 
 

@@ -39,12 +39,24 @@ def _make(module, m, playback, options):
         raise OnTargetFormatError(f"manifest.json: the port's facts are not what the export writes ({exc})") from None
 
 
-def judge(folder, *, failures_dir, json_path=None, progress=None) -> int:
-    from . import report
-    from .runner import FAILING, run_suite
+def judge_results(folder, *, progress=None) -> tuple[dict, list]:
+    """(the manifest, the TargetResults) of a suite export whose runner has run."""
+    from .runner import run_suite
 
     folder = Path(folder)
     m, module, results, playback = _player(folder)
+    if m.get("replay_file") is not None:
+        raise OnTargetFormatError(f"{folder} holds a replay export: xloss check --judge {folder} replays it")
+    _say(m, results)
+    s = m["settings"]
+    b = _make(module, m, playback, m["options"])
+    out = run_suite(b, kernels=s.get("kernels"), max_examples=s.get("max_examples", 100), seed=s.get("seed", 0),
+                    on_case=playback.new_attempt, on_result=progress, large_cases=bool(s.get("large")),
+                    repeats=s.get("repeat", 3), shrink=False)
+    return m, out
+
+
+def _say(m, results) -> None:
     got = len(results.by_call)
     want = sum(c["runs"] for c in m["calls"])
     print(f"xloss check --judge: backend {m['backend']}, {got} of {want} call runs have results; the port ran "
@@ -52,13 +64,20 @@ def judge(folder, *, failures_dir, json_path=None, progress=None) -> int:
     if results.partial_at is not None:
         print(f"note: {results.path} ends in a partial record at byte {results.partial_at}: the runner stopped "
               "while writing it; the calls after it are not run", file=sys.stderr)
+
+
+def judge(folder, *, failures_dir, json_path=None, progress=None) -> int:
+    """Print the report of ``folder`` (as ``xloss check`` does); 1 if a target fails, else 0."""
+    from . import report
+    from .runner import FAILING
+
+    folder = Path(folder)
+    m = read_manifest(folder)
     if m.get("replay_file") is not None:
+        _m, module, results, playback = _player(folder)
+        _say(m, results)
         return _judge_replay(m, module, playback)
-    s = m["settings"]
-    b = _make(module, m, playback, m["options"])
-    out = run_suite(b, kernels=s.get("kernels"), max_examples=s.get("max_examples", 100), seed=s.get("seed", 0),
-                    on_case=playback.new_attempt, on_result=progress, large_cases=bool(s.get("large")),
-                    repeats=s.get("repeat", 3), shrink=False)
+    m, out = judge_results(folder, progress=progress)
     library = m["port"].get("library") if isinstance(m.get("port"), dict) else None
     saved = report.write_failures(out, failures_dir, m["backend"], library, m["options"])
     print(report.table(out))
@@ -72,7 +91,7 @@ def judge(folder, *, failures_dir, json_path=None, progress=None) -> int:
 
         with open(json_path, "w") as f:
             json.dump(report.to_json(out, backend=m["backend"], info={"on-target": str(folder)},
-                                     settings=s, saved=saved), f, indent=1)
+                                     settings=m["settings"], saved=saved), f, indent=1)
     return 1 if any(r.status in FAILING for r in out) else 0
 
 
