@@ -113,16 +113,16 @@ def test_every_port_on_target(ports, build_mod, tmp_path):
             continue
         kernels = None if variant == "correct" else sorted(build_mod.touched_kernels(variant))
         folder = tmp_path / variant
-        assert_same_verdicts(on_target(folder, ports, variant, "mt7004", kernels, max_examples=4),
-                             on_host(ports, variant, "mt7004", kernels, max_examples=4))
+        assert_same_verdicts(on_target(folder, ports, variant, "mt7004", kernels, max_examples=2),
+                             on_host(ports, variant, "mt7004", kernels, max_examples=2))
         shutil.rmtree(folder)  # the NLL edge cases are large: keep the disk use to one export
     for variant, options in (("correct", {}), ("bce_mean_per_chunk", {}),
                              ("flce_accumulate_ignored", {"private_bytes": 8192})):
         kernels = None if variant == "correct" else sorted(build_mod.touched_kernels(variant))
         folder = tmp_path / f"{variant}-private"
         assert_same_verdicts(on_target(folder, ports, variant, "mt7004", kernels, private=True, options=options,
-                                       max_examples=4),
-                             on_host(ports, variant, "mt7004", kernels, private=True, options=options, max_examples=4))
+                                       max_examples=2),
+                             on_host(ports, variant, "mt7004", kernels, private=True, options=options, max_examples=2))
         shutil.rmtree(folder)
 
 
