@@ -244,7 +244,8 @@ def test_damaged_results_are_one_error_line(damage, match, exported, tmp_path, c
     assert match.split()[0] in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("what", ["missing results", "missing manifest", "manifest not json", "foreign manifest"])
+@pytest.mark.parametrize("what", ["missing results", "missing manifest", "manifest not json", "foreign manifest",
+                                  "hostile settings"])
 def test_missing_or_foreign_files_are_one_error_line(what, exported, tmp_path, capsys):
     folder = _copy(exported, tmp_path)
     if what == "missing results":
@@ -253,8 +254,14 @@ def test_missing_or_foreign_files_are_one_error_line(what, exported, tmp_path, c
         (folder / "manifest.json").unlink()
     elif what == "manifest not json":
         (folder / "manifest.json").write_text("{not json")
-    else:
+    elif what == "foreign manifest":
         (folder / "manifest.json").write_text('{"format": "xloss-on-target-1", "calls": [{"fname": 3}]}')
+    else:
+        import json
+
+        m = json.loads((folder / "manifest.json").read_text())
+        m["settings"]["max_examples"] = "all of them"
+        (folder / "manifest.json").write_text(json.dumps(m))
     assert xloss_main(["check", "--judge", str(folder)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("xloss check: ") and "Traceback" not in err
@@ -286,6 +293,16 @@ def test_single_case_export_from_a_replay_file(ports, tmp_path, capsys):
         assert xloss_main(["check", "--judge", str(one)]) == want
         out = capsys.readouterr().out
         assert ("FAIL" in out) == bool(want)
+
+
+def test_export_again_replaces_the_earlier_one(exported, tmp_path):
+    """An export folder may be exported into again: the runner's earlier results go (they would
+    not match the new cases), and a judge before the runner ran says so."""
+    folder = _copy(exported, tmp_path)
+    export(folder, "mt7004", {}, _settings(["bce_grad"], 1))
+    assert not (folder / "out" / "results.bin").exists()
+    with pytest.raises(OnTargetFormatError, match="run the runner first"):
+        judge_results(folder)
 
 
 def test_export_refuses_other_backends_and_a_busy_folder(tmp_path, capsys):

@@ -25,6 +25,10 @@ CONVENTIONS = {"ft78ne": ("xloss.backends.ft78ne_shim.ontarget", 0),
                "mt7004": ("xloss.backends.ft78ne_shim.ontarget", 1)}
 
 
+#: what an export (and the runner built in it) writes: an earlier export may be overwritten, nothing else
+EXPORT_FILES = frozenset({"cases.bin", "manifest.json", "out", "src", "build.sh", "xloss_runner"})
+
+
 class ExportError(XLossError):
     """The export cannot be made as asked (printed as one line)."""
 
@@ -40,9 +44,10 @@ def prepare(folder) -> Path:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ExportError(f"--export {folder}: exists and is not a folder")
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / "manifest.json").is_file():
-        raise ExportError(f"--export {folder}: the folder is not empty and holds no earlier export; choose "
-                          "an empty or new folder")
+    foreign = sorted(p.name for p in folder.iterdir() if p.name not in EXPORT_FILES) if folder.is_dir() else []
+    if foreign:
+        raise ExportError(f"--export {folder}: the folder is not empty (it holds {', '.join(foreign[:3])}, which an "
+                          "export does not write); choose an empty or new folder")
     (folder / "out").mkdir(parents=True, exist_ok=True)
     old = folder / "out" / "results.bin"
     if old.exists():
@@ -59,6 +64,7 @@ def export(folder, backend: str, options: dict, settings: dict, replay_args=None
     folder = prepare(folder)
     start = time.perf_counter()
     recording = Recording(folder / "cases.bin", chip)
+    (folder / "manifest.json").unlink(missing_ok=True)  # an export half-written is no export
     try:
         if replay_args is None:
             b, facts = module.recorder(backend, options, recording)
@@ -68,8 +74,11 @@ def export(folder, backend: str, options: dict, settings: dict, replay_args=None
             statuses = [[r.kernel, r.dtype, str(r.mode), r.group, r.status] for r in results]
         else:
             facts, options, statuses = _record_replay(module, options, replay_args, recording)
-    finally:
-        calls = recording.close()
+    except BaseException:
+        recording.close()
+        (folder / "cases.bin").unlink()
+        raise
+    calls = recording.close()
     options = {k: v for k, v in options.items() if k != "lib"}
     manifest = {"format": FORMAT, "backend": backend, "options": options, "settings": settings,
                 "port": facts, "replay_file": None if replay_args is None else Path(replay_args.replay).read_text(),

@@ -27,9 +27,21 @@ def _player(folder: Path):
     module, _ = convention(m.get("backend"))
     results = Results(folder / "out" / "results.bin", m["calls"])
     playback = Playback(m["calls"], results)
-    if not isinstance(m.get("options"), dict) or not isinstance(m.get("settings"), dict):
-        raise OnTargetFormatError(f"{folder / 'manifest.json'}: options and settings must be objects")
+    if not isinstance(m.get("options"), dict) or not _valid_settings(m.get("settings")):
+        raise OnTargetFormatError(f"{folder / 'manifest.json'}: options and settings are not what the export writes")
     return m, module, results, playback
+
+
+def _valid_settings(s) -> bool:
+    from ..kernels import KERNELS
+
+    def count(v, least):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+    return (isinstance(s, dict) and count(s.get("max_examples"), 0) and count(s.get("seed"), 0)
+            and count(s.get("repeat"), 1) and isinstance(s.get("large"), bool)
+            and (s.get("kernels") is None
+                 or (isinstance(s["kernels"], list) and all(k in KERNELS for k in s["kernels"]))))
 
 
 def _make(module, m, playback, options):
@@ -50,9 +62,9 @@ def judge_results(folder, *, progress=None) -> tuple[dict, list]:
     _say(m, results)
     s = m["settings"]
     b = _make(module, m, playback, m["options"])
-    out = run_suite(b, kernels=s.get("kernels"), max_examples=s.get("max_examples", 100), seed=s.get("seed", 0),
-                    on_case=playback.new_attempt, on_result=progress, large_cases=bool(s.get("large")),
-                    repeats=s.get("repeat", 3), shrink=False)
+    out = run_suite(b, kernels=s["kernels"], max_examples=s["max_examples"], seed=s["seed"],
+                    on_case=playback.new_attempt, on_result=progress, large_cases=s["large"], repeats=s["repeat"],
+                    shrink=False)
     return m, out
 
 
