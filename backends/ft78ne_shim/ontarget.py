@@ -33,6 +33,8 @@ MACROS = {"binarycrossentropygrad": "BCE", "sigmoidfocalloss": "FOCAL", "sigmoid
           "fusedcrossentropylosswithmaxsum": "LOSS"}
 VENDOR_SYMBOLS = frozenset(capabilities.symbol(d, op, s) for d in capabilities.PREFIX for op in MACROS
                            for s in ("_s", "_p"))
+#: a one-phase convention: no workspace, so no workspace guards
+WORKSPACE_GUARD = 0
 _current = threading.local()  # the backend whose _invoke is running on this thread
 
 

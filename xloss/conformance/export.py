@@ -21,7 +21,8 @@ from ..errors import XLossError
 from .export_format import FORMAT, Recording, write_manifest
 
 #: backend name -> (module with recorder/player/write_runner, chip code of the runner)
-CONVENTIONS = {"ft78ne": ("xloss.backends.ft78ne_shim.ontarget", 0),
+CONVENTIONS = {"ascend": ("xloss.backends.ascend_aclnn.ontarget", 0),
+               "ft78ne": ("xloss.backends.ft78ne_shim.ontarget", 0),
                "mt7004": ("xloss.backends.ft78ne_shim.ontarget", 1)}
 
 

@@ -29,7 +29,7 @@ from .execute import CheckFailure
 CASES_MAGIC = b"XLRCASE1"
 RESULTS_MAGIC = b"XLRSLT01"
 FORMAT = "xloss-on-target-1"
-ARG_INT, ARG_FLOAT, ARG_NULL, ARG_BUFFER = 0, 1, 2, 3
+ARG_INT, ARG_FLOAT, ARG_NULL, ARG_BUFFER, ARG_INT64, ARG_DOUBLE, ARG_TENSOR = 0, 1, 2, 3, 4, 5, 6
 FRONT_CHANGED, BACK_CHANGED, INPUT_CHANGED, NOT_MADE = 1, 2, 4, 8
 #: runner statuses below zero are the runner's own (xloss_runner.c)
 RUNNER_STATUS = {-2: "the runner could not allocate the buffers in the core's private memory",
@@ -57,6 +57,33 @@ class Buffer:
     front: int
     back: int
     digest: str = ""  # of an input's content (the key)
+
+
+@dataclass(frozen=True)
+class Int64:
+    """A C ``int64_t`` argument (an ``int`` is a C ``int``)."""
+
+    value: int
+
+
+@dataclass(frozen=True)
+class Double:
+    """A C ``double`` argument (a ``float`` is a C ``float``)."""
+
+    value: float
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An aclTensor argument: a view of the call's ``buffer``-th Buffer argument."""
+
+    buffer: int
+    dtype: int
+    fmt: int
+    shape: tuple
+    strides: tuple
+    offset: int
+    storage: tuple
 
 
 def call_key(fname: str, core: int, args: list) -> str:
@@ -132,6 +159,15 @@ class Recording(_Attempts):
                 f.write(next(data))
             elif isinstance(a, float):
                 f.write(bytes([ARG_FLOAT]) + struct.pack("<f", a))
+            elif isinstance(a, Int64):
+                f.write(bytes([ARG_INT64]) + struct.pack("<q", a.value))
+            elif isinstance(a, Double):
+                f.write(bytes([ARG_DOUBLE]) + struct.pack("<d", a.value))
+            elif isinstance(a, Tensor):
+                f.write(bytes([ARG_TENSOR]) + struct.pack("<Iii", a.buffer, a.dtype, a.fmt)
+                        + bytes([len(a.shape)]) + struct.pack(f"<{len(a.shape)}q", *a.shape)
+                        + struct.pack(f"<{len(a.strides)}q", *a.strides) + struct.pack("<q", a.offset)
+                        + bytes([len(a.storage)]) + struct.pack(f"<{len(a.storage)}q", *a.storage))
             else:
                 f.write(bytes([ARG_INT]) + struct.pack("<i", a))
 
@@ -152,14 +188,18 @@ class Result:
     status: int
     nanoseconds: int
     message: str
+    phase: int = 0  # two-phase conventions: 1 the status is phase one's, 2 phase two's
+    workspace: int = 0  # bytes of workspace phase one asked for
+    workspace_guards: tuple = (None, None)  # offsets of the workspace's changed front / back guard
     buffers: list = field(default_factory=list)  # per Buffer: (flags, output at, front at, back at, input at)
 
 
 class Results:
     """``out/results.bin``, checked against the manifest's calls record by record."""
 
-    def __init__(self, path: Path, calls: list[dict]):
+    def __init__(self, path: Path, calls: list[dict], workspace_guard: int = 0):
         self.path = path
+        self.workspace_guard = workspace_guard  # bytes of guard each side of a workspace
         self.partial_at: int | None = None
         self.by_call: dict[tuple[int, int], Result] = {}
         if not path.is_file():
@@ -211,7 +251,16 @@ class Results:
         if mlen > MAX_MESSAGE:
             self._fail(start, f"a status message of {mlen} bytes (at most {MAX_MESSAGE})")
         message = bytes(take(mlen)).decode("utf-8", "replace")
-        res = Result(status, ns, message)
+        phase, workspace, wflags = struct.unpack("<BQB", take(10))
+        if phase > 2 or wflags & ~(FRONT_CHANGED | BACK_CHANGED) or (wflags and not workspace):
+            self._fail(start, f"phase {phase}, workspace flags {wflags:#x} (call {index})")
+        wfront = at if wflags & FRONT_CHANGED else None
+        if wfront is not None:
+            take(self.workspace_guard)
+        wback = at if wflags & BACK_CHANGED else None
+        if wback is not None:
+            take(self.workspace_guard)
+        res = Result(status, ns, message, phase, workspace, (wfront, wback))
         for b in call["buffers"]:
             flags = take(1)[0]
             if flags & ~(FRONT_CHANGED | BACK_CHANGED | INPUT_CHANGED | NOT_MADE) or (

@@ -25,7 +25,7 @@ from .export_format import OnTargetFormatError, Playback, Results, read_manifest
 def _player(folder: Path):
     m = read_manifest(folder)
     module, _ = convention(m.get("backend"))
-    results = Results(folder / "out" / "results.bin", m["calls"])
+    results = Results(folder / "out" / "results.bin", m["calls"], module.WORKSPACE_GUARD)
     playback = Playback(m["calls"], results)
     if not isinstance(m.get("options"), dict) or not _valid_settings(m.get("settings")):
         raise OnTargetFormatError(f"{folder / 'manifest.json'}: options and settings are not what the export writes")

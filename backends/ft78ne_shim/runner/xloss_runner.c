@@ -351,6 +351,9 @@ static void write_call_result(FILE *out, const Call *c, uint32_t run, int32_t st
     write_u(out, len, 2);
     if (len)
         fwrite(msg, 1, len, out);
+    write_u(out, 0, 1);  /* phase: a one-phase convention */
+    write_u(out, 0, 8);  /* workspace bytes: none */
+    write_u(out, 0, 1);  /* workspace guard flags */
     for (i = 0; i < c->nargs; i++) {
         const Arg *a = &c->a[i];
         int flags = 0;
