@@ -142,15 +142,23 @@ def test_a_crashing_port_fails_as_not_run(ports, tmp_path):
 
 @pytest.fixture(scope="module")
 def exported(ports, tmp_path_factory):
-    """One export of the correct port (shared and private entry points), runner built and run."""
+    """One export of the correct port's BCE through private memory (the `_p` forms, several cores),
+    runner built and run."""
     folder = tmp_path_factory.mktemp("on_target") / "x"
     export(folder, "mt7004", {"lib": _lib(ports, "correct", True), "memory": "private"}, _settings(["bce_grad"]))
-    shared = folder.with_name("shared")
-    export(shared, "mt7004", {"lib": ports["correct"]}, _settings(["nll_loss_grad"], 1))
-    for f in (folder, shared):
-        build_runner(f, ports["correct"])
-        assert run_runner(f).returncode == 0
-    return folder, shared
+    build_runner(folder, ports["correct"])
+    assert run_runner(folder).returncode == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def exported_nll(ports, tmp_path_factory):
+    """The NLL edge cases (large ones among them) through shared memory: many calls, a few MiB each."""
+    folder = tmp_path_factory.mktemp("on_target") / "nll"
+    export(folder, "mt7004", {"lib": ports["correct"]}, _settings(["nll_loss_grad"], 1))
+    build_runner(folder, ports["correct"])
+    assert run_runner(folder).returncode == 0
+    return folder
 
 
 @pytest.mark.parametrize("compiler", [["gcc", "-std=c99", "-pedantic"], ["g++", "-x", "c++", "-pedantic"]],
@@ -158,7 +166,7 @@ def exported(ports, tmp_path_factory):
 def test_runner_builds_warning_free(compiler, exported):
     if shutil.which(compiler[0]) is None:
         pytest.skip(f"no {compiler[0]}")
-    for folder in exported:
+    for folder in (exported,):
         res = subprocess.run([*compiler, "-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{folder / 'src'}",
                               str(folder / "src" / "xloss_runner.c")], capture_output=True, text=True, check=False)
         assert res.returncode == 0, res.stderr
@@ -171,10 +179,11 @@ def _largest_call(folder: Path) -> int:
     return max(sum(b["front"] + b["extent"] + b["back"] for b in c["buffers"]) for c in calls)
 
 
-def test_runner_memory_is_one_call(exported, ports):
+@pytest.mark.slow  # 180 MiB of NLL edge cases written and run: about 10 s
+def test_runner_memory_is_one_call(exported_nll):
     """Peak resident memory of the runner: a fixed base (the process, libc, the port) plus the
     largest single call's buffers with their guards, whatever the number of calls."""
-    _, shared = exported
+    shared = exported_nll
     code = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     peak = int(subprocess.run([sys.executable, "-c", code, str(shared / "xloss_runner"), str(shared)],
@@ -187,10 +196,10 @@ def test_runner_memory_is_one_call(exported, ports):
 
 
 @pytest.mark.slow  # builds the runner with the sanitizers and runs both exports: about 10 s
-def test_runner_is_sanitizer_clean(exported, ports):
+def test_runner_is_sanitizer_clean(exported, exported_nll, ports):
     if shutil.which("gcc") is None:
         pytest.skip("no gcc")
-    for folder in exported:
+    for folder in (exported, exported_nll):
         build_runner(folder, ports["correct"], "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g")
         res = run_runner(folder, env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1"))
         assert res.returncode == 0 and "runtime error" not in res.stderr, res.stderr[-3000:]
@@ -202,9 +211,8 @@ def test_runner_is_sanitizer_clean(exported, ports):
 
 
 def _copy(exported, tmp_path) -> Path:
-    folder, _ = exported
     dst = tmp_path / "copy"
-    shutil.copytree(folder, dst)
+    shutil.copytree(exported, dst)
     return dst
 
 

@@ -127,20 +127,20 @@ static void from_device(void *dst, const void *src, size_t n)
         die("aclrtMemcpy from the device failed");
 }
 
-static void fill_guard(unsigned char *p, size_t n)
+static void fill_guard(void *p, size_t n)
 {
     size_t done;
     memset(chunk, GUARD_FILL, CHUNK);
     for (done = 0; done < n; done += CHUNK)
-        to_device(p + done, chunk, n - done < CHUNK ? n - done : CHUNK);
+        to_device(at(p, done), chunk, n - done < CHUNK ? n - done : CHUNK);
 }
 
-static int guard_intact(unsigned char *p, size_t n)
+static int guard_intact(void *p, size_t n)
 {
     size_t done, i;
     for (done = 0; done < n; done += CHUNK) {
         size_t k = n - done < CHUNK ? n - done : CHUNK;
-        from_device(chunk, p + done, k);
+        from_device(chunk, at(p, done), k);
         for (i = 0; i < k; i++)
             if (chunk[i] != GUARD_FILL)
                 return 0;
@@ -149,12 +149,12 @@ static int guard_intact(unsigned char *p, size_t n)
 }
 
 /* device bytes [p, p + n) to the results file */
-static void copy_out(FILE *out, unsigned char *p, size_t n)
+static void copy_out(FILE *out, void *p, size_t n)
 {
     size_t done;
     for (done = 0; done < n; done += CHUNK) {
         size_t k = n - done < CHUNK ? n - done : CHUNK;
-        from_device(chunk, p + done, k);
+        from_device(chunk, at(p, done), k);
         fwrite(chunk, 1, k, out);
     }
 }
