@@ -33,6 +33,9 @@ MACROS = {"binarycrossentropygrad": "BCE", "sigmoidfocalloss": "FOCAL", "sigmoid
           "fusedcrossentropylosswithmaxsum": "LOSS"}
 VENDOR_SYMBOLS = frozenset(capabilities.symbol(d, op, s) for d in capabilities.PREFIX for op in MACROS
                            for s in ("_s", "_p"))
+#: the runner's back guard after a shared buffer: the host check's (a page, or the buffer's own size),
+#: capped here so a board holds a 512 MiB buffer in 512 MiB and 64 KiB, not 1 GiB
+BACK_GUARD_MAX = 64 << 10
 #: a one-phase convention: no workspace, so no workspace guards
 WORKSPACE_GUARD = 0
 _current = threading.local()  # the backend whose _invoke is running on this thread
@@ -136,7 +139,7 @@ def describe(fname: str, fn, call_args, ffi):
             core = b.session.emulator.ft78ne_emu_core()
         else:
             nbytes = ext.get(name, 0)
-            front, back = guards.HOST_FRONT, max(guards.HOST_FRONT, -(-nbytes // 64) * 64)
+            front, back = guards.HOST_FRONT, min(max(guards.HOST_FRONT, -(-nbytes // 64) * 64), BACK_GUARD_MAX)
         out = name in guards.outputs(op)
         body = ffi.buffer(ffi.cast("char *", a), nbytes)
         args.append(Buffer(name, out, nbytes, front, back, "" if out else _digest(body)))
