@@ -156,7 +156,7 @@ def _on_target(args) -> int:
     from .conformance.export import export
 
     if not args.backend:
-        raise UsageError("--export DIR needs --backend NAME (ft78ne or mt7004)")
+        raise UsageError("--export DIR needs --backend NAME (ascend, ft78ne or mt7004)")
     kernels = [ALIASES.get(k, k) for k in args.kernels] if args.kernels else None
     for k in kernels or ():
         if k not in KERNELS:
