@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...clib import MissingSymbolError
 from ...errors import KernelError
 from . import _EMULATOR, AscendBackend
 from . import _cdef as C
@@ -37,9 +38,11 @@ class OnTargetSession(Session):
     """A checked session whose ``run`` goes through ``hook(session, op, args)``; it remembers each
     tensor's layout (an aclTensor is opaque)."""
 
-    def __init__(self, rt, layout, hook):
+    def __init__(self, rt, layout, hook, symbols, library):
         super().__init__(rt, layout, checked=True)
         self.hook = hook
+        self.symbols = symbols
+        self.library = library or "the port"
         self.layouts: dict[int, tuple] = {}
 
     def tensor(self, buf, shape, dtype, *, strides=None, offset: int = 0, storage_shape=None,
@@ -53,6 +56,9 @@ class OnTargetSession(Session):
         return t
 
     def run(self, op: str, *args) -> int:
+        for fn in (op + "GetWorkspaceSize", op):  # as the port's library would: the symbol is not there
+            if fn not in self.symbols:
+                raise MissingSymbolError(f"symbol {fn} is not exported by {self.library}")
         return self.hook(self, op, args)
 
     def plain_run(self, op: str, args) -> int:
@@ -116,7 +122,7 @@ class OnTargetBackend(AscendBackend):
 
     def session(self, layout: str | None = None) -> Session:
         self.rt.ensure_initialized()
-        return OnTargetSession(self.rt, layout or self.layout, self._hook)
+        return OnTargetSession(self.rt, layout or self.layout, self._hook, self._symbols, self.options.get("lib"))
 
 
 def _symbols(backend: AscendBackend) -> list[str]:
