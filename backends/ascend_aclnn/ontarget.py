@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from ...clib import MissingSymbolError
-from ...errors import KernelError
+from ...conformance.export_format import RUNNER_STATUS, Buffer, Double, Int64, Tensor, digest
+from ...errors import BackendUnavailableError, KernelError
 from . import _EMULATOR, AscendBackend
 from . import _cdef as C
 from .operators import OPERATORS, declare
@@ -68,8 +69,6 @@ class OnTargetSession(Session):
 def describe(s: OnTargetSession, op: str, args):
     """(call args, device buffers, their names): the buffers first (Buffer), then the operator's
     arguments (Tensor referring to a buffer by index, None for NULL, Int64, Double, float)."""
-    from ...conformance.export_format import Buffer, Double, Int64, Tensor, digest
-
     s._name_operands(op, args)
     ffi = s.ffi
     types = ffi.typeof(s.lib.symbol(op + "GetWorkspaceSize")).args
@@ -135,8 +134,6 @@ def recorder(name: str, options: dict, recording):
     decl = AscendBackend(options.get("lib"), layout=options.get("layout", "contiguous"))
     ok, why = decl.availability()
     if not ok:
-        from ...errors import BackendUnavailableError
-
         raise BackendUnavailableError(why)
     symbols = _symbols(decl)
     library = ":".join(decl.paths) if options.get("lib") else None
@@ -152,8 +149,6 @@ def recorder(name: str, options: dict, recording):
 
 def player(name: str, options: dict, facts: dict, playback):
     """The judge's backend: each call answered by ``playback`` (:class:`.export_format.Playback`)."""
-    from ...conformance.export_format import RUNNER_STATUS
-
     def hook(s, op, args):
         call_args, _, buffers, n = describe(s, op, args)
         call, res = playback.answer(op, -1, call_args)

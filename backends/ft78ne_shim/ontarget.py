@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from ...clib import MissingSymbolError
+from ...conformance.export_format import RUNNER_STATUS, Buffer, digest
 from ...errors import KernelError
 from . import abi, capabilities, guards, library
 from .backend import CONFIG_MASKS, DspBackend
@@ -112,8 +113,6 @@ class OnTargetBackend(DspBackend):
 def describe(fname: str, fn, call_args, ffi):
     """(core, args, pointers): the call as recorded, ``args`` holding ints, floats, None (NULL) and
     :class:`Buffer` with the guard layout checked mode gave each pointer (guards.checked_call)."""
-    from ...conformance.export_format import Buffer
-
     b = _current.backend
     op = fname[3:-2]
     names = guards.ARGS[op]
@@ -142,15 +141,9 @@ def describe(fname: str, fn, call_args, ffi):
             front, back = guards.HOST_FRONT, min(max(guards.HOST_FRONT, -(-nbytes // 64) * 64), BACK_GUARD_MAX)
         out = name in guards.outputs(op)
         body = ffi.buffer(ffi.cast("char *", a), nbytes)
-        args.append(Buffer(name, out, nbytes, front, back, "" if out else _digest(body)))
+        args.append(Buffer(name, out, nbytes, front, back, "" if out else digest(body)))
         pointers.append(ffi.cast("unsigned char *", a))
     return core, args, pointers
-
-
-def _digest(body) -> str:
-    from ...conformance.export_format import digest
-
-    return digest(body)
 
 
 class _Session:
@@ -206,8 +199,6 @@ def player(chip: str, options: dict, facts: dict, playback) -> OnTargetBackend:
             core, args, pointers = describe(fname, fn, call_args, ffi)
             call, res = playback.answer(fname, core, args)
             if res.status < 0:
-                from ...conformance.export_format import RUNNER_STATUS
-
                 raise KernelError(f"{fname}: {RUNNER_STATUS.get(res.status, f'runner status {res.status}')}",
                                   status=res.status)
             buffers = [a for a in args if hasattr(a, "extent")]
