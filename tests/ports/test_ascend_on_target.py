@@ -129,7 +129,7 @@ def write_runner_for_every_operator(folder: Path) -> None:
     ontarget.write_runner(folder, m["port"], [{"fname": op, "buffers": []} for op in OPERATORS])
 
 
-@pytest.mark.slow  # every port (24), the kernels its code changes (all for the correct port): 2-4 minutes
+@pytest.mark.slow  # every port (23), the kernels its code changes (all for the correct port): 2-4 minutes
 def test_every_port_on_target(ports, tmp_path):
     for variant, lib in ports.items():
         kernels = None if variant == "correct" else reach(variant)
