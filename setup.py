@@ -64,7 +64,7 @@ class BuildSharedLibs(build_ext):
 setup(
     packages=mapped_packages(),
     package_dir=ROOTS,
-    package_data={"xloss.backends": ["*/include/*.h", "*/include/**/*.h", "*/csrc/*.c", "*/csrc/*.h"]},
+    package_data={"xloss.backends": ["*/include/*.h", "*/include/**/*.h", "*/csrc/*.c", "*/csrc/*.h", "*/runner/*.c"]},
     ext_modules=backend_extensions(),
     cmdclass={"build_ext": BuildSharedLibs},
 )

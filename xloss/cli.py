@@ -110,6 +110,8 @@ def cmd_check(args) -> int:
     from .conformance.runner import FAILING, run_suite
 
     _hypothesis_storage()
+    if args.judge or args.export:
+        return _on_target(args)
     if args.replay:
         from .conformance.replay import replay
 
@@ -191,6 +193,28 @@ def _report(args, results, described, info, settings, variants, note="") -> int:
     return 1
 
 
+def _on_target(args) -> int:
+    """``--export DIR`` (the suite, or ``--replay FILE``'s cases) and ``--judge DIR``: xloss/conformance/export.py."""
+    if args.judge:
+        if args.export or args.replay or args.lib:
+            raise UsageError("--judge DIR takes no --export, --replay or --lib: the folder's manifest says what ran")
+        from .conformance.judge import judge
+
+        return judge(args.judge, failures_dir=args.failures_dir, json_path=args.json)
+    from .conformance.export import export
+
+    if not args.backend:
+        raise UsageError("--export DIR needs --backend NAME (ascend, ft78ne or mt7004)")
+    kernels = [ALIASES.get(k, k) for k in args.kernels] if args.kernels else None
+    for k in kernels or ():
+        if k not in KERNELS:
+            raise UsageError(f"unknown kernel {k!r}")
+    settings = {"max_examples": args.max_examples, "seed": args.seed, "kernels": kernels, "large": not args.no_large,
+                "repeat": args.repeat, "repeat_given": args.repeat_given}
+    export(args.export, args.backend, _backend_options(args), settings, replay_args=args if args.replay else None)
+    return 0
+
+
 def _bench_sizes(sizes):
     """Each size parsed strictly (N, NxC or BTxHxV; K/M/G suffixes) before anything is measured."""
     from .bench.workloads import parse_count
@@ -270,6 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replay", metavar="FILE",
                    help="re-run the cases saved in FILE (data only: the backend and its options come from the "
                         "command line or are confirmed from the file; a library is loaded only with --lib)")
+    p.add_argument("--export", metavar="DIR",
+                   help="write the check's ABI calls (or --replay FILE's) as data, with a C runner and build.sh, "
+                        "for a run on the target (docs/on-target.md)")
+    p.add_argument("--judge", metavar="DIR", help="report on what the runner wrote under DIR/out/")
     p.set_defaults(func=cmd_check, repeat_given=None)
 
     p = sub.add_parser("bench", help="time every backend and the PyTorch alternatives side by side",

@@ -433,15 +433,15 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
 
 def run_suite(backend: Backend, *, kernels=None, max_examples: int = 100, seed: int = 0, on_case=None,
               on_result=None, targets=None, large_cases: bool = False, repeats: int = REPEATS,
-              configurations: bool = True) -> list[TargetResult]:
+              configurations: bool = True, shrink: bool = True) -> list[TargetResult]:
     """Run every target (or the given ones, restricted to ``kernels``) in this process: the drawn
     group of every target, then (``large_cases``, as ``xloss check`` does) the large group of every
-    declared one."""
+    declared one. ``shrink=False``: see :func:`run_target`."""
     out = []
     chosen = [t for t in (targets or universe()) if not kernels or t[0] in kernels]
     for kernel, dtype, mode in chosen:
         r = run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed, on_case=on_case,
-                       configurations=configurations)
+                       configurations=configurations, shrink=shrink)
         out.append(r)
         if on_result is not None:
             on_result(r)
