@@ -271,7 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "ATen backward ops and a materialised linear+cross-entropy, in one process.")
     p.add_argument("--kernels", nargs="+", metavar="KERNEL",
                    help=f"{_SHORT_NAMES}, lm_step or full names (default all)")
-    p.add_argument("--backends", nargs="+", metavar="NAME", help="xloss backends to include (default: the host backends; a vendor-ABI backend named here, or --emulators, adds the C emulators)")
+    p.add_argument("--backends", nargs="+", metavar="NAME",
+                   help="xloss backends to include (default: the host backends; naming a vendor-ABI backend, or "
+                        "--emulators, adds the C emulators)")
     p.add_argument("--sizes", nargs="+", metavar="SIZE",
                    help="e.g. 8M (focal, bce), 32768x1000 (nll), 2048x1024x32000 (flce: BT x H x V)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])

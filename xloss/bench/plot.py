@@ -112,8 +112,8 @@ def plot(result: dict, path) -> None:
     la = load.get("load_average_before")
     busy = "; BUSY MACHINE" if result.get("warnings") else ""
     fig.suptitle(f"xloss bench: speed-up over the PyTorch baseline (log scale; right of 1x = faster; bars: 95% "
-                 f"intervals; (=): indistinguishable; hatched: a floor)\n{m['cpu']}, {m['logical_cpus']} CPUs, load average "
-                 f"{'-' if la is None else f'{la:.1f}'}{busy}", fontsize=9)
+                 f"intervals; (=): indistinguishable; hatched: a floor)\n{m['cpu']}, {m['logical_cpus']} CPUs, "
+                 f"load average {'-' if la is None else f'{la:.1f}'}{busy}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
