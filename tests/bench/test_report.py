@@ -64,7 +64,8 @@ def test_header_has_no_dangling_separator(synthetic):
 
 
 def test_plot_one_panel_per_kernel_fixed_colours_and_width(synthetic, tmp_path):
-    matplotlib = pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib")
+    import matplotlib
     import matplotlib.image
 
     make_cell, make_run = synthetic

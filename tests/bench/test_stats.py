@@ -60,8 +60,9 @@ def test_too_few_pairs_give_no_interval_and_no_ranking():
         stats.paired_ratio([1.0], [1.0, 2.0])
 
 
-@pytest.mark.parametrize("lo, hi, verdict", [(1.01, 1.3, stats.FASTER), (0.7, 0.99, stats.SLOWER),
-                                             (0.95, 1.05, stats.INDISTINGUISHABLE), (1.0, 1.2, stats.INDISTINGUISHABLE)])
+@pytest.mark.parametrize("lo, hi, verdict", [
+    (1.01, 1.3, stats.FASTER), (0.7, 0.99, stats.SLOWER), (0.95, 1.05, stats.INDISTINGUISHABLE),
+    (1.0, 1.2, stats.INDISTINGUISHABLE)])
 def test_speed_verdict_follows_the_interval(lo, hi, verdict):
     assert stats.speed_verdict(stats.Ratio((lo + hi) / 2, lo, hi, 10)) == verdict
 
