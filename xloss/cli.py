@@ -283,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, metavar="SECONDS",
                    help="time for the whole run, shared among the cells (default 260; 40 with --quick)")
     p.add_argument("--max-call", type=float, metavar="SECONDS",
-                   help="skip an implementation whose one call, measured, takes longer (default: the cell's budget)")
+                   help="skip an implementation whose one call, measured, takes longer (default: the cell's share of "
+                        "the budget)")
     p.add_argument("--emulators", action="store_true",
                    help="also time the vendor-ABI backends (xloss's C emulators), in their own section, unranked")
     p.add_argument("--cold-start", action="store_true",

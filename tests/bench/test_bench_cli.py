@@ -60,6 +60,12 @@ def test_outputs_write_whole_files(tmp_path):
     outputs.write_text(p, "second")
     assert p.read_text() == "second"
     assert [f.name for f in tmp_path.iterdir()] == ["r.json"]  # no temporary left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert p.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would have made it, not mkstemp's 0600
+    p.chmod(0o640)
+    outputs.write_text(p, "third")
+    assert p.stat().st_mode & 0o777 == 0o640
     with pytest.raises(XLossValueError, match="is a directory"):
         outputs.check(tmp_path, "--csv")
 

@@ -101,8 +101,14 @@ def test_a_compiled_candidate_whose_warm_call_is_over_the_limit_is_skipped(clock
     assert "warm call took 2.0 s" in run.skipped["compiled"]
 
 
-def test_first_calls_made_elsewhere_are_not_repeated(clock):
-    fn = clock.candidate(0.01)
-    run = sampling.measure({"base": fn}, "base", 0.001, 10.0, min_sample_s=0.01, first_calls={"base": 3.0})
-    assert run.sampled["base"].first_call_s == 3.0
-    assert len(fn.calls) == 2  # the warm call and one sample
+def test_an_expensive_first_call_is_the_first_sample(clock):
+    """A first call (not compiling) that took a tenth of the budget is not repeated as a warm
+    call: it is the candidate's round-0 sample, and the candidate joins later rounds by stride."""
+    slow = clock.candidate(1.5)
+    calls = {"base": clock.candidate(0.1), "slow": slow}
+    run = sampling.measure(calls, "base", budget_s=10.0, max_call_s=10.0, min_sample_s=0.01)
+    s = run.sampled["slow"]
+    assert s.first_call_s == s.warm_call_s == s.wall_s[0] == pytest.approx(1.5) and s.rounds[0] == 0
+    assert s.stride == 15 and len(slow.calls) == len(s.wall_s)  # no warm call: every call is a sample
+    assert s.rounds == list(range(0, run.rounds, 15)) and len(s.rounds) > 1
+    assert run.sampled["base"].rounds == list(range(run.rounds)) and run.used_s <= 10.0

@@ -38,6 +38,8 @@ RUN_BUDGET_S = {True: 40.0, False: 260.0}
 #: A sample lasts at least this long (seconds; --quick, default): a clock reading of a few
 #: microseconds would measure the timer, not the kernel.
 MIN_SAMPLE_S = {True: 0.01, False: 0.05}
+#: A run taking more than this multiple of its budget says so.
+OVERRUN = 1.1
 #: A cell never gets less than this (seconds), however late the run: every candidate gets one sample.
 CELL_FLOOR_S = 0.5
 
@@ -52,7 +54,7 @@ class BenchConfig:
     quick: bool = False
     compile: bool = True
     budget_s: float | None = None  # the whole run; None: RUN_BUDGET_S
-    max_call_s: float | None = None  # skip a candidate whose one call takes longer; None: the cell's budget
+    max_call_s: float | None = None  # skip a candidate whose one call takes longer; None: the cell's planned share
     cold_start: bool = False  # also first calls in a fresh process with empty compiler caches (outside the budget)
     emulators: bool = False  # also the vendor-ABI backends (xloss's C emulators), in their own section
 
@@ -176,14 +178,16 @@ def run(config: BenchConfig, progress: bool = True, on_cell=None) -> dict:
             on_cell(result)
         for i, (kernel, mode, size) in enumerate(cells_plan):
             budget = sampling.cell_budget(cfg.budget_s, weights, time.perf_counter() - started, i, CELL_FLOOR_S)
+            # the call limit is the cell's planned share: a run behind its plan samples less, skips nothing more
+            max_call = cfg.max_call_s or cfg.budget_s * weights[i] / sum(weights)
             cell_load = machine.OtherLoad()
             say = (lambda text, key=f"{kernel} {mode} {size}": bar.show(f"{key}: {text}", transient=True)) \
                 if bar else None
             try:
                 if kernel == "lm_step":
-                    cell = _lm_cell(mode, size, cfg, torch, budget, say)
+                    cell = _lm_cell(mode, size, cfg, torch, budget, max_call, say)
                 else:
-                    cell = _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, budget, say)
+                    cell = _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, budget, max_call, say)
             except Exception as exc:  # one cell failing (memory, a broken install) leaves the others
                 cell = {"kernel": kernel, "mode": mode, "size": size, "dtype": cfg.dtype,
                         "baseline": impls.BASELINE.get(kernel), "error": sampling.reason(exc), "budget_s": budget,
@@ -212,9 +216,14 @@ def _finish(result, started, load_before, others) -> None:
     result["load"].update(load_average_after=machine.load_average(), other_processes_cpus=others.cpus())
     result["warnings"] = machine.busy_warnings(load_before, result["load"]["other_processes_cpus"],
                                                result["cells"], result["load"]["load_average_after"])
+    used, total = result["budget"]["used_s"], result["budget"]["total_s"]
+    if used > total * OVERRUN:
+        result["warnings"].append(
+            f"the run took {used:.0f} s of its {total:.0f} s budget: every implementation gets at least one "
+            "sample, and calls were that slow here (smaller --sizes, or --quick, fit the budget)")
 
 
-def _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, budget, say) -> dict:
+def _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, budget, max_call, say) -> dict:
     t0 = time.perf_counter()
     w = workloads.build(kernel, mode, size, cfg.dtype)
     cands, skips = impls.xloss_candidates(w, cfg.backends)
@@ -222,11 +231,9 @@ def _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, budget, say) -> dict:
     cands, skips = cands + more, skips + more_skips
     spent = time.perf_counter() - t0
     base = impls.BASELINE[w.kernel]
-    run_ = sampling.measure({c.name: c.fn for c in cands}, base, max(CELL_FLOOR_S, budget - spent),
-                            cfg.max_call_s or budget, min_sample_s=MIN_SAMPLE_S[cfg.quick], max_rounds=cfg.repeat,
-                            compiles=frozenset(c.name for c in cands if c.compiles),
-                            first_calls={c.name: c.first_call_s for c in cands if c.first_call_s is not None},
-                            say=say)
+    run_ = sampling.measure({c.name: c.fn for c in cands}, base, max(CELL_FLOOR_S, budget - spent), max_call,
+                            min_sample_s=MIN_SAMPLE_S[cfg.quick], max_rounds=cfg.repeat,
+                            compiles=frozenset(c.name for c in cands if c.compiles), say=say)
     run_.budget_s, run_.used_s = budget, time.perf_counter() - t0
     cold = _cold_starts(kernel, mode, size, cfg, run_, say) if cfg.cold_start else {}
     return cells.kernel_cell(w, cands, skips, run_, base, bw, peak, cold)
@@ -243,7 +250,7 @@ def _cold_starts(kernel, mode, size, cfg, run_, say) -> dict:
     return out
 
 
-def _lm_cell(mode, size, cfg, torch, budget, say) -> dict:
+def _lm_cell(mode, size, cfg, torch, budget, max_call, say) -> dict:
     """One training-step cell: stock PyTorch step (baseline) against the fused step on each
     selected backend that can keep up (cpu); ``mode`` idle or busy (a spinning competitor)."""
     from . import training
@@ -263,12 +270,12 @@ def _lm_cell(mode, size, cfg, torch, budget, say) -> dict:
         else:
             skips.append(impls.Skip(training.fused_name(name), "a training step is timed on the cpu backend only"))
     left = max(CELL_FLOOR_S, budget - (time.perf_counter() - t0))
-    kwargs = dict(min_sample_s=MIN_SAMPLE_S[cfg.quick], max_rounds=cfg.repeat, memory=False, say=say,
-                  compiles=frozenset(calls))  # the fused step compiles its kernels on a cold cache
+    fused = frozenset(n for n in calls if n != training.BASELINE)  # compiles its kernels on a cold cache
+    kwargs = dict(min_sample_s=MIN_SAMPLE_S[cfg.quick], max_rounds=cfg.repeat, memory=False, say=say, compiles=fused)
     if mode == "busy":
         with training.Competitor(training.competitor_cpu()):
-            run_ = sampling.measure(calls, training.BASELINE, left, cfg.max_call_s or budget, **kwargs)
+            run_ = sampling.measure(calls, training.BASELINE, left, max_call, **kwargs)
     else:
-        run_ = sampling.measure(calls, training.BASELINE, left, cfg.max_call_s or budget, **kwargs)
+        run_ = sampling.measure(calls, training.BASELINE, left, max_call, **kwargs)
     run_.budget_s, run_.used_s = budget, time.perf_counter() - t0
     return cells.lm_cell(mode, size, cfg.dtype, run_, skips)

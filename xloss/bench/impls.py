@@ -11,7 +11,6 @@ sits in one block below (its xloss calls, its PyTorch candidates and baseline), 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +33,6 @@ class Candidate:
     kind: str  # XLOSS | PYTORCH | FLOOR | VENDOR_ABI
     note: str = ""
     compiles: bool = False  # its first call compiles (judged by its warm call, not its first)
-    first_call_s: float | None = None  # set when the first call was already made (the request probe)
 
 
 def is_native(backend_name: str) -> bool:
@@ -226,9 +224,9 @@ BASELINE = {k: impl.baseline for k, impl in IMPLS.items()}
 # -- every kernel ------------------------------------------------------------------------------------
 
 
-def xloss_candidates(w: Workload, names, probe: bool = True) -> tuple[list[Candidate], list[Skip]]:
-    """Candidates for the xloss backends ``names``; ``probe``: make one call each here, so a
-    backend that does not declare the request is skipped (with its reason) up front."""
+def xloss_candidates(w: Workload, names) -> tuple[list[Candidate], list[Skip]]:
+    """Candidates for the xloss backends ``names`` (a backend that does not declare the request
+    refuses at its first call, which the bench reports as the reason it is skipped)."""
     cands, skips = [], []
     for name in names:
         label = f"xloss:{name}"
@@ -241,20 +239,14 @@ def xloss_candidates(w: Workload, names, probe: bool = True) -> tuple[list[Candi
         if not ok:
             skips.append(Skip(label, why))
             continue
-        first = None
         try:
             calls = IMPLS[w.kernel].xloss(w, b)
-            if probe:  # refuses here if the backend does not declare the request
-                t = time.perf_counter()
-                calls[0][1]()
-                first = time.perf_counter() - t
         except XLossError as exc:
             skips.append(Skip(label, str(exc)))
             continue
         kind = XLOSS if is_native(name) else VENDOR_ABI
-        for k, (suffix, fn) in enumerate(calls):
-            cands.append(Candidate(label + suffix, fn, kind, compiles=name == "cpu",
-                                   first_call_s=first if k == 0 else None))
+        for suffix, fn in calls:
+            cands.append(Candidate(label + suffix, fn, kind, compiles=name == "cpu"))
     return cands, skips
 
 

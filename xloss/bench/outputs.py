@@ -66,8 +66,15 @@ def write_text(p: Path, text: str) -> None:
         with open(p, "w") as f:
             f.write(text)
         return
+    try:
+        mode = stat.S_IMODE(p.stat().st_mode)  # an existing file keeps its permissions
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # a new one gets what open() would give it
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, p)

@@ -3,7 +3,8 @@
 A run has a budget (seconds, for the whole run); each cell gets a share of what is left, by its
 weight, so a slow start (a busy machine, a compilation) leaves later cells less rather than the
 run going over. Within a cell every candidate is called once (its first call: compilation,
-loading), then once more, timed, as its warm estimate (the peak-memory call). Like pyperf, a
+loading), then once more, timed, as its warm estimate (the peak-memory call; a first call that
+took a tenth of the budget is not repeated but becomes the first sample). Like pyperf, a
 fast candidate is then timed in samples of ``loops`` calls each, calibrated so that one sample
 lasts at least ``min_sample_s``. The baseline is sampled in every round, so every sample has a
 baseline sample from the same round to pair with; a candidate whose sample costs more than the
@@ -21,10 +22,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import XLossError
 from . import timing
 
 #: Calls of a candidate faster than this share of the sample time are re-estimated over several calls.
 _REFINE_BELOW = 0.05
+#: A first call (not compiling) taking this share of the cell's budget is not repeated as a warm
+#: call: it is the candidate's first sample.
+EXPENSIVE = 0.1
 
 
 @dataclass
@@ -82,8 +87,9 @@ def _timed_sample(fn, loops: int) -> tuple[float, float, float]:
 
 
 def reason(exc: Exception) -> str:
-    text = str(exc).splitlines()[0][:200] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"
+    """One line: an xloss refusal in its own words, anything else with its type."""
+    text = str(exc).splitlines()[0][:300] if str(exc) else ""
+    return text if isinstance(exc, XLossError) else f"{type(exc).__name__}: {text}"
 
 
 def fmt_s(s: float) -> str:
@@ -93,8 +99,7 @@ def fmt_s(s: float) -> str:
 def measure(calls: dict, baseline: str | None, budget_s: float, max_call_s: float, *, min_sample_s: float,
             max_rounds: int | None = None, compiles: frozenset = frozenset(), first_calls: dict | None = None,
             memory: bool = True, say: Callable[[str], None] | None = None) -> CellRun:
-    """Sample ``calls`` ({name: zero-argument callable}) within ``budget_s`` seconds; see the module.
-    ``first_calls``: {name: seconds} of first calls already made elsewhere (not repeated)."""
+    """Sample ``calls`` ({name: zero-argument callable}) within ``budget_s`` seconds; see the module."""
     start = time.perf_counter()
     deadline = start + budget_s
     say = say or (lambda text: None)
@@ -103,10 +108,15 @@ def measure(calls: dict, baseline: str | None, budget_s: float, max_call_s: floa
     for name, fn in calls.items():
         say(f"first call of {name}")
         try:
-            first = (first_calls or {}).get(name)
-            first = timing.first_call_seconds(fn) if first is None else first
+            mem, first, thread, process = _first_call(fn, memory)
             if first > max_call_s and name not in compiles:
                 skipped[name] = f"one call took {fmt_s(first)} (measured), more than the {fmt_s(max_call_s)} limit"
+                continue
+            if name not in compiles and first >= EXPENSIVE * budget_s:
+                # no time for a separate warm call: the first call is this candidate's round-0 sample
+                s = Sampled(name, first, first, mem, rounds=[0], wall_s=[first], thread_cpu_s=[thread],
+                            process_cpu_s=[process])
+                sampled[name] = s
                 continue
             mem, warm = timing.peak_extra_bytes(fn) if memory else (None, timing.first_call_seconds(fn))
         except Exception as exc:  # a candidate that cannot run here is reported, never raised
@@ -133,8 +143,8 @@ def measure(calls: dict, baseline: str | None, budget_s: float, max_call_s: floa
     order = list(sampled)
     r = 0
     while True:
-        members = [n for n in order if r % sampled[n].stride == 0]
-        members = members[r % len(members):] + members[:r % len(members)]  # rotated: no fixed position
+        members = [n for n in order if r % sampled[n].stride == 0 and r not in sampled[n].rounds]
+        members = members[r % len(members):] + members[:r % len(members)] if members else []  # rotated
         cost = sum(_sample_cost(sampled[n]) for n in members)
         if r > 0 and (time.perf_counter() + cost > deadline or (max_rounds is not None and r >= max_rounds)):
             break
@@ -148,6 +158,13 @@ def measure(calls: dict, baseline: str | None, budget_s: float, max_call_s: floa
             s.process_cpu_s.append(process)
         r += 1
     return CellRun(budget_s, time.perf_counter() - start, r, sample_s, sampled, skipped)
+
+
+def _first_call(fn, memory: bool) -> tuple[int | None, float, float, float]:
+    """(peak extra bytes, wall, thread CPU, process CPU seconds) of one call."""
+    t0, p0 = time.thread_time(), time.process_time()
+    mem, wall = timing.peak_extra_bytes(fn) if memory else (None, timing.first_call_seconds(fn))
+    return mem, wall, time.thread_time() - t0, time.process_time() - p0
 
 
 def _sample_cost(s: Sampled) -> float:

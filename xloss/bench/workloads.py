@@ -112,19 +112,6 @@ def memory_bytes(kernel: str, dims: tuple[int, ...], dtype: str) -> int:
     return (bt * h + v * h) * (2 * isz + 16) + bt * v * (3 * 4 + 2 * 8)
 
 
-def scaled(kernel: str, size: str, factor: int) -> str:
-    """``size`` with ``factor`` times less work (for cost probes): elements / factor; rows / factor;
-    tokens and vocabulary each / sqrt(factor)."""
-    if DIMS[kernel] == 1:
-        return str(max(1, parse_count(size) // factor))
-    if DIMS[kernel] == 2:
-        n, c = parse_dims(size, 2)
-        return f"{max(1, n // factor)}x{c}"
-    bt, h, v = parse_dims(size, 3)
-    r = max(1, int(math.isqrt(factor)))
-    return f"{max(1, bt // r)}x{h}x{max(1, v // r)}"
-
-
 def build(kernel: str, mode: str, size: str, dtype: str, seed: int = 0) -> Workload:
     """The workload of a kernel of the table (its row's ``workload`` builder)."""
     if kernel not in KERNEL_TABLE:
