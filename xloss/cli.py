@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at most N timed rounds per cell (default: as many as the budget allows)")
     p.add_argument("--quick", action="store_true", help="small sizes and a 40 s budget (the whole run within a minute)")
     p.add_argument("--budget", type=float, metavar="SECONDS",
-                   help="time for the whole run, shared among the cells (default 260; 40 with --quick)")
+                   help="time for the whole run, shared among the cells (default 240; 40 with --quick)")
     p.add_argument("--max-call", type=float, metavar="SECONDS",
                    help="skip an implementation whose one call, measured, takes longer (default: the cell's share of "
                         "the budget)")

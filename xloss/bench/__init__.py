@@ -3,7 +3,7 @@
     from xloss.bench import BenchConfig, run
     result = run(BenchConfig(quick=True))      # a JSON-able dict; see xloss.bench.cells
 
-A run has a time budget (``--quick``: 40 s, default: 260 s, so the whole command stays within
+A run has a time budget (``--quick``: 40 s, default: 240 s, so the whole command stays within
 a minute and five minutes, busy machine or not); each cell (kernel x mode x size x dtype) gets
 a share of what is left. Within it every implementation is called once (compiling or loading),
 calibrated (pyperf-style loop counts) and sampled in interleaved rounds as long as the budget
@@ -34,7 +34,7 @@ from . import cells, impls, machine, report, sampling, timing, workloads
 SCHEMA = 2
 #: The whole run's budget in seconds (--quick, default): the issue's 60 s and 5 minutes, less a
 #: margin for starting Python, measuring the machine's ceilings and writing the reports.
-RUN_BUDGET_S = {True: 40.0, False: 260.0}
+RUN_BUDGET_S = {True: 40.0, False: 240.0}
 #: A sample lasts at least this long (seconds; --quick, default): a clock reading of a few
 #: microseconds would measure the timer, not the kernel.
 MIN_SAMPLE_S = {True: 0.01, False: 0.05}

@@ -1,7 +1,8 @@
 """Rendering benchmark results: a readable table and CSV (the plot: :mod:`xloss.bench.plot`).
 
 Every time column of a cell is in one unit, named in its header (µs, ms or s, chosen from the
-column's largest value); speed-ups carry their 95% interval and a verdict.
+column's largest value; CPU time in the median's unit, so the two compare at a glance);
+speed-ups carry their 95% interval and a verdict.
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ def _columns(rows: list[dict], cell: dict, ranked: bool) -> list[tuple[str, list
     cols.append((f"median ({u})", times([r["median_s"] for r in rows], k)))
     cols.append((f"p20..p80 ({u})", [f"{a}..{b}" for a, b in zip(times([r["p20_s"] for r in rows], k),
                                                                    times([r["p80_s"] for r in rows], k))]))
-    cu, ck = unit([r["process_cpu_s"] for r in rows])
-    cols.append((f"CPU ({cu})", times([r["process_cpu_s"] for r in rows], ck)))
+    cols.append((f"CPU ({u})", times([r["process_cpu_s"] for r in rows], k)))  # in the median's unit
     cols.append(("n x loops", [f"{r['samples']}x{r['loops']}" for r in rows]))
     if ranked:
         cols.append((f"speed-up vs {cell['baseline']} [95% CI]",
