@@ -32,8 +32,9 @@ QUICK_SIZES = {**{k: [row.bench_sizes[1]] for k, row in KERNEL_TABLE.items()},
 
 
 #: Relative cost of a cell of each kernel: its share of the run's budget. Default sizes: the big
-#: GEMMs and the training step; --quick: torch.compile's first call dominates focal's cell.
-QUICK_CELL_WEIGHT = {"focal_loss": 2.0}
+#: GEMMs and the training step; --quick: torch.compile's first call (seconds, even from a warm
+#: cache) dominates focal's cell, and a training step costs four calls before its first round.
+QUICK_CELL_WEIGHT = {"focal_loss": 3.0, "lm_step": 1.5}
 CELL_WEIGHT = {"fused_linear_cross_entropy_grad": 2.5, "fused_linear_online_max_sum": 1.2, "lm_step": 2.0,
                "bce_grad": 0.6, "nll_loss_grad": 0.7, "fused_cross_entropy_loss_with_max_sum": 0.7}
 
