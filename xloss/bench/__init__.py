@@ -250,6 +250,10 @@ def _cold_starts(kernel, mode, size, cfg, run_, say) -> dict:
     return out
 
 
+#: (size, dtype, fused step) already run in this process: its kernels are compiled.
+_STEPS_RUN: set = set()
+
+
 def _lm_cell(mode, size, cfg, torch, budget, max_call, say) -> dict:
     """One training-step cell: stock PyTorch step (baseline) against the fused step on each
     selected backend that can keep up (cpu); ``mode`` idle or busy (a spinning competitor)."""
@@ -270,8 +274,12 @@ def _lm_cell(mode, size, cfg, torch, budget, max_call, say) -> dict:
         else:
             skips.append(impls.Skip(training.fused_name(name), "a training step is timed on the cpu backend only"))
     left = max(CELL_FLOOR_S, budget - (time.perf_counter() - t0))
-    fused = frozenset(n for n in calls if n != training.BASELINE)  # compiles its kernels on a cold cache
-    kwargs = dict(min_sample_s=MIN_SAMPLE_S[cfg.quick], max_rounds=cfg.repeat, memory=False, say=say, compiles=fused)
+    # the fused step compiles its kernels on a cold cache: in the first of the step's cells of this process
+    fused = {(size, cfg.dtype, n) for n in calls if n != training.BASELINE}
+    compiles = frozenset(n for _, _, n in fused - _STEPS_RUN)
+    _STEPS_RUN.update(fused)
+    kwargs = dict(min_sample_s=MIN_SAMPLE_S[cfg.quick], max_rounds=cfg.repeat, memory=False, say=say,
+                  compiles=compiles)
     if mode == "busy":
         with training.Competitor(training.competitor_cpu()):
             run_ = sampling.measure(calls, training.BASELINE, left, max_call, **kwargs)
