@@ -131,6 +131,13 @@ def _modes(kernel: str, quick: bool):
     return ("grad",)
 
 
+def _import_dynamo() -> None:
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # torch.compile then reports its own failure as the candidate's skip reason
+        pass
+
+
 def _torch():
     try:
         import torch
@@ -166,6 +173,10 @@ def run(config: BenchConfig, progress: bool = True, on_cell=None) -> dict:
               "budget": {"total_s": cfg.budget_s, "used_s": None}, "interrupted": False,
               "load": {"load_average_before": load_before}, "warnings": [], "cells": []}
     try:
+        if torch is not None and cfg.compile:
+            if bar:
+                bar.show("importing torch.compile's machinery")
+            _import_dynamo()  # seconds of imports, once per process: not charged to the first cell using it
         if bar:
             bar.show("measuring this machine's copy bandwidth and GEMM peak")
         bw = machine.copy_bandwidth()
