@@ -158,7 +158,7 @@ def torch_equal(a, b):
 
 
 @pytest.mark.slow  # 25 s on the shared 2-core machine at load 15 (a few seconds when quiet)
-def test_lm_step_cells_idle_and_busy_with_equal_samples():
+def test_lm_step_cells_idle_and_busy_with_the_baseline_in_every_round():
     pytest.importorskip("torch")
     r = run(BenchConfig(kernels=["lm_step"], backends=["cpu", "reference"], sizes=["64x16x100"], repeat=2,
                         cold_start=False), progress=False)
@@ -173,9 +173,9 @@ def test_lm_step_cells_idle_and_busy_with_equal_samples():
         __import__("xloss.bench.training", fromlist=["x"]).parse_step("64x16", "float32")
 
 
-def test_vocab_parallel_kernels_bench_with_equal_samples(monkeypatch):
+def test_vocab_parallel_kernels_bench_with_the_baseline_in_every_round(monkeypatch):
     """A tiny run of the two vocabulary-parallel kernels: every candidate (cpu, the float64
-    reference, PyTorch eager, the floor) timed the same number of times; GEMM FLOPs for the
+    reference, PyTorch eager, the floor) timed, the baseline in every round; GEMM FLOPs for the
     shard's statistics, bytes moved for the loss and softmax. (The machine's ceilings, measured
     by the module's run, are fixed here: seconds of measuring that this test does not check.)"""
     monkeypatch.setattr(machine, "copy_bandwidth", lambda: 1e10)
