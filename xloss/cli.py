@@ -266,9 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "command line or are confirmed from the file; a library is loaded only with --lib)")
     p.set_defaults(func=cmd_check, repeat_given=None)
 
-    p = sub.add_parser("bench", help="time every backend and the PyTorch alternatives side by side",
-                       description="Time each kernel on every available backend and on PyTorch eager, torch.compile, "
-                                   "ATen backward ops and a materialised linear+cross-entropy, in one process.")
+    p = sub.add_parser("bench", help="time the backends and the PyTorch alternatives side by side",
+                       description="Time each kernel on the host backends and on PyTorch eager, torch.compile, "
+                                   "ATen backward ops and a materialised linear+cross-entropy, in one process, within "
+                                   "a time budget; speed-ups with 95% paired bootstrap intervals.")
     p.add_argument("--kernels", nargs="+", metavar="KERNEL",
                    help=f"{_SHORT_NAMES}, lm_step or full names (default all)")
     p.add_argument("--backends", nargs="+", metavar="NAME",
