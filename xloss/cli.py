@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -231,33 +232,78 @@ def _bench_sizes(sizes):
     return sizes
 
 
-def cmd_bench(args) -> int:
-    from .bench import BenchConfig, report, run
+def _seconds(value, option: str):
+    """``value`` if it is None or a positive, finite number of seconds; else a one-line UsageError."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{option} takes a positive, finite number of seconds; got {value}")
+    return value
 
+
+def _bench_outputs(args) -> dict:
+    """The output paths, each checked before anything is measured."""
+    from .bench import outputs
+
+    paths = {opt: outputs.check(path, opt) for opt, path in (("--json", args.json), ("--csv", args.csv),
+                                                             ("--plot", args.plot)) if path}
+    if "--plot" in paths:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--plot needs matplotlib (pip install 'xloss[bench]')") from None
+    return paths
+
+
+def _bench_compare(args, new_result=None) -> int:
+    from .bench import compare
+
+    old = compare.load(args.compare[0])
+    new_path = args.compare[1] if len(args.compare) == 2 else (args.json or "this run")
+    new = compare.load(args.compare[1]) if len(args.compare) == 2 else new_result
+    entries = compare.compare(old, new, args.threshold)
+    print(compare.text(entries, args.compare[0], new_path, old, new, args.threshold))
+    return compare.exit_status(entries)
+
+
+def cmd_bench(args) -> int:
+    from .bench import BenchConfig, outputs, plot, report, run
+    from .bench.compare import load
+
+    if args.compare and len(args.compare) > 2:
+        raise UsageError("--compare takes OLD.json and optionally NEW.json")
+    if args.threshold < 0 or not math.isfinite(args.threshold):
+        raise UsageError(f"--threshold takes a fraction at least 0 (e.g. 0.05); got {args.threshold}")
+    if args.compare and len(args.compare) == 2:
+        return _bench_compare(args)
+    old = load(args.compare[0]) if args.compare else None
     _bench_sizes(args.sizes)
     known = registry.backend_names()
     for name in args.backends or ():
         if name not in known:
             raise UsageError(f"--backends: no backend named {name!r}; registered backends: {', '.join(known)}")
-    config = BenchConfig(kernels=args.kernels or BenchConfig().kernels, backends=args.backends, sizes=args.sizes,
-                         dtype=args.dtype, repeat=args.repeat, quick=args.quick, compile=not args.no_compile,
-                         max_call_s=args.max_call, cold_start=not args.no_cold_start)
-    try:
-        result = run(config, progress=not args.no_progress)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    if args.repeat is not None and args.repeat < 1:
+        raise UsageError(f"--repeat takes a positive number of rounds; got {args.repeat}")
+    settings = dict(kernels=args.kernels or BenchConfig().kernels, backends=args.backends, sizes=args.sizes,
+                    dtype=args.dtype, quick=args.quick, emulators=args.emulators)
+    if old is not None and not (args.kernels or args.sizes or args.backends):  # measure what the old run did
+        settings.update({k: old["config"][k] for k in settings if k in old.get("config", {})})
+    config = BenchConfig(**settings, repeat=args.repeat, compile=not args.no_compile,
+                         budget_s=_seconds(args.budget, "--budget"), max_call_s=_seconds(args.max_call, "--max-call"),
+                         cold_start=args.cold_start)
+    config.resolved()  # every mistake in the arguments, before anything is measured
+    paths = _bench_outputs(args)
+
+    def save(result):
+        if "--json" in paths:
+            outputs.write_text(paths["--json"], report.json_text(result))
+        if "--csv" in paths:
+            outputs.write_text(paths["--csv"], report.csv_text(result))
+
+    result = run(config, progress=not args.no_progress, on_cell=save)
     print(report.table(result))
-    if args.json:
-        report.write_json(result, args.json)
-    if args.csv:
-        report.write_csv(result, args.csv)
-    if args.plot:
-        try:
-            report.plot(result, args.plot)
-        except ImportError:
-            print("xloss bench: --plot needs matplotlib (pip install 'xloss[bench]')", file=sys.stderr)
-            return 2
-    return 0
+    if "--plot" in paths and result["cells"]:
+        plot.plot(result, paths["--plot"])
+    status = _bench_compare(args, result) if old is not None else 0
+    return 130 if result["interrupted"] else status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -300,25 +346,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge", metavar="DIR", help="report on what the runner wrote under DIR/out/")
     p.set_defaults(func=cmd_check, repeat_given=None)
 
-    p = sub.add_parser("bench", help="time every backend and the PyTorch alternatives side by side",
-                       description="Time each kernel on every available backend and on PyTorch eager, torch.compile, "
-                                   "ATen backward ops and a materialised linear+cross-entropy, in one process.")
+    p = sub.add_parser("bench", help="time the backends and the PyTorch alternatives side by side",
+                       description="Time each kernel on the host backends and on PyTorch eager, torch.compile, "
+                                   "ATen backward ops and a materialised linear+cross-entropy, in one process, within "
+                                   "a time budget; speed-ups with 95% paired bootstrap intervals.")
     p.add_argument("--kernels", nargs="+", metavar="KERNEL",
                    help=f"{_SHORT_NAMES}, lm_step or full names (default all)")
-    p.add_argument("--backends", nargs="+", metavar="NAME", help="xloss backends to include (default all)")
+    p.add_argument("--backends", nargs="+", metavar="NAME",
+                   help="xloss backends to include (default: the host backends; naming a vendor-ABI backend, or "
+                        "--emulators, adds the C emulators)")
     p.add_argument("--sizes", nargs="+", metavar="SIZE",
                    help="e.g. 8M (focal, bce), 32768x1000 (nll), 2048x1024x32000 (flce: BT x H x V)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
-    p.add_argument("--repeat", type=int, help="timed rounds per cell (default 15; 5 with --quick)")
-    p.add_argument("--quick", action="store_true", help="small sizes, fewer rounds")
-    p.add_argument("--no-cold-start", action="store_true",
-                   help="skip the first-call column (measured in a fresh process with empty compiler caches)")
-    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles for tens of seconds)")
+    p.add_argument("--repeat", type=int, metavar="N",
+                   help="at most N timed rounds per cell (default: as many as the budget allows)")
+    p.add_argument("--quick", action="store_true", help="small sizes and a 40 s budget (the whole run within a minute)")
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="time for the whole run, shared among the cells (default 240; 40 with --quick)")
     p.add_argument("--max-call", type=float, metavar="SECONDS",
-                   help="skip an xloss backend whose single call would take longer (default 20; 5 with --quick)")
-    p.add_argument("--json", metavar="FILE")
-    p.add_argument("--csv", metavar="FILE")
-    p.add_argument("--plot", metavar="FILE.png")
+                   help="skip an implementation whose one call, measured, takes longer (default: the cell's share of "
+                        "the budget)")
+    p.add_argument("--emulators", action="store_true",
+                   help="also time the vendor-ABI backends (xloss's C emulators), in their own section, unranked")
+    p.add_argument("--cold-start", action="store_true",
+                   help="also time each first call in a fresh process with empty compiler caches (outside the budget)")
+    p.add_argument("--no-cold-start", action="store_true", help=argparse.SUPPRESS)  # the default now
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its first call compiles)")
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON, rewritten after every cell")
+    p.add_argument("--csv", metavar="FILE", help="write one CSV row per implementation and cell, after every cell")
+    p.add_argument("--plot", metavar="FILE.png", help="one panel per kernel: speed-ups with their intervals")
+    p.add_argument("--compare", nargs="+", metavar="RUN.json",
+                   help="OLD.json [NEW.json]: per cell, the time ratio with its interval and a verdict; without "
+                        "NEW.json, run the old run's cells now and compare. Exit status 1 if anything got slower")
+    p.add_argument("--threshold", type=float, default=0.05, metavar="FRACTION",
+                   help="with --compare: smaller changes are 'same' (default 0.05)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=cmd_bench)
     return parser

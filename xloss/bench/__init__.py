@@ -1,47 +1,66 @@
 """``xloss bench``: every backend and the usual alternatives, side by side, in one process.
 
     from xloss.bench import BenchConfig, run
-    result = run(BenchConfig(quick=True))      # a JSON-able dict; see xloss.bench.report
+    result = run(BenchConfig(quick=True))      # a JSON-able dict; see xloss.bench.cells
 
-For each workload (kernel × mode × size × dtype) every candidate is called once here (which
-compiles or loads it), then all candidates are timed round-robin, each the same number of times
-(the cell's rounds are set by its slowest candidate's warm call and the budget, at least 3);
-each cell reports the median and p20/p80 with the sample count, the speed-up against the
-PyTorch baseline, the bandwidth achieved and its fraction of this machine's measured copy
-bandwidth (FLCE: FLOP/s and the fraction of the GEMM peak on a BLAS fixed per run), and the
-peak extra memory. The first-call column is measured in a fresh interpreter with empty Numba
-and TorchInductor caches, so it includes compilation. ``lm_step`` times a small language-model
-training step (stock PyTorch against the fused loss), idle and with a competing busy process.
-The result carries warnings when the machine was busy (load, other processes' CPU time, wide
-spreads): then trust the ratios (interleaved rounds), not the absolute times.
+A run has a time budget (``--quick``: 40 s, default: 240 s, so the whole command stays within
+a minute and five minutes, busy machine or not); each cell (kernel x mode x size x dtype) gets
+a share of what is left. Within it every implementation is called once (compiling or loading),
+calibrated (pyperf-style loop counts) and sampled in interleaved rounds as long as the budget
+allows (:mod:`xloss.bench.sampling`); a slow implementation gets fewer samples, and one is
+skipped only when one call, measured, exceeds the limit. Each speed-up over the PyTorch baseline
+comes with a paired bootstrap interval; "faster" or "slower" is said only where it excludes 1
+(:mod:`xloss.bench.stats`). Wall time is reported with the CPU time of this process's threads
+and the calling thread's. The vendor-ABI backends (xloss's C emulators) are correctness
+stand-ins: measured only when asked (``emulators=True`` or by name) and never ranked.
+``lm_step`` times a small language-model training step (stock PyTorch against the fused loss),
+idle and with a competing busy process. Warnings say when the machine was busy or the spread
+wide, with the load seen.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 
 from .. import registry
 from ..errors import XLossValueError
-from . import impls, machine, timing, workloads
+from . import cells, impls, machine, report, sampling, timing, workloads
+
+#: Version of the JSON a run writes (2: time budgets, per-sample times, intervals).
+SCHEMA = 2
+#: The whole run's budget in seconds (--quick, default): the issue's 60 s and 5 minutes, less a
+#: margin for starting Python, measuring the machine's ceilings and writing the reports.
+RUN_BUDGET_S = {True: 40.0, False: 240.0}
+#: A sample lasts at least this long (seconds; --quick, default): a clock reading of a few
+#: microseconds would measure the timer, not the kernel.
+MIN_SAMPLE_S = {True: 0.01, False: 0.05}
+#: A run taking more than this multiple of its budget says so.
+OVERRUN = 1.1
+#: A cell never gets less than this (seconds), however late the run: every candidate gets one sample.
+CELL_FLOOR_S = 0.5
 
 
 @dataclass
 class BenchConfig:
     kernels: list[str] = field(default_factory=lambda: list(workloads.KERNELS))
-    backends: list[str] | None = None  # None: every registered backend
+    backends: list[str] | None = None  # None: the host backends (every registered one with emulators=True)
     sizes: list[str] | None = None  # None: the defaults (quick or full)
     dtype: str = "float32"
-    repeat: int | None = None  # None: 5 (quick) or 15
+    repeat: int | None = None  # at most this many rounds per cell; None: as many as the budget allows
     quick: bool = False
     compile: bool = True
-    budget_s: float | None = None  # per cell, for the slowest candidate; None: 3 s (quick) or 12 s
-    max_call_s: float | None = None  # skip an xloss backend whose one call would take longer; None: 5 s / 20 s
-    cold_start: bool = True  # first calls in a fresh process with empty compiler caches
+    budget_s: float | None = None  # the whole run; None: RUN_BUDGET_S
+    max_call_s: float | None = None  # skip a candidate whose one call takes longer; None: the cell's planned share
+    cold_start: bool = False  # also first calls in a fresh process with empty compiler caches (outside the budget)
+    emulators: bool = False  # also the vendor-ABI backends (xloss's C emulators), in their own section
 
     def resolved(self) -> BenchConfig:
-        """A copy with defaults filled in; a mistake (unknown kernel, backend, size, dtype) raises
+        """A copy with defaults filled in; a mistake (unknown kernel, backend, size, dtype, a size
+        beyond this machine's memory, a budget or limit that is not a positive number) raises
         :class:`XLossValueError` with a one-line message."""
         c = BenchConfig(**asdict(self))
         c.kernels = [workloads.ALIASES.get(k, k) for k in c.kernels]
@@ -56,16 +75,22 @@ class BenchConfig:
             if bad:
                 raise XLossValueError(f"unknown backend {bad[0]!r}; registered: {', '.join(known)}")
         if c.sizes is not None:
-            workloads.check_sizes(c.sizes, c.kernels)
+            workloads.check_sizes(c.sizes, c.kernels, c.dtype)
         if c.repeat is not None and (isinstance(c.repeat, bool) or not isinstance(c.repeat, int) or c.repeat < 1):
             raise XLossValueError(f"repeat must be a positive integer; got {c.repeat!r}")
-        # cpu first, the vendor ABIs, the float64 reference last
-        c.backends = sorted(c.backends or known, key=lambda n: (n != "cpu", n == "reference", n))
-        c.repeat = c.repeat or (5 if c.quick else 15)
-        c.budget_s = c.budget_s or (3.0 if c.quick else 12.0)
-        c.max_call_s = c.max_call_s or (5.0 if c.quick else 20.0)
+        for name in ("budget_s", "max_call_s"):
+            value = getattr(c, name)
+            if value is not None and not _positive_finite(value):
+                raise XLossValueError(f"{name} must be a positive, finite number of seconds; got {value!r}")
+        chosen = c.backends or [n for n in known if c.emulators or impls.is_native(n)]
+        # cpu first, the float64 reference, then the vendor ABIs
+        c.backends = sorted(chosen, key=lambda n: (n != "cpu", not impls.is_native(n), n))
+        c.budget_s = c.budget_s or RUN_BUDGET_S[c.quick]
         return c
 
+
+def _positive_finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 class Progress:
     """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
@@ -79,7 +104,10 @@ class Progress:
         self.done += 1
         self.show(text)
 
-    def show(self, text: str):
+    def show(self, text: str, transient: bool = False):
+        """``transient``: a detail shown on a terminal only (a log file gets one line per step)."""
+        if transient and not self.tty:
+            return
         width = 24
         filled = int(width * self.done / max(self.total, 1))
         line = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} " \
@@ -103,6 +131,13 @@ def _modes(kernel: str, quick: bool):
     return ("grad",)
 
 
+def _import_dynamo() -> None:
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # torch.compile then reports its own failure as the candidate's skip reason
+        pass
+
+
 def _torch():
     try:
         import torch
@@ -112,178 +147,154 @@ def _torch():
         return None
 
 
-def run(config: BenchConfig, progress: bool = True) -> dict:
+def plan(cfg: BenchConfig) -> list[tuple[str, str, str]]:
+    """The cells of a run: (kernel, mode, size)."""
+    return [(k, m, s) for k in cfg.kernels for s in workloads.sizes_for(k, cfg.sizes, cfg.quick)
+            for m in _modes(k, cfg.quick)]
+
+
+def run(config: BenchConfig, progress: bool = True, on_cell=None) -> dict:
+    """Measure every cell of ``config`` within its budget. ``on_cell(result)`` is called once the
+    machine is described and after each cell (the CLI writes its JSON there, so an interrupted run
+    keeps what it measured). Ctrl-C ends the run early: the result so far comes back with
+    ``"interrupted": true``."""
     cfg = config.resolved()
+    started = time.perf_counter()
     timing.pin_malloc()
     torch = _torch()
     load_before = machine.load_average()
     others = machine.OtherLoad()
-    plan = [(k, m, s) for k in cfg.kernels for s in workloads.sizes_for(k, cfg.sizes, cfg.quick)
-            for m in _modes(k, cfg.quick)]
-    bar = Progress(len(plan) + 1) if progress else None
-    if bar:
-        bar.show("measuring this machine's copy bandwidth and GEMM peak")
-    bw = machine.copy_bandwidth()
-    peak, peak_lib = machine.gemm_peak(torch, cfg.dtype if cfg.dtype != "float64" else "float32")
-    if bar:
-        bar.step("ceilings measured")
-    cells = []
-    for kernel, mode, size in plan:
-        cell_load = machine.OtherLoad()
-        if kernel == "lm_step":
-            cell = _lm_cell(mode, size, cfg, torch, bar)
-        else:
-            cell = _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, bar)
-        cell["other_cpus"] = cell_load.cpus()
-        cells.append(cell)
+    cells_plan = plan(cfg)
+    weights = [(workloads.QUICK_CELL_WEIGHT if cfg.quick else workloads.CELL_WEIGHT).get(k, 1.0)
+               for k, _, _ in cells_plan]
+    bar = Progress(len(cells_plan) + 1) if progress else None
+    result = {"schema": SCHEMA, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine.describe(torch), "config": asdict(cfg),
+              "budget": {"total_s": cfg.budget_s, "used_s": None}, "interrupted": False,
+              "load": {"load_average_before": load_before}, "warnings": [], "cells": []}
+    try:
+        if torch is not None and cfg.compile:
+            if bar:
+                bar.show("importing torch.compile's machinery")
+            _import_dynamo()  # seconds of imports, once per process: not charged to the first cell using it
         if bar:
-            bar.step(f"{kernel} {mode} {size} done")
-    if bar:
-        bar.close()
-    other_cpus = others.cpus()
-    return {
-        "machine": machine.describe(torch),
-        "ceilings": {"copy_bandwidth_bytes_per_s": bw, "gemm_peak_flops": peak, "gemm_peak_library": peak_lib,
-                     "gemm_peak_dtype": cfg.dtype},
-        "config": asdict(cfg),
-        "load": {"load_average_before": load_before, "other_processes_cpus": other_cpus},
-        "warnings": machine.busy_warnings(load_before, other_cpus, cells),
-        "cells": cells,
-    }
+            bar.show("measuring this machine's copy bandwidth and GEMM peak")
+        bw = machine.copy_bandwidth()
+        peak, peak_lib = machine.gemm_peak(torch, cfg.dtype if cfg.dtype != "float64" else "float32")
+        result["ceilings"] = {"copy_bandwidth_bytes_per_s": bw, "gemm_peak_flops": peak,
+                              "gemm_peak_library": peak_lib, "gemm_peak_dtype": cfg.dtype}
+        if bar:
+            bar.step("ceilings measured")
+        if on_cell:
+            on_cell(result)
+        for i, (kernel, mode, size) in enumerate(cells_plan):
+            budget = sampling.cell_budget(cfg.budget_s, weights, time.perf_counter() - started, i, CELL_FLOOR_S)
+            # the call limit is the cell's planned share: a run behind its plan samples less, skips nothing more
+            max_call = cfg.max_call_s or cfg.budget_s * weights[i] / sum(weights)
+            cell_load = machine.OtherLoad()
+            say = (lambda text, key=f"{kernel} {mode} {size}": bar.show(f"{key}: {text}", transient=True)) \
+                if bar else None
+            try:
+                if kernel == "lm_step":
+                    cell = _lm_cell(mode, size, cfg, torch, budget, max_call, say)
+                else:
+                    cell = _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, budget, max_call, say)
+            except Exception as exc:  # one cell failing (memory, a broken install) leaves the others
+                cell = {"kernel": kernel, "mode": mode, "size": size, "dtype": cfg.dtype,
+                        "baseline": impls.BASELINE.get(kernel), "error": sampling.reason(exc), "budget_s": budget,
+                        "used_s": None, "rounds": 0, "results": [], "ranking": [], "skipped": []}
+            cell["load"] = {"load_average": machine.load_average(), "other_cpus": cell_load.cpus()}
+            result["cells"].append(cell)
+            _finish(result, started, load_before, others)
+            if on_cell:
+                on_cell(result)
+            if bar:
+                bar.step(report.cell_header(cell))
+    except KeyboardInterrupt:
+        result["interrupted"] = True
+        _finish(result, started, load_before, others)
+        if on_cell:
+            on_cell(result)
+    finally:
+        if bar:
+            bar.close()
+    return result
 
 
-def _skip_reason(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+def _finish(result, started, load_before, others) -> None:
+    result["budget"]["used_s"] = time.perf_counter() - started
+    result["load"].update(load_average_after=machine.load_average(), other_processes_cpus=others.cpus())
+    result["warnings"] = machine.busy_warnings(load_before, result["load"]["other_processes_cpus"],
+                                               result["cells"], result["load"]["load_average_after"])
+    used, total = result["budget"]["used_s"], result["budget"]["total_s"]
+    if used > total * OVERRUN:
+        result["warnings"].append(
+            f"the run took {used:.0f} s of its {total:.0f} s budget: every implementation gets at least one "
+            "sample, and calls were that slow here (smaller --sizes, or --quick, fit the budget)")
 
 
-def _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, bar) -> dict:
+def _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, budget, max_call, say) -> dict:
+    t0 = time.perf_counter()
     w = workloads.build(kernel, mode, size, cfg.dtype)
     cands, skips = impls.xloss_candidates(w, cfg.backends)
-    too_slow = _too_slow(kernel, mode, size, cfg, [c.name for c in cands])
-    skips += [impls.Skip(name, why) for name, why in too_slow.items()]
-    cands = [c for c in cands if c.name not in too_slow]
     more, more_skips = impls.torch_candidates(w, torch, cfg.compile)
     cands, skips = cands + more, skips + more_skips
-    for c in list(cands):  # the first call here compiles or loads; it is not what is reported
-        if bar:
-            bar.show(f"{w.key}: first call of {c.name}")
-        try:
-            c.fn()
-        except Exception as exc:
-            cands.remove(c)
-            skips.append(impls.Skip(c.name, _skip_reason(exc)))
-    first, first_notes = {}, {}
-    if cfg.cold_start:
-        for c in cands:
-            if bar:
-                bar.show(f"{w.key}: cold first call of {c.name} (fresh process, empty caches)")
-            spec = {"kernel": kernel, "mode": mode, "size": size, "dtype": cfg.dtype, "backends": cfg.backends,
-                    "candidate": c.name}
-            first[c.name], first_notes[c.name] = timing.cold_first_call(spec)
-    # one warm call each tells the cell's cost; every candidate then gets the same rounds
-    cost = {c.name: timing.first_call_seconds(c.fn) for c in cands}
-    rounds = timing.common_rounds(max(cost.values(), default=0.0), cfg.repeat, cfg.budget_s)
-    if bar:
-        bar.show(f"{w.key}: timing {len(cands)} implementations, {rounds} rounds each")
-    times = timing.race({c.name: c.fn for c in cands}, rounds)
-    # one more call measures memory, unless a call is expensive
-    mem = {c.name: timing.peak_extra_bytes(c.fn) if times[c.name].median * 4 < cfg.max_call_s else None
-           for c in cands}
-    return _cell(w, cands, skips, times, first, first_notes, mem, bw, peak)
+    spent = time.perf_counter() - t0
+    base = impls.BASELINE[w.kernel]
+    run_ = sampling.measure({c.name: c.fn for c in cands}, base, max(CELL_FLOOR_S, budget - spent), max_call,
+                            min_sample_s=MIN_SAMPLE_S[cfg.quick], max_rounds=cfg.repeat,
+                            compiles=frozenset(c.name for c in cands if c.compiles), say=say)
+    run_.budget_s, run_.used_s = budget, time.perf_counter() - t0
+    cold = _cold_starts(kernel, mode, size, cfg, run_, say) if cfg.cold_start else {}
+    return cells.kernel_cell(w, cands, skips, run_, base, bw, peak, cold)
 
 
-PROBE_FACTOR = 64
-PROBE_REPEAT = 3
-
-
-def _too_slow(kernel, mode, size, cfg, names) -> dict:
-    """{candidate: reason} for xloss backends whose one call, extrapolated from a problem with
-    1/64 of the work, would exceed ``cfg.max_call_s`` (the C emulators on big GEMMs). The probe
-    is timed 3 times after its first call and the fastest counts, so a moment of load elsewhere
-    does not skip a backend."""
-    probe = workloads.build(kernel, mode, workloads.scaled(kernel, size, PROBE_FACTOR), cfg.dtype)
-    calls = {c.name: c.fn for c in impls.xloss_candidates(probe, cfg.backends)[0] if c.name in names}
+def _cold_starts(kernel, mode, size, cfg, run_, say) -> dict:
     out = {}
-    for name, fn in calls.items():
-        fn()  # compile / load first
-        estimate = min(timing.first_call_seconds(fn) for _ in range(PROBE_REPEAT)) * PROBE_FACTOR
-        if estimate > cfg.max_call_s:
-            out[name] = (f"one call would take about {estimate:.0f} s (extrapolated from the fastest of "
-                         f"{PROBE_REPEAT} calls on a 1/{PROBE_FACTOR} problem); "
-                         f"limit {cfg.max_call_s:.0f} s (--max-call)")
+    for name in run_.sampled:
+        if say:
+            say(f"cold first call of {name} (fresh process, empty caches)")
+        spec = {"kernel": kernel, "mode": mode, "size": size, "dtype": cfg.dtype, "backends": cfg.backends,
+                "candidate": name}
+        out[name] = timing.cold_first_call(spec)
     return out
 
 
-def _lm_cell(mode, size, cfg, torch, bar) -> dict:
+#: (size, dtype, fused step) already run in this process: its kernels are compiled.
+_STEPS_RUN: set = set()
+
+
+def _lm_cell(mode, size, cfg, torch, budget, max_call, say) -> dict:
     """One training-step cell: stock PyTorch step (baseline) against the fused step on each
     selected backend that can keep up (cpu); ``mode`` idle or busy (a spinning competitor)."""
     from . import training
 
-    key = {"kernel": "lm_step", "mode": mode, "size": size, "dtype": cfg.dtype, "baseline": training.BASELINE,
-           "bytes_moved": None, "flops": None, "floor_s": None, "results": [], "skipped": []}
+    t0 = time.perf_counter()
+    skips = []
     if torch is None:
-        key["skipped"].append(asdict(impls.Skip("lm_step", "torch is not installed (pip install torch)")))
-        return key
+        return cells.lm_cell(mode, size, cfg.dtype, None, [impls.Skip("lm_step", "torch is not installed")])
     if cfg.dtype not in training.DTYPES:
         why = f"the training step runs in {' or '.join(training.DTYPES)}"
-        key["skipped"].append(asdict(impls.Skip("lm_step", why)))
-        return key
-    shape = training.parse_step(size, cfg.dtype)
-    lm = training.LM(shape)
+        return cells.lm_cell(mode, size, cfg.dtype, None, [impls.Skip("lm_step", why)])
+    lm = training.LM(training.parse_step(size, cfg.dtype))
     calls = {training.BASELINE: lm.stock_step}
     for name in cfg.backends:
         if name in training.FUSED_BACKENDS:
-            calls[f"xloss fused step ({name})"] = lambda name=name: lm.fused_step(name)
+            calls[training.fused_name(name)] = lambda name=name: lm.fused_step(name)
         else:
-            key["skipped"].append(asdict(impls.Skip(f"xloss fused step ({name})",
-                                                    "a training step is timed on the cpu backend only")))
-    first = {}
-    for name, fn in list(calls.items()):
-        if bar:
-            bar.show(f"lm_step {mode} {size}: first step of {name}")
-        try:
-            first[name] = timing.first_call_seconds(fn)
-        except Exception as exc:
-            del calls[name]
-            key["skipped"].append(asdict(impls.Skip(name, _skip_reason(exc))))
-    rounds = timing.common_rounds(max(first.values(), default=0.0), cfg.repeat, cfg.budget_s * 4)
-    if bar:
-        bar.show(f"lm_step {mode} {size}: {rounds} rounds, competitor {'on' if mode == 'busy' else 'off'}")
+            skips.append(impls.Skip(training.fused_name(name), "a training step is timed on the cpu backend only"))
+    left = max(CELL_FLOOR_S, budget - (time.perf_counter() - t0))
+    # the fused step compiles its kernels on a cold cache: in the first of the step's cells of this process
+    fused = {(size, cfg.dtype, n) for n in calls if n != training.BASELINE}
+    compiles = frozenset(n for _, _, n in fused - _STEPS_RUN)
+    _STEPS_RUN.update(fused)
+    kwargs = dict(min_sample_s=MIN_SAMPLE_S[cfg.quick], max_rounds=cfg.repeat, memory=False, say=say,
+                  compiles=compiles)
     if mode == "busy":
         with training.Competitor(training.competitor_cpu()):
-            times = timing.race(calls, rounds)
+            run_ = sampling.measure(calls, training.BASELINE, left, max_call, **kwargs)
     else:
-        times = timing.race(calls, rounds)
-    base = times.get(training.BASELINE)
-    for name in calls:
-        t = times[name]
-        key["results"].append({
-            "implementation": name, "kind": "pytorch" if name == training.BASELINE else "xloss",
-            "note": "forward + backward + SGD update", "median_s": t.median, "p20_s": t.p20, "p80_s": t.p80,
-            "samples": t.samples, "first_call_s": None, "first_call_note": "not measured cold for a training step",
-            "peak_extra_bytes": None, "speedup_vs_baseline": (base.median / t.median) if base else None})
-    return key
-
-
-def _cell(w, cands, skips, times, first, first_notes, mem, bw, peak) -> dict:
-    base_name = impls.BASELINE[w.kernel]
-    base = times.get(base_name)
-    rows = []
-    for c in cands:
-        t = times[c.name]
-        row = {"implementation": c.name, "kind": c.kind, "note": c.note, "median_s": t.median, "p20_s": t.p20,
-               "p80_s": t.p80, "samples": t.samples, "first_call_s": first.get(c.name),
-               "first_call_note": first_notes.get(c.name) or ("" if c.name in first else "cold start disabled"),
-               "peak_extra_bytes": mem.get(c.name),
-               "speedup_vs_baseline": (base.median / t.median) if base else None}
-        if w.bytes_moved:
-            row["bytes_per_s"] = w.bytes_moved / t.median
-            row["fraction_of_bandwidth"] = w.bytes_moved / t.median / bw
-        if w.flops:
-            row["flops_per_s"] = w.flops / t.median
-            row["fraction_of_gemm_peak"] = w.flops / t.median / peak if peak else None
-        rows.append(row)
-    return {"kernel": w.kernel, "mode": w.mode, "size": w.size, "dtype": w.dtype, "baseline": base_name,
-            "bytes_moved": w.bytes_moved, "flops": w.flops,
-            "floor_s": (w.bytes_moved / bw) if w.bytes_moved else ((w.flops / peak) if w.flops and peak else None),
-            "results": rows, "skipped": [asdict(s) for s in skips]}
+        run_ = sampling.measure(calls, training.BASELINE, left, max_call, **kwargs)
+    run_.budget_s, run_.used_s = budget, time.perf_counter() - t0
+    return cells.lm_cell(mode, size, cfg.dtype, run_, skips)

@@ -18,7 +18,7 @@ def main(argv=None) -> int:
 
         w = workloads.build(spec["kernel"], spec["mode"], spec["size"], spec["dtype"])
         if spec["candidate"].startswith("xloss:"):  # no torch import for an xloss backend
-            cands = impls.xloss_candidates(w, spec["backends"], probe=False)[0]
+            cands = impls.xloss_candidates(w, spec["backends"])[0]
         else:
             try:
                 import torch

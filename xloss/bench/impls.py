@@ -21,13 +21,23 @@ from ..containers import from_numpy
 from ..errors import XLossError
 from .workloads import Workload
 
+#: Kinds of candidate. A vendor-ABI backend (here: xloss's C emulators of the Ascend and DSP
+#: ABIs) stands in for a device to check correctness; it is shown apart and never ranked.
+XLOSS, PYTORCH, FLOOR, VENDOR_ABI = "xloss", "pytorch", "floor", "vendor-abi"
+
 
 @dataclass
 class Candidate:
     name: str
     fn: object
-    kind: str  # "xloss" | "pytorch" | "floor"
+    kind: str  # XLOSS | PYTORCH | FLOOR | VENDOR_ABI
     note: str = ""
+    compiles: bool = False  # its first call compiles (judged by its warm call, not its first)
+
+
+def is_native(backend_name: str) -> bool:
+    """A host backend (the ones automatic dispatch picks), as opposed to a vendor ABI."""
+    return backend_name in registry.DEFAULT_ORDER
 
 
 @dataclass
@@ -74,11 +84,11 @@ def _focal_torch(w: Workload, i, torch, compile_):
         return run
 
     note = "" if w.mode != "grad" else "forward + backward (autograd needs the forward)"
-    cands.append(Candidate("torch eager (A.1)", make(paper_focal_loss), "pytorch", note))
+    cands.append(Candidate("torch eager (A.1)", make(paper_focal_loss), PYTORCH, note))
     if compile_:
         try:
             compiled = torch.compile(paper_focal_loss, dynamic=False)
-            cands.append(Candidate("torch.compile (A.1)", make(compiled), "pytorch", note))
+            cands.append(Candidate("torch.compile (A.1)", make(compiled), PYTORCH, note, compiles=True))
         except Exception as exc:  # no compiler, unsupported platform, ...
             skips.append(Skip("torch.compile (A.1)", f"{type(exc).__name__}: {exc}"))
     else:
@@ -101,7 +111,7 @@ def _bce_xloss(w: Workload, b):
 def _bce_torch(w: Workload, i, torch, compile_):
     g = torch.tensor(1.0, dtype=i["x"].dtype)
     return [Candidate("torch aten backward", lambda: torch.ops.aten.binary_cross_entropy_backward(
-        g, i["x"], i["y"], i["weight"], 1), "pytorch", "binary_cross_entropy_backward")], []
+        g, i["x"], i["y"], i["weight"], 1), PYTORCH, "binary_cross_entropy_backward")], []
 
 
 # -- NLL gradient ------------------------------------------------------------------------------------
@@ -119,8 +129,8 @@ def _nll_torch(w: Workload, i, torch, compile_):
     tw = torch.tensor(float((w.inputs["target"] != -100).sum()), dtype=i["self"].dtype)
     out = np.empty_like(w.inputs["self"])
     return [Candidate("torch aten backward", lambda: torch.ops.aten.nll_loss_backward(
-                g, i["self"], i["target"], None, 1, -100, tw), "pytorch", "nll_loss_backward"),
-            Candidate("memset of the output", lambda: out.fill(0), "floor", "the floor for out=")], []
+                g, i["self"], i["target"], None, 1, -100, tw), PYTORCH, "nll_loss_backward"),
+            Candidate("memset of the output", lambda: out.fill(0), FLOOR, "the floor for out=")], []
 
 
 # -- fused linear cross-entropy gradient ----------------------------------------------------------------
@@ -145,8 +155,8 @@ def _flce_torch(w: Workload, i, torch, compile_):
         logits = i["input"] @ i["weight"].T
         return logits @ i["weight"], logits.T @ i["input"]
 
-    return [Candidate("torch materialised", materialised, "pytorch", "input @ weight.T + cross_entropy"),
-            Candidate("3 bare GEMMs", bare_gemms, "floor", "the GEMM floor (torch.mm)")], []
+    return [Candidate("torch materialised", materialised, PYTORCH, "input @ weight.T + cross_entropy"),
+            Candidate("3 bare GEMMs", bare_gemms, FLOOR, "the GEMM floor (torch.mm)")], []
 
 
 # -- vocabulary-parallel online max/sum (one shard) -----------------------------------------------------
@@ -172,9 +182,9 @@ def _online_max_sum_torch(w: Workload, i, torch, compile_):
             predicted = torch.where(masked, 0.0, z.gather(1, local[:, None]).squeeze(1) - m)
             return m, sum_exp, predicted, masked, local
 
-    return [Candidate("torch eager", eager, "pytorch",
+    return [Candidate("torch eager", eager, PYTORCH,
                       "x @ w.T (logits in the input dtype), amax, logsumexp, gather; mask as bool"),
-            Candidate("bare GEMM", lambda: x @ wt.T, "floor", "the GEMM floor (torch.mm, input dtype)")], []
+            Candidate("bare GEMM", lambda: x @ wt.T, FLOOR, "the GEMM floor (torch.mm, input dtype)")], []
 
 
 # -- vocabulary-parallel loss with max/sum ----------------------------------------------------------
@@ -194,8 +204,8 @@ def _loss_with_max_sum_torch(w: Workload, i, torch, compile_):
         return loss, torch.exp(z.to(m.dtype) - m[:, None]) / se[:, None]
 
     out = np.empty(w.inputs["logits"].shape, w.inputs["logits_max"].dtype)
-    return [Candidate("torch eager", eager, "pytorch", "log(sum_exp) - predicted; exp(logits - max) / sum_exp"),
-            Candidate("memset of the softmax", lambda: out.fill(0), "floor", "writing the (BT, V) softmax")], []
+    return [Candidate("torch eager", eager, PYTORCH, "log(sum_exp) - predicted; exp(logits - max) / sum_exp"),
+            Candidate("memset of the softmax", lambda: out.fill(0), FLOOR, "writing the (BT, V) softmax")], []
 
 
 IMPLS = {
@@ -214,9 +224,9 @@ BASELINE = {k: impl.baseline for k, impl in IMPLS.items()}
 # -- every kernel ------------------------------------------------------------------------------------
 
 
-def xloss_candidates(w: Workload, names, probe: bool = True) -> tuple[list[Candidate], list[Skip]]:
-    """Candidates for the xloss backends ``names``; ``probe``: make one call each here, so a
-    backend that does not declare the request is skipped (with its reason) up front."""
+def xloss_candidates(w: Workload, names) -> tuple[list[Candidate], list[Skip]]:
+    """Candidates for the xloss backends ``names`` (a backend that does not declare the request
+    refuses at its first call, which the bench reports as the reason it is skipped)."""
     cands, skips = [], []
     for name in names:
         label = f"xloss:{name}"
@@ -231,13 +241,12 @@ def xloss_candidates(w: Workload, names, probe: bool = True) -> tuple[list[Candi
             continue
         try:
             calls = IMPLS[w.kernel].xloss(w, b)
-            if probe:
-                calls[0][1]()  # refuses here if the backend does not declare the request
         except XLossError as exc:
             skips.append(Skip(label, str(exc)))
             continue
+        kind = XLOSS if is_native(name) else VENDOR_ABI
         for suffix, fn in calls:
-            cands.append(Candidate(label + suffix, fn, "xloss"))
+            cands.append(Candidate(label + suffix, fn, kind, compiles=name == "cpu"))
     return cands, skips
 
 

@@ -47,6 +47,18 @@ def describe(torch=None) -> dict:
     return info
 
 
+try:
+    import numba
+except ImportError:  # the copy-bandwidth figure is then NumPy's one-thread copy
+    numba = None
+else:
+
+    @numba.njit(parallel=True, cache=True)
+    def _parallel_copy(d, s):  # compiled once, cached on disk
+        for i in numba.prange(s.size):
+            d[i] = s[i]
+
+
 def copy_bandwidth(nbytes: int = 256 << 20, repeat: int = 5) -> float:
     """Bytes per second of a large copy (read + write counted), best of ``repeat``.
 
@@ -60,21 +72,12 @@ def copy_bandwidth(nbytes: int = 256 << 20, repeat: int = 5) -> float:
         t = time.perf_counter()
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - t)
-    try:
-        import numba
-
-        @numba.njit(parallel=True, cache=False)
-        def _pcopy(d, s):
-            for i in numba.prange(s.size):
-                d[i] = s[i]
-
-        _pcopy(dst, src)
+    if numba is not None:
+        _parallel_copy(dst, src)
         for _ in range(repeat):
             t = time.perf_counter()
-            _pcopy(dst, src)
+            _parallel_copy(dst, src)
             best = min(best, time.perf_counter() - t)
-    except ImportError:
-        pass
     return 2 * n * 8 / best
 
 
@@ -85,7 +88,7 @@ def gemm_library(torch=None) -> str:
     return "torch" if torch is not None else "numpy"
 
 
-def gemm_peak(torch=None, dtype: str = "float32", n: int = 2048, repeat: int = 5) -> tuple[float, str]:
+def gemm_peak(torch=None, dtype: str = "float32", n: int = 1024, repeat: int = 5) -> tuple[float, str]:
     """FLOP/s of a square GEMM on :func:`gemm_library` (best of ``repeat``), and that library."""
     lib = gemm_library(torch)
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
@@ -143,8 +146,10 @@ BUSY_LOAD_PER_CPU = 0.5
 BUSY_SPREAD = 1.3
 
 
-def busy_warnings(load_before: float | None, other_cpus: float | None, cells: list) -> list[str]:
-    """One line per sign that the machine was not quiet while the benchmark ran."""
+def busy_warnings(load_before: float | None, other_cpus: float | None, cells: list,
+                  load_after: float | None = None) -> list[str]:
+    """One line per sign that the machine was not quiet while the benchmark ran; the spread
+    warning states the load seen, so a reader can tell an unstable kernel from a busy machine."""
     cpus = os.cpu_count() or 1
     out = []
     if load_before is not None and load_before > BUSY_LOAD_PER_CPU * cpus:
@@ -154,7 +159,11 @@ def busy_warnings(load_before: float | None, other_cpus: float | None, cells: li
     spread = [f"{c['kernel']} {c['mode']} {c['size']}: {r['implementation']} p80/p20 = {r['p80_s'] / r['p20_s']:.2f}"
               for c in cells for r in c["results"] if r["p20_s"] > 0 and r["p80_s"] / r["p20_s"] > BUSY_SPREAD]
     if spread:
-        out.append(f"timing spread above {BUSY_SPREAD}x in {len(spread)} result(s), e.g. " + "; ".join(spread[:3]))
+        seen = [f"load average {v:.1f}" for v in (load_before, load_after) if v is not None]
+        if other_cpus is not None:
+            seen.append(f"other processes {other_cpus:.2f} CPUs")
+        out.append(f"the benchmark seems unstable: timing spread above {BUSY_SPREAD}x in {len(spread)} result(s) "
+                   f"({', '.join(seen) or 'load unknown'}), e.g. " + "; ".join(spread[:3]))
     return out
 
 

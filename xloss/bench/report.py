@@ -1,159 +1,195 @@
-"""Rendering benchmark results: a readable table, JSON, CSV and a PNG plot."""
+"""Rendering benchmark results: a readable table and CSV (the plot: :mod:`xloss.bench.plot`).
+
+Every time column of a cell is in one unit, named in its header (µs, ms or s, chosen from the
+column's largest value; CPU time in the median's unit, so the two compare at a glance);
+speed-ups carry their 95% interval and a verdict.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+from collections import defaultdict
+
+from . import impls, stats
+from .cells import BASELINE, NOT_RANKED
 
 
-def _ms(s):
-    return "-" if s is None else (f"{s * 1e3:.2f} ms" if s < 10 else f"{s:.1f} s")
+def unit(values) -> tuple[str, float]:
+    """(unit, scale) for a column of seconds: the largest value decides."""
+    top = max((v for v in values if v is not None), default=0.0)
+    if top < 1e-3:
+        return "µs", 1e6
+    if top < 10:
+        return "ms", 1e3
+    return "s", 1.0
+
+
+def num(v: float) -> str:
+    return f"{v:.0f}" if abs(v) >= 100 else (f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")
+
+
+def times(values, scale: float) -> list[str]:
+    return ["-" if v is None else num(v * scale) for v in values]
+
+
+def ratio_text(r: dict | None) -> str:
+    if r is None:
+        return "-"
+    if r["ci_low"] is None:
+        return f"{num(r['ratio'])}x"
+    return f"{num(r['ratio'])}x [{num(r['ci_low'])}, {num(r['ci_high'])}]"
 
 
 def _mb(b):
-    return "-" if b is None else f"{b / 2**20:.0f} MB"
+    return "-" if b is None else f"{b / 2**20:.0f}"
+
+
+def _columns(rows: list[dict], cell: dict, ranked: bool) -> list[tuple[str, list[str]]]:
+    """(header, values) for each column of ``rows``."""
+    cols = [("implementation", [r["implementation"] for r in rows])]
+    u, k = unit([r["median_s"] for r in rows] + [r["p80_s"] for r in rows])
+    cols.append((f"median ({u})", times([r["median_s"] for r in rows], k)))
+    cols.append((f"p20..p80 ({u})", [f"{a}..{b}" for a, b in zip(times([r["p20_s"] for r in rows], k),
+                                                                   times([r["p80_s"] for r in rows], k))]))
+    cols.append((f"CPU ({u})", times([r["process_cpu_s"] for r in rows], k)))  # in the median's unit
+    cols.append(("n x loops", [f"{r['samples']}x{r['loops']}" for r in rows]))
+    if ranked:
+        cols.append((f"speed-up vs {cell['baseline']} [95% CI]",
+                     ["1 (baseline)" if r["verdict"] == BASELINE else ratio_text(r["speedup"]) for r in rows]))
+        cols.append(("verdict", ["" if r["verdict"] == BASELINE else r["verdict"] for r in rows]))
+    if cell.get("bytes_moved") or cell.get("flops"):
+        gb = bool(cell.get("bytes_moved"))
+        thr = [r.get("bytes_per_s") if gb else r.get("flops_per_s") for r in rows]
+        frac = [r.get("fraction_of_bandwidth") if gb else r.get("fraction_of_gemm_peak") for r in rows]
+        cols.append(("GB/s" if gb else "GFLOP/s", ["-" if v is None else num(v / 1e9) for v in thr]))
+        cols.append(("of copy bw" if gb else "of GEMM peak",
+                     ["-" if v is None else f"{v:.2f}" + ("*" if v > 1 else "") for v in frac]))
+    if any(r.get("peak_extra_bytes") is not None for r in rows):
+        cols.append(("peak extra (MB)", [_mb(r.get("peak_extra_bytes")) for r in rows]))
+    fu, fk = unit([r.get("first_call_s") for r in rows])
+    cols.append((f"first call ({fu})", times([r.get("first_call_s") for r in rows], fk)))
+    if any("cold_first_call_s" in r for r in rows):
+        cu2, ck2 = unit([r.get("cold_first_call_s") for r in rows])
+        cols.append((f"cold first call ({cu2})", times([r.get("cold_first_call_s") for r in rows], ck2)))
+    return cols
+
+
+def _render(cols) -> list[str]:
+    widths = [max(len(h), *(len(v) for v in vals)) for h, vals in cols]
+    lines = ["  " + "  ".join(h.ljust(w) for (h, _), w in zip(cols, widths)).rstrip()]
+    for i in range(len(cols[0][1])):
+        lines.append("  " + "  ".join(vals[i].ljust(w) for (_, vals), w in zip(cols, widths)).rstrip())
+    return lines
+
+
+def _ranking_lines(cell: dict) -> list[str]:
+    out = []
+    for p in cell.get("ranking", ()):
+        if p["verdict"] == stats.FASTER:
+            out.append(f"    {p['faster']}  faster than  {p['slower']}  ({ratio_text(p)})")
+        elif p["verdict"] == stats.INDISTINGUISHABLE:
+            out.append(f"    {p['faster']}  indistinguishable from  {p['slower']}  ({ratio_text(p)})")
+        else:
+            out.append(f"    {p['faster']}  ?  {p['slower']}  ({p['verdict']})")
+    return ["  ranking (paired speed-up of each over the next, 95% interval):", *out] if out else []
+
+
+def _skip_lines(cell: dict) -> list[str]:
+    """One line per reason: the same reason for several implementations is said once."""
+    by_reason = defaultdict(list)
+    for s in cell["skipped"]:
+        by_reason[s["reason"]].append(s["name"])
+    return [f"  skipped {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
+
+
+def cell_header(cell: dict) -> str:
+    parts = []
+    if cell.get("results"):
+        parts.append(f"baseline {cell['baseline']}")
+    if cell.get("budget_s") is not None and cell.get("used_s") is not None:
+        parts.append(f"{cell['rounds']} rounds in {cell['used_s']:.1f} s of a {cell['budget_s']:.1f} s budget")
+    if cell.get("floor_s"):
+        u, k = unit([cell["floor_s"]])
+        parts.append(f"{'bandwidth' if cell.get('bytes_moved') else 'GEMM'} floor {num(cell['floor_s'] * k)} {u}")
+    head = f"{cell['kernel']} {cell['mode']}, size {cell['size']}, {cell['dtype']}"
+    return head + (f"  ({'; '.join(parts)})" if parts else "")
+
+
+def cell_lines(cell: dict) -> list[str]:
+    lines = [cell_header(cell)]
+    if cell.get("error"):
+        lines.append(f"  not measured: {cell['error']}")
+    rows = sorted(cell["results"], key=lambda r: r["median_s"])
+    native = [r for r in rows if r["kind"] != impls.VENDOR_ABI]
+    vendor = [r for r in rows if r["kind"] == impls.VENDOR_ABI]
+    if native:
+        lines += _render(_columns(native, cell, ranked=True))
+        if any((r.get("fraction_of_bandwidth") or r.get("fraction_of_gemm_peak") or 0) > 1 for r in native):
+            lines.append("  * above the measured ceiling: the operands fit in cache")
+        lines += _ranking_lines(cell)
+    if vendor:
+        lines.append(f"  vendor-ABI backends (xloss's C emulators: correctness stand-ins, {NOT_RANKED}):")
+        lines += _render(_columns(vendor, cell, ranked=False))
+    lines += _skip_lines(cell)
+    return lines
 
 
 def table(result: dict) -> str:
-    m, c = result["machine"], result["ceilings"]
+    m = result["machine"]
     lines = [f"machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, numba threads {m.get('numba_threads', '-')}, "
-             f"torch threads {m.get('torch_threads', '-')}",
-             f"measured: copy bandwidth {c['copy_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
-             f"{c['gemm_peak_dtype']} GEMM peak {c['gemm_peak_flops'] / 1e9:.0f} GFLOP/s ({c['gemm_peak_library']}, "
-             f"fixed per run)"]
+             f"torch threads {m.get('torch_threads', '-')}"]
+    c = result.get("ceilings")
+    if c:
+        lines.append(f"measured: copy bandwidth {c['copy_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
+                     f"{c['gemm_peak_dtype']} GEMM peak {c['gemm_peak_flops'] / 1e9:.0f} GFLOP/s "
+                     f"({c['gemm_peak_library']}, fixed per run)")
+    b = result.get("budget", {})
+    if b.get("used_s") is not None:
+        lines.append(f"budget: {b['total_s']:.0f} s for the whole run, {b['used_s']:.0f} s used"
+                     + ("; INTERRUPTED: the cells measured so far" if result.get("interrupted") else ""))
     load = result.get("load", {})
-    if load.get("load_average_before") is not None:
-        oc = load.get("other_processes_cpus")
-        lines.append(f"load: average {load['load_average_before']:.2f} before the run; other processes used "
-                     f"{'-' if oc is None else f'{oc:.2f}'} CPUs during it")
+    seen = [f"{label} {load[k]:.2f}" for label, k in (("load average before", "load_average_before"),
+                                                      ("after", "load_average_after")) if load.get(k) is not None]
+    if load.get("other_processes_cpus") is not None:
+        seen.append(f"other processes used {load['other_processes_cpus']:.2f} CPUs during the run")
+    if seen:
+        lines.append("load: " + ", ".join(seen))
     for w in result.get("warnings", []):
-        lines.append(f"WARNING: busy machine: {w} (compare ratios from the same cell, not absolute times)")
-    lines.append("n: timed samples per implementation (the same for every implementation of a cell); first call: "
-                 "a fresh process with empty Numba/TorchInductor caches, compilation and the backend's lazy imports "
-                 "included")
+        lines.append(f"WARNING: {w} (trust the paired ratios and their intervals, not the absolute times)")
+    lines.append("n x loops: samples x calls per sample (times are per call); CPU: CPU time of all this process's "
+                 "threads per call (the calling thread's alone is in the JSON); speed-up: median of per-round "
+                 "paired ratios, 95% bootstrap interval; faster/slower only where the interval excludes 1; "
+                 "first call: in this process (compilation included on a cold cache)")
     lines.append("")
-    head = ("implementation", "median", "p20..p80", "n", "speed-up", "throughput", "of roofline", "peak extra",
-            "first call")
     for cell in result["cells"]:
-        floor = f"floor {_ms(cell['floor_s'])}" if cell["floor_s"] else ""
-        lines.append(f"{cell['kernel']} {cell['mode']}, size {cell['size']}, {cell['dtype']}"
-                     f"  (speed-up vs {cell['baseline']}; {floor})")
-        rows = [head]
-        for r in sorted(cell["results"], key=lambda r: r["median_s"]):
-            if "bytes_per_s" in r:
-                thr, frac = f"{r['bytes_per_s'] / 1e9:.1f} GB/s", f"{r['fraction_of_bandwidth']:.2f} of bw"
-            elif "flops_per_s" in r:
-                thr = f"{r['flops_per_s'] / 1e9:.0f} GFLOP/s"
-                frac = f"{r['fraction_of_gemm_peak']:.2f} of peak" if r.get("fraction_of_gemm_peak") else "-"
-            else:
-                thr = frac = "-"
-            sp = r["speedup_vs_baseline"]
-            rows.append((r["implementation"], _ms(r["median_s"]), f"{_ms(r['p20_s'])}..{_ms(r['p80_s'])}",
-                         str(r["samples"]), "-" if sp is None else f"{sp:.2f}x", thr, frac, _mb(r["peak_extra_bytes"]),
-                         _ms(r["first_call_s"])))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-        for row in rows:
-            lines.append("  " + "  ".join(col.ljust(w) for col, w in zip(row, widths)).rstrip())
-        for r in cell["results"]:
-            note = r.get("first_call_note")
-            if note and r.get("first_call_s") is None and note != "cold start disabled":
-                lines.append(f"  first call of {r['implementation']}: {note}")
-        for s in cell["skipped"]:
-            lines.append(f"  skipped {s['name']}: {s['reason']}")
+        lines += cell_lines(cell)
         lines.append("")
     return "\n".join(lines)
 
 
-def write_json(result: dict, path) -> None:
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1, default=str)
-
-
 CSV_FIELDS = ("kernel", "mode", "size", "dtype", "implementation", "kind", "median_s", "p20_s", "p80_s", "samples",
-              "first_call_note",
-              "speedup_vs_baseline", "bytes_per_s", "fraction_of_bandwidth", "flops_per_s", "fraction_of_gemm_peak",
-              "peak_extra_bytes", "first_call_s", "note")
+              "loops", "process_cpu_s", "thread_cpu_s", "speedup", "speedup_ci_low", "speedup_ci_high", "verdict",
+              "bytes_per_s", "fraction_of_bandwidth", "flops_per_s", "fraction_of_gemm_peak", "peak_extra_bytes",
+              "first_call_s", "cold_first_call_s", "note")
 
 
-def write_csv(result: dict, path) -> None:
+def csv_text(result: dict) -> str:
     m = result["machine"]
-    with open(path, "w", newline="") as f:
-        f.write(f"# {m['cpu']}; {m['logical_cpus']} CPUs; numba threads {m.get('numba_threads')}; "
-                f"torch threads {m.get('torch_threads')}; versions {json.dumps(m['versions'])}\n")
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for cell in result["cells"]:
-            for r in cell["results"]:
-                w.writerow({**{k: cell[k] for k in ("kernel", "mode", "size", "dtype")}, **r})
-
-
-#: Colours told apart by most readers (Okabe-Ito), then hatches once they run out.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
-HATCHES = ("", "//", "..", "xx", "\\\\", "++")
-
-
-def _ratio_label(v: float) -> str:
-    return f"{v:.0f}x" if v >= 10 else (f"{v:.1f}x" if v >= 1 else f"{v:.2f}x")
-
-
-def plot(result: dict, path) -> None:
-    """One group per workload, one bar per implementation: speed-up over the PyTorch baseline
-    (log scale, ticks labelled as ratios), each bar labelled with its value and sample count;
-    the legend sits outside the plot, below it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
-    cells = result["cells"]
-    names = []
-    for cell in cells:
+    f = io.StringIO()
+    f.write(f"# {m['cpu']}; {m['logical_cpus']} CPUs; numba threads {m.get('numba_threads')}; "
+            f"torch threads {m.get('torch_threads')}; versions {json.dumps(m['versions'])}\n")
+    w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for cell in result["cells"]:
         for r in cell["results"]:
-            if r["implementation"] not in names:
-                names.append(r["implementation"])
-    style = {n: (PALETTE[j % len(PALETTE)], HATCHES[(j // len(PALETTE)) % len(HATCHES)]) for j, n in enumerate(names)}
-    fig, ax = plt.subplots(figsize=(max(9, 2.6 * len(cells)), 6.5))
-    values = []
-    for i, cell in enumerate(cells):
-        rows = [r for r in cell["results"] if r["speedup_vs_baseline"]]
-        width = 0.84 / max(len(rows), 1)
-        for k, r in enumerate(rows):
-            v = r["speedup_vs_baseline"]
-            values.append(v)
-            colour, hatch = style[r["implementation"]]
-            x = i + (k - (len(rows) - 1) / 2) * width
-            # bars grow from the 1x line: up is faster than the baseline, down is slower
-            ax.bar(x, v - 1.0, width * 0.95, bottom=1.0, color=colour, hatch=hatch,
-                   edgecolor="white" if not hatch else "black", linewidth=0.5)
-            if abs(v - 1.0) < 0.02:  # the baseline itself (or level with it): a thick mark on the line
-                ax.plot([x - width * 0.45, x + width * 0.45], [1.0, 1.0], color=colour, linewidth=5,
-                        solid_capstyle="butt")
-            up = v >= 1.0
-            ax.annotate(f"{_ratio_label(v)}\nn={r['samples']}", (x, v), xytext=(0, 2 if up else -2),
-                        textcoords="offset points", ha="center", va="bottom" if up else "top", fontsize=7,
-                        rotation=90 if len(rows) > 4 else 0)
-    ax.axhline(1.0, color="black", linewidth=1.0)
-    ax.set_yscale("log")
-    if values:
-        lo, hi = min(min(values), 1.0), max(max(values), 1.0)
-        ax.set_ylim(lo / 2.2, hi * 3.5)  # room for the labels beyond the longest bars
-        ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
-                 if lo / 2.2 <= t <= hi * 3.5]
-        ax.yaxis.set_major_locator(FixedLocator(ticks))
-        ax.yaxis.set_minor_locator(NullLocator())
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _ratio_label(v)))
-    ax.grid(axis="y", color="#dddddd", linewidth=0.6)
-    ax.set_axisbelow(True)
-    ax.set_xticks(range(len(cells)))
-    ax.set_xticklabels([f"{c['kernel']}\n{c['mode']} {c['size']}\n{c['dtype']}" for c in cells], fontsize=8)
-    ax.set_ylabel("speed-up over the PyTorch baseline (log scale; above 1x = faster)")
-    m = result["machine"]
-    busy = " — BUSY MACHINE: compare bars within a group" if result.get("warnings") else ""
-    ax.set_title(f"xloss bench — {m['cpu']}, {m['logical_cpus']} CPUs{busy}", fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=style[n][0], hatch=style[n][1], ec="black", lw=0.5) for n in names]
-    ax.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(4, max(1, len(names))),
-              fontsize=8, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+            sp = r.get("speedup") or {}
+            w.writerow({**{k: cell[k] for k in ("kernel", "mode", "size", "dtype")}, **r,
+                        "speedup": sp.get("ratio"), "speedup_ci_low": sp.get("ci_low"),
+                        "speedup_ci_high": sp.get("ci_high")})
+    return f.getvalue()
+
+
+def json_text(result: dict) -> str:
+    return json.dumps(result, indent=1, default=str)

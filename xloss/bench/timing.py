@@ -1,7 +1,6 @@
 """Timing and memory measurement for ``xloss bench``.
 
-Candidates of one benchmark cell run round-robin (one call each per round, after warm-up), so
-a noisy, shared machine slows them alike and their ratios stay meaningful. Peak extra memory
+The clock readings :mod:`xloss.bench.sampling` builds on. Peak extra memory
 is the resident-set high-water mark (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``)
 above the resident set before the call, with glibc's mmap threshold pinned so that large
 temporaries are really returned to the system when freed.
@@ -12,9 +11,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import re
-import statistics
 import time
-from dataclasses import dataclass
 
 _M_MMAP_THRESHOLD = -3
 _libc = None
@@ -39,64 +36,33 @@ def _status_bytes(field: str) -> int | None:
         return None
 
 
-def peak_extra_bytes(fn) -> int | None:
-    """Resident memory ``fn()`` adds at its peak (None where the OS does not tell)."""
-    gc.collect()
-    if _libc is not None:
-        _libc.malloc_trim(0)
+def peak_extra_bytes(fn) -> tuple[int | None, float]:
+    """Resident memory ``fn()`` adds at its peak (None where the OS does not tell), and the
+    seconds of that call alone (the reset and readings around it not included). Garbage is
+    collected once per cell (:func:`release`), not here: a collection costs tens of milliseconds."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset VmHWM to the current RSS
+        reset = True
     except OSError:
-        return None
-    before = _status_bytes("VmRSS")
-    fn()
-    peak = _status_bytes("VmHWM")
-    return None if before is None or peak is None else max(0, peak - before)
+        reset = False
+    before = _status_bytes("VmRSS") if reset else None
+    seconds = first_call_seconds(fn)
+    peak = _status_bytes("VmHWM") if reset else None
+    return (None if before is None or peak is None else max(0, peak - before)), seconds
+
+
+def release() -> None:
+    """Collect garbage and hand freed memory back to the system (before a cell's peak readings)."""
+    gc.collect()
+    if _libc is not None:
+        _libc.malloc_trim(0)
 
 
 def first_call_seconds(fn) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
-
-
-@dataclass
-class Timing:
-    median: float
-    p20: float
-    p80: float
-    samples: int
-
-    @classmethod
-    def of(cls, seconds: list[float]) -> Timing:
-        s = sorted(seconds)
-        q = statistics.quantiles(s, n=5, method="inclusive") if len(s) > 1 else [s[0]] * 4
-        return cls(statistics.median(s), q[0], q[3], len(s))
-
-
-def race(candidates: dict, rounds: int) -> dict:
-    """{name: Timing}: every candidate timed ``rounds`` times, interleaved round by round (a noisy
-    machine slows them alike), so every candidate has the same number of samples."""
-    times = {name: [] for name in candidates}
-    for _ in range(rounds):
-        for name, fn in candidates.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return {name: Timing.of(ts) for name, ts in times.items()}
-
-
-#: Every candidate of a cell gets at least this many timed samples, whatever the budget.
-MIN_ROUNDS = 3
-
-
-def common_rounds(slowest_call_s: float, repeat: int, budget_s: float) -> int:
-    """Timed rounds for a whole cell: ``repeat``, fewer if the slowest candidate (by its warm
-    call) would exceed ``budget_s``, never fewer than :data:`MIN_ROUNDS` (nor than ``repeat``
-    when that is smaller)."""
-    fit = int(budget_s / max(slowest_call_s, 1e-9))
-    return max(min(MIN_ROUNDS, repeat), min(repeat, fit))
 
 
 def cold_first_call(spec: dict, timeout_s: float = 900) -> tuple[float | None, str]:

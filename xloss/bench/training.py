@@ -29,6 +29,11 @@ DTYPES = ("float32", "bfloat16")
 FUSED_BACKENDS = ("cpu",)
 
 
+def fused_name(backend: str) -> str:
+    """The label of the fused step on ``backend``."""
+    return f"xloss fused step ({backend})"
+
+
 def competitor_cpu() -> int:
     """The CPU a pinned competitor spins on: the last one this process may use."""
     try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import dtypes as xdt
+from .. import memory
 from ..errors import XLossValueError
 from ..kernels import ALIASES as TABLE_ALIASES
 from ..kernels import KERNELS as KERNEL_TABLE
@@ -28,6 +29,14 @@ FULL_SIZES = {**{k: [row.bench_sizes[0]] for k, row in KERNEL_TABLE.items()},
               **{k: [s["sizes"][0]] for k, s in STEPS.items()}}
 QUICK_SIZES = {**{k: [row.bench_sizes[1]] for k, row in KERNEL_TABLE.items()},
                **{k: [s["sizes"][1]] for k, s in STEPS.items()}}
+
+
+#: Relative cost of a cell of each kernel: its share of the run's budget. Default sizes: the big
+#: GEMMs and the training step; --quick: torch.compile's first call (seconds, even from a warm
+#: cache) dominates focal's cell, and a training step costs four calls before its first round.
+QUICK_CELL_WEIGHT = {"focal_loss": 3.0, "lm_step": 1.5}
+CELL_WEIGHT = {"fused_linear_cross_entropy_grad": 2.5, "fused_linear_online_max_sum": 1.2, "lm_step": 2.0,
+               "bce_grad": 0.6, "nll_loss_grad": 0.7, "fused_cross_entropy_loss_with_max_sum": 0.7}
 
 
 @dataclass
@@ -66,9 +75,9 @@ def sizes_for(kernel: str, requested: list[str] | None, quick: bool) -> list[str
     return [s for s in requested if len(s.lower().split("x")) == DIMS[kernel]]
 
 
-def check_sizes(sizes: list[str], kernels: list[str]) -> None:
-    """Raise :class:`XLossValueError` (one line) for a size that does not parse or that no
-    selected kernel takes."""
+def check_sizes(sizes: list[str], kernels: list[str], dtype: str = "float32") -> None:
+    """Raise :class:`XLossValueError` (one line) for a size that does not parse, that no selected
+    kernel takes, or whose cell would need more memory than this machine has available."""
     for text in sizes:
         if not isinstance(text, str):
             raise XLossValueError(f"size must be a string such as 8M or 2048x1024x32000; got {text!r}")
@@ -79,22 +88,29 @@ def check_sizes(sizes: list[str], kernels: list[str]) -> None:
             raise XLossValueError(f"bad size {text!r}: {exc}") from None
         if n > 3 or min(dims) < 1:
             raise XLossValueError(f"bad size {text!r}: give N, NxC or BTxHxV with every dimension at least 1")
-        if not any(DIMS[k] == n for k in kernels):
+        takers = [k for k in kernels if DIMS[k] == n]
+        if not takers:
             forms = ", ".join(f"{k} takes {DIMS[k]} dimension(s)" for k in kernels)
             raise XLossValueError(f"size {text!r} fits none of the selected kernels ({forms})")
+        available = memory.available_bytes()
+        need = max(memory_bytes(k, dims, dtype) for k in takers)
+        if available is not None and need > available:
+            raise XLossValueError(f"size {text!r} needs about {need / 2**30:.3g} GiB in {dtype} (inputs, outputs and "
+                                  f"the alternatives' temporaries); {available / 2**30:.1f} GiB is available here")
 
 
-def scaled(kernel: str, size: str, factor: int) -> str:
-    """``size`` with ``factor`` times less work (for cost probes): elements / factor; rows / factor;
-    tokens and vocabulary each / sqrt(factor)."""
+def memory_bytes(kernel: str, dims: tuple[int, ...], dtype: str) -> int:
+    """A generous estimate of a cell's memory at its peak: the inputs, the outputs, and the largest
+    alternative's temporaries (autograd's, the float64 reference's, materialised logits)."""
+    isz = xdt.FLOAT_DTYPES[dtype].itemsize
     if DIMS[kernel] == 1:
-        return str(max(1, parse_count(size) // factor))
+        return dims[0] * (3 * isz + 12 * 8)
     if DIMS[kernel] == 2:
-        n, c = parse_dims(size, 2)
-        return f"{max(1, n // factor)}x{c}"
-    bt, h, v = parse_dims(size, 3)
-    r = max(1, int(math.isqrt(factor)))
-    return f"{max(1, bt // r)}x{h}x{max(1, v // r)}"
+        return dims[0] * dims[1] * (2 * isz + 4 * 8)
+    bt, h, v = dims
+    if kernel == "lm_step":
+        return bt * v * 4 * 4 + v * h * 4 * 6 + bt * h * 4 * 40
+    return (bt * h + v * h) * (2 * isz + 16) + bt * v * (3 * 4 + 2 * 8)
 
 
 def build(kernel: str, mode: str, size: str, dtype: str, seed: int = 0) -> Workload:
