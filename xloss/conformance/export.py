@@ -71,7 +71,7 @@ def export(folder, backend: str, options: dict, settings: dict, replay_args=None
             b, facts = module.recorder(backend, options, recording)
             results = run_suite(b, kernels=settings["kernels"], max_examples=settings["max_examples"],
                                 seed=settings["seed"], on_case=recording.new_attempt,
-                                large_cases=settings["large"], repeats=settings["repeat"])
+                                large_cases=settings["large"], repeats=settings["repeat"], leaks=False)
             statuses = [[r.kernel, r.dtype, str(r.mode), r.group, r.status] for r in results]
         else:
             facts, options, statuses = _record_replay(module, options, replay_args, recording)

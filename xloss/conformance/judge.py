@@ -65,7 +65,7 @@ def judge_results(folder, *, progress=None) -> tuple[dict, list]:
     b = _make(module, m, playback, m["options"])
     out = run_suite(b, kernels=s["kernels"], max_examples=s["max_examples"], seed=s["seed"],
                     on_case=playback.new_attempt, on_result=progress, large_cases=s["large"], repeats=s["repeat"],
-                    shrink=False)
+                    shrink=False, leaks=False)
     return m, out
 
 

@@ -245,11 +245,13 @@ def _classify(res: TargetResult, case: Case, exc: BaseException):
 
 def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples: int = 100, seed: int = 0,
                on_case: Callable[[Case], None] | None = None, configurations: bool = True,
-               shrink: bool = True) -> TargetResult:
+               shrink: bool = True, leaks: bool = True) -> TargetResult:
     """Test one target of ``backend`` on edge and drawn cases; see the module docstring for the statuses.
 
     ``shrink=False`` reports the first failure as found (no property search after a failing edge
-    case, no shrinking): enough to know *that* a target fails, at a fraction of the cost."""
+    case, no shrinking): enough to know *that* a target fails, at a fraction of the cost.
+    ``leaks=False`` leaves out the leak measurement (its call count follows this process's memory,
+    which an on-target recording and its playback cannot repeat)."""
     d = DESCRIPTORS[kernel]
     caps = declared_caps(backend, kernel, dtype, mode)
     declared = caps is not None
@@ -335,7 +337,7 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
         res.status = FAIL
         res.message = "works but is not declared: the backend's capability declaration is incomplete"
     outside.store(res)
-    if declared and leak_case and not isinstance(failure and failure[1], StateChanged):
+    if leaks and declared and leak_case and not isinstance(failure and failure[1], StateChanged):
         res.warnings.extend(_leak_warnings(d, leak_case[0], runner, on_case))
     stats.store(res)
     if failure is not None:
@@ -433,15 +435,15 @@ def run_large(backend: Backend, kernel: str, dtype: str, mode, *, seed: int = 0,
 
 def run_suite(backend: Backend, *, kernels=None, max_examples: int = 100, seed: int = 0, on_case=None,
               on_result=None, targets=None, large_cases: bool = False, repeats: int = REPEATS,
-              configurations: bool = True, shrink: bool = True) -> list[TargetResult]:
+              configurations: bool = True, shrink: bool = True, leaks: bool = True) -> list[TargetResult]:
     """Run every target (or the given ones, restricted to ``kernels``) in this process: the drawn
     group of every target, then (``large_cases``, as ``xloss check`` does) the large group of every
-    declared one. ``shrink=False``: see :func:`run_target`."""
+    declared one. ``shrink``, ``leaks``: see :func:`run_target`."""
     out = []
     chosen = [t for t in (targets or universe()) if not kernels or t[0] in kernels]
     for kernel, dtype, mode in chosen:
         r = run_target(backend, kernel, dtype, mode, max_examples=max_examples, seed=seed, on_case=on_case,
-                       configurations=configurations, shrink=shrink)
+                       configurations=configurations, shrink=shrink, leaks=leaks)
         out.append(r)
         if on_result is not None:
             on_result(r)
