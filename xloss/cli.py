@@ -122,7 +122,7 @@ def cmd_check(args) -> int:
     if args.replay:
         from .conformance.replay import replay
 
-        return replay(args, _backend_options(args), _make_backend)
+        return replay(args, _backend_options(args), _make_backend, isolated=not args.in_process)
     if not args.backend:
         raise UsageError("--backend NAME is required (or --replay FILE)")
     if args.repeat < 1:

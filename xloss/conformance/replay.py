@@ -11,7 +11,7 @@ The library is loaded and the cases run in a child process, as in the check (:mo
 case whose call never returns is a HANG line naming it once its deadline passes (``--case-deadline``,
 scaled by the case's size), one that kills the child a CRASH line naming it, each with the ABI call
 the library received; the child's process group is killed, and a fresh child takes the cases after
-it. ``--in-process`` runs them in this process instead.
+it. ``--in-process`` runs them in this process instead (as does ``--export``, which records the calls).
 """
 
 from __future__ import annotations
@@ -68,8 +68,10 @@ def _options(args, meta, name, given: dict) -> tuple[dict, str]:
     return {**saved, **given}, "case file" + (" and the command line" if given else "")
 
 
-def replay(args, given_options: dict, make_backend) -> int:
-    """Exit status: 0 every case agreed, 1 one failed (or crashed, or hung)."""
+def replay(args, given_options: dict, make_backend, isolated: bool = False) -> int:
+    """Exit status: 0 every case agreed, 1 one failed (or crashed, or hung). ``isolated``: in a child
+    process (``xloss check``), whose backend ``cli._make_backend`` makes; else in this one, with
+    ``make_backend(name, options)`` (the export records the calls it makes)."""
     cases, meta = load_cases(args.replay)
     saved_lib = meta.get("library")
     if saved_lib and not args.lib:  # the backend's default library is not what failed: it could pass
@@ -81,7 +83,7 @@ def replay(args, given_options: dict, make_backend) -> int:
     repeats = args.repeat if getattr(args, "repeat_given", False) else (3 if status == NONDETERMINISTIC else 1)
     plan = {"name": name, "options": options, "source": source, "saved_lib": saved_lib, "status": status,
             "repeats": repeats}
-    if getattr(args, "in_process", False):
+    if not isolated:
         return 1 if _run_cases(make_backend(name, options), cases, plan, print) else 0
     deadline = getattr(args, "case_deadline", None) or DEFAULT_CASE_DEADLINE
     return _run_isolated(cases, plan, float(deadline))
