@@ -286,3 +286,25 @@ def test_a_replay_takes_the_case_deadline_and_passes_the_correct_port_in_a_child
         out, _ = _replay(hostile["correct"], path, tmp_path, *extra)
         assert out.returncode == 0, out.stdout + out.stderr
         assert out.stdout.count(": ok ") == 2 and "replaying 2 case(s)" in out.stdout, out.stdout
+
+
+def test_ctrl_c_ends_a_replay_whose_case_never_returns_and_kills_its_child(hostile, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "xloss.cli", "check", "--replay", str(_replay_file(tmp_path)),
+                             "--backend", "ascend", "--lib", str(hostile["hang"])], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        while not _descendants(proc.pid) and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.1)
+        time.sleep(3.0)  # the child starts, loads the port and hangs in its call (it ignores SIGINT/SIGTERM)
+        children = _descendants(proc.pid)
+        assert children, "the replay has no child process"
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 130, proc.stderr.read()
+    time.sleep(0.2)
+    assert not [p for p in children if _alive(p)], "a process of the replay outlived it"
