@@ -113,20 +113,20 @@ def cmd_check(args) -> int:
     _hypothesis_storage()
     if args.judge or args.export:
         return _on_target(args)
-    if args.replay:
-        from .conformance.replay import replay
-
-        return replay(args, _backend_options(args), _make_backend)
-    if not args.backend:
-        raise UsageError("--backend NAME is required (or --replay FILE)")
-    if args.repeat < 1:
-        raise UsageError(f"--repeat must be >= 1; got {args.repeat}")
     if args.case_deadline is None:
         from .conformance.isolated import DEFAULT_CASE_DEADLINE
 
         args.case_deadline = DEFAULT_CASE_DEADLINE
     if not 0 < args.case_deadline < float("inf"):
         raise UsageError(f"--case-deadline must be a positive number of seconds; got {args.case_deadline}")
+    if args.replay:
+        from .conformance.replay import replay
+
+        return replay(args, _backend_options(args), _make_backend, isolated=not args.in_process)
+    if not args.backend:
+        raise UsageError("--backend NAME is required (or --replay FILE)")
+    if args.repeat < 1:
+        raise UsageError(f"--repeat must be >= 1; got {args.repeat}")
     kernels = [ALIASES.get(k, k) for k in args.kernels] if args.kernels else None
     for k in kernels or ():
         if k not in KERNELS:
@@ -328,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--failures-dir", default="xloss-check-failures", metavar="DIR",
                    help="where failing inputs are saved for --replay (default ./xloss-check-failures)")
     p.add_argument("--in-process", action="store_true",
-                   help="run in this process (faster start; a crashing or hanging port takes the report down)")
+                   help="run (or --replay) in this process (faster start; a crashing or hanging port takes the "
+                        "report down)")
     p.add_argument("--case-deadline", type=float, metavar="SECONDS",
                    help="seconds a case of up to 2^20 elements may take before it is a HANG (larger cases get "
                         "proportionally more; default: a generous two minutes); the library's process group is "

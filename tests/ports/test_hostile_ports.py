@@ -6,7 +6,8 @@ The checker must give a verdict on each and survive it: a library whose construc
 CRASH and never loaded by the parent; a call that never returns is a HANG within the deadline; a
 thread that segfaults after the call is a CRASH with a case; a port that forks is a FAIL; a helper
 process does not keep the check waiting; Ctrl-C ends the check even while the port ignores SIGTERM
-and SIGINT. In the child, a call that leaves the rounding mode, FTZ/DAZ, a signal handler or a
+and SIGINT. A CRASH or HANG shows the ABI call the library received; ``--replay`` runs in the same
+children and gives the same verdicts. In the child, a call that leaves the rounding mode, FTZ/DAZ, a signal handler or a
 thread behind fails naming it; a leak is a warning with its bytes per call; a phase one that writes
 an output, and a repeatable executor that gives other results the second time, fail naming the buffer.
 """
@@ -88,6 +89,9 @@ def test_a_call_that_never_returns_is_a_hang_within_the_deadline(hostile, tmp_pa
     assert case_from_json(by[BCE]["case"]).dtype == "float32"
     assert by[("bce_grad", "float16", "clamp")]["status"] == "pass"
     assert "HANG: bce_grad float32" in out.stdout and "input that hung" in out.stdout
+    # the call the library received reached the parent before it hung
+    assert by[BCE]["abi_calls"][0].startswith("aclnnBinaryCrossEntropyBackwardGetWorkspaceSize("), by[BCE]
+    assert "as the library received it" in out.stdout.split("HANG: bce_grad float32", 1)[1], out.stdout
     assert took < 180 + len(hung) * deadline_for(DEADLINE, 0), took  # (child starts are slow on a loaded machine)
 
 
@@ -141,6 +145,8 @@ def test_a_thread_that_segfaults_after_the_call_is_a_crash_with_its_case(hostile
     declared = [r for r in rep["results"] if r["declared"]]
     assert declared and all(r["status"] == "crash" and "SIGSEGV" in r["message"] for r in declared)
     assert all(case_from_json(r["case"]).kernel == "bce_grad" for r in declared)
+    assert all(r["abi_calls"] and "GetWorkspaceSize(" in r["abi_calls"][0] for r in declared), declared
+    assert "as the library received it" in out.stdout.split("CRASH: bce_grad", 1)[1], out.stdout
 
 
 def test_a_port_that_forks_is_a_fail_not_a_traceback(hostile, tmp_path):
@@ -225,3 +231,80 @@ def test_a_repeatable_executor_that_differs_on_its_second_run_fails(hostile):
     assert r.status == "fail", r.message
     assert "aclSetAclOpExecutorRepeatable" in r.message and "`out` different after its second run" in r.message
     assert case_from_json(r.case).kwargs["reduction"] == "mean"
+
+
+# ---- xloss check --replay runs in the same children ---------------------------------------------------
+
+def _replay_file(tmp_path, dtypes=("float32",)):
+    """A case file of one BCE-gradient case per dtype (labelled with it)."""
+    import numpy as np
+
+    from xloss.conformance.casefile import save_cases
+    from xloss.conformance.descriptor import Case
+
+    cases = [Case("bce_grad", "clamp", dt, {"x": np.array([0.25, 0.5, 0.75], dt), "y": np.array([0.0, 1.0, 0.0], dt),
+                                        "grad": 2.0, "reduction": "sum", "eps": 1e-12, "eps_mode": "clamp"},
+                  f"replayed {dt}") for dt in dtypes]
+    return save_cases(tmp_path / "case.json", cases, backend="ascend")
+
+
+def _replay(lib, path, tmp_path, *extra, timeout=120):
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "xloss.cli", "check", "--replay", str(path), "--backend", "ascend",
+                          "--lib", str(lib), *map(str, extra)], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=timeout, check=False)
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    return out, time.monotonic() - start
+
+
+def test_a_replayed_case_that_never_returns_is_a_hang_naming_it_and_the_next_case_runs(hostile, tmp_path):
+    path = _replay_file(tmp_path, ("float32", "float16"))  # the port hangs on float32 only
+    out, took = _replay(hostile["hang"], path, tmp_path, "--case-deadline", DEADLINE)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert re.search(rf"  HANG no result within the deadline of {DEADLINE:.1f} s .*\[case: replayed float32\]",
+                     out.stdout), out.stdout
+    assert "aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(" in out.stdout.split("HANG", 1)[1], out.stdout
+    assert "  dx: ok" in out.stdout.split("(replayed float16)", 1)[-1], out.stdout  # run by a fresh child
+    assert out.stdout.count("replaying 2 case(s)") == 1
+    assert took < 90, took
+
+
+@pytest.mark.parametrize("variant, says", [("async_crash", "SIGSEGV"), ("ctor_abort", "SIGABRT")])
+def test_a_replayed_case_that_crashes_is_a_crash_the_checker_survives(variant, says, hostile, tmp_path):
+    out, _ = _replay(hostile[variant], _replay_file(tmp_path), tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "CRASH" in out.stdout and says in out.stdout, out.stdout
+    if variant == "async_crash":  # the case in flight is named, with the call the library received
+        assert "[case: replayed float32]" in out.stdout and "GetWorkspaceSize(" in out.stdout, out.stdout
+
+
+def test_a_replay_takes_the_case_deadline_and_passes_the_correct_port_in_a_child_and_in_process(hostile, tmp_path):
+    path = _replay_file(tmp_path, ("float32", "float16"))
+    out, _ = _replay(hostile["correct"], path, tmp_path, "--case-deadline", "-1")
+    assert out.returncode == 2 and "--case-deadline must be a positive number" in out.stderr, out.stdout + out.stderr
+    for extra in ((), ("--in-process",)):
+        out, _ = _replay(hostile["correct"], path, tmp_path, *extra)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.count(": ok ") == 2 and "replaying 2 case(s)" in out.stdout, out.stdout
+
+
+def test_ctrl_c_ends_a_replay_whose_case_never_returns_and_kills_its_child(hostile, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "xloss.cli", "check", "--replay", str(_replay_file(tmp_path)),
+                             "--backend", "ascend", "--lib", str(hostile["hang"])], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        while not _descendants(proc.pid) and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.1)
+        time.sleep(3.0)  # the child starts, loads the port and hangs in its call (it ignores SIGINT/SIGTERM)
+        children = _descendants(proc.pid)
+        assert children, "the replay has no child process"
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 130, proc.stderr.read()
+    time.sleep(0.2)
+    assert not [p for p in children if _alive(p)], "a process of the replay outlived it"

@@ -4,7 +4,10 @@ The library under test is only ever loaded in a child (:func:`describe` asks one
 backend declares; :func:`run_isolated` runs the targets in children). A child makes itself the
 leader of its own process group and talks to the parent over a pipe; every message carries its
 pid. It announces each target before starting it and sends each case (pickled) *before* calling
-the backend on it, so the parent always holds the case in flight, whatever happens next.
+the backend on it, so the parent always holds the case in flight, whatever happens next, and
+each vendor-ABI call's text (:mod:`xloss.abi_log`) before making it, so a CRASH or HANG shows the
+call as the library received it. ``xloss check --replay`` runs its cases in the same children
+(:mod:`.replay`: :func:`child_backend`, :class:`Child`, :func:`await_loaded`, :func:`verdict`).
 
 The parent waits for each message against a deadline (:func:`deadline_for`: ``--case-deadline``
 seconds, scaled by the case's size); then, depending on what ended the wait:
@@ -30,6 +33,7 @@ import signal
 import time
 from multiprocessing.connection import wait
 
+from .. import abi_log
 from ..errors import XLossError
 from .casefile import case_to_json
 from .descriptor import Case
@@ -113,10 +117,28 @@ def _make_backend(name: str, options: dict, send):
     return None
 
 
-def _describe_main(name, options, conn):
+def child_backend(name: str, options: dict, conn):
+    """What a child does first: lead its own process group, make the backend (a refusal is sent as
+    "setup-error"), and send each recorded ABI call's text as ``("abi", (first, text))`` before the
+    library is called. Returns ``(send, backend)``; ``backend`` is None if it could not be made."""
     _own_process_group()
     send = _Messenger(conn)
     backend = _make_backend(name, options, send)
+    abi_log.listen(lambda first, text: send("abi", (first, text)))
+    return send, backend
+
+
+def case_message(case: Case) -> tuple:
+    """The "case" payload sent before ``case`` runs: its size (for the deadline) and the pickled case
+    (a ladder case without its arrays: rebuilt from its rung, no need to send hundreds of MiB)."""
+    elements = case_elements(case)
+    if case.ladder is not None:
+        case = Case(case.kernel, case.mode, case.dtype, {}, case.label, case.ladder)
+    return elements, pickle.dumps(case, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _describe_main(name, options, conn):
+    send, backend = child_backend(name, options, conn)
     if backend is None:
         return
     from .report import declared_variants, variants_text
@@ -130,17 +152,12 @@ def _describe_main(name, options, conn):
 
 
 def _child_main(name, options, items, settings, conn):
-    _own_process_group()
-    send = _Messenger(conn)
-    backend = _make_backend(name, options, send)
+    send, backend = child_backend(name, options, conn)
     if backend is None:
         return
 
     def on_case(case):
-        elements = case_elements(case)
-        if case.ladder is not None:  # rebuilt from its rung: no need to send hundreds of MiB
-            case = Case(case.kernel, case.mode, case.dtype, {}, case.label, case.ladder)
-        send("case", (elements, pickle.dumps(case, protocol=pickle.HIGHEST_PROTOCOL)))
+        send("case", case_message(case))
 
     for kernel, dtype, mode, group in items:
         declared = declared_caps(backend, kernel, dtype, mode) is not None
@@ -166,7 +183,7 @@ def _signal_name(exitcode) -> str:
     return f"exit status {exitcode}"
 
 
-class _Child:
+class Child:
     """A child process in its own process group, its pipe, and what ended it."""
 
     def __init__(self, target, args):
@@ -245,7 +262,7 @@ class LoadFailure(Exception):
         self.result = result
 
 
-def _await_loaded(child: _Child, name: str, base: float):
+def await_loaded(child: Child, name: str, base: float):
     """The child's first message after its "loading" one (Python's start and imports get
     :data:`STARTUP_SECONDS`, loading the backend ``base``)."""
     got = child.receive(STARTUP_SECONDS)
@@ -262,13 +279,14 @@ def describe(name: str, options: dict, *, case_deadline: float = DEFAULT_CASE_DE
     """What ``xloss.backend(name, **options)`` says about itself (availability, info, declared
     variants, configurations), asked of a child. Raises :class:`ChildSetupError` (the backend
     refused) or :class:`LoadFailure` (loading the library crashed, hung or forked)."""
-    with _Child(_describe_main, (name, options)) as child:
-        return _await_loaded(child, name, case_deadline)[2]
+    with Child(_describe_main, (name, options)) as child:
+        return await_loaded(child, name, case_deadline)[2]
 
 
-def _ended(how: str, detail, current: tuple, case_msg, deadline: float, previous=None) -> TargetResult:
-    """The result of the target in flight when the child stopped answering (``previous``: the case
-    before the one in flight, and the seconds since the one in flight was sent)."""
+def verdict(how: str, detail, case_msg, deadline: float, previous=None) -> tuple:
+    """``(status, message, case)`` for the case in flight when a child stopped answering (``how``,
+    ``detail``: what :meth:`Child.receive` returned; ``previous``: the case before the one in flight,
+    and the seconds since the one in flight was sent)."""
     case = pickle.loads(case_msg[1]) if case_msg is not None else None
     where = f" [case: {case.label}]" if case is not None and case.label else ""
     if how == "died":
@@ -292,8 +310,21 @@ def _ended(how: str, detail, current: tuple, case_msg, deadline: float, previous
         status = FAIL
         msg = (f"the check's pipe carried a torn message ({detail}): two processes wrote to it at once, so the "
                f"library forked a copy of its caller{where}")
+    return status, msg, case
+
+
+def _ended(how: str, detail, current: tuple, case_msg, deadline: float, previous=None, abi_calls=()) -> TargetResult:
+    """The result of the target in flight when the child stopped answering (see :func:`verdict`;
+    ``abi_calls``: the ABI calls the child sent for the case in flight)."""
+    status, msg, case = verdict(how, detail, case_msg, deadline, previous)
     return TargetResult(*current[:4], status=status, group=current[4], message=msg,
-                        case=case_to_json(case) if case is not None else None)
+                        case=case_to_json(case) if case is not None else None, abi_calls=list(abi_calls))
+
+
+def abi_calls_after(calls: list, payload) -> list:
+    """The ABI calls of the case in flight, given an ``("abi", (first, text))`` payload."""
+    first, text = payload
+    return [text] if first else [*calls, text]
 
 
 def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, seed=0, on_result=None,
@@ -314,10 +345,11 @@ def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, se
             on_result(r)
 
     while remaining:
-        with _Child(_child_main, (name, options, list(remaining), settings)) as child:
+        with Child(_child_main, (name, options, list(remaining), settings)) as child:
             current, case_msg, wait_s, previous, sent = None, None, base, None, time.monotonic()
+            calls = []
             try:
-                got = _await_loaded(child, name, base)
+                got = await_loaded(child, name, base)
             except LoadFailure as exc:
                 report(exc.result)
                 return results
@@ -331,10 +363,12 @@ def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, se
                     remaining = []
                     break
                 if kind == "start":
-                    current, case_msg, wait_s, previous = tuple(payload), None, base, None
+                    current, case_msg, wait_s, previous, calls = tuple(payload), None, base, None, []
                 elif kind == "case":
-                    previous, case_msg, sent = case_msg, payload, time.monotonic()
+                    previous, case_msg, sent, calls = case_msg, payload, time.monotonic(), []
                     wait_s = deadline_for(base, payload[0])
+                elif kind == "abi":
+                    calls = abi_calls_after(calls, payload)
                 elif kind == "result" and current is not None:
                     remaining.remove(current[:3] + current[4:])
                     current, case_msg, wait_s, previous = None, None, base, None
@@ -347,7 +381,7 @@ def run_isolated(name: str, options: dict, *, kernels=None, max_examples=100, se
                 # it stopped between targets (a thread of the last one crashing late, say): the next target is blamed
                 nxt = remaining[0]
                 current = (*nxt[:3], True, nxt[3])
-            report(_ended(got[0], got[1], current, case_msg, wait_s, (previous, time.monotonic() - sent)))
+            report(_ended(got[0], got[1], current, case_msg, wait_s, (previous, time.monotonic() - sent), calls))
             remaining.remove(current[:3] + current[4:])
     return results
 
