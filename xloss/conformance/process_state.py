@@ -9,10 +9,11 @@ library can change for the whole process and compares it after the call (:func:`
   AArch64 the FPCR;
 * every signal's disposition (``sigaction``: handler and flags) and the blocked-signal mask;
 * the threads the libraries started (the process's threads less those Python's ``threading``
-  started, e.g. an adapter's own workers). A pool started or grown lazily is fine: a call fails
-  only when it leaves more threads than it found and the process then holds more than a pool
-  needs, one per CPU beyond what it had at the first snapshot: a thread left behind per call
-  gets there within a few calls.
+  started, e.g. an adapter's own workers). A pool started or grown lazily is fine: only the
+  threads the checked calls themselves left running are counted, net, over the process's life
+  (threads other code starts between calls are not theirs), and a call fails when that count
+  passes what thread pools need, two per CPU (say an OpenMP runtime and a BLAS each): a thread
+  left behind per call gets there within a few calls.
 
 Whatever changed is put back (:func:`restore`) so the rest of the run, the oracle included, is not
 computed under the port's rounding mode. :func:`bytes_per_call` measures how much memory a call
@@ -105,8 +106,8 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-#: the library threads at the first snapshot of the process
-_BASELINE: list = []
+#: the threads the checked calls have left running in this process, net (see the module docstring)
+_LEFT_BY_CALLS = [0]
 
 
 def snapshot() -> Snapshot:
@@ -126,10 +127,7 @@ def snapshot() -> Snapshot:
         blocked = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))
     except (AttributeError, OSError):
         blocked = frozenset()
-    threads = _threads()
-    if not _BASELINE and threads is not None:
-        _BASELINE.append(threads)
-    return Snapshot(rounding, fenv, actions, blocked, threads)
+    return Snapshot(rounding, fenv, actions, blocked, _threads())
 
 
 def dispositions(snap: Snapshot) -> dict:
@@ -202,12 +200,14 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
         out.append(f"the blocked-signal mask ({'; '.join(parts)})")
     # Fewer threads is no fault of the call: a pool stops its threads before a fork (OpenBLAS does,
     # so any fork+exec in a library shrinks it) and starts them again when next used.
-    if before.threads is not None and after.threads is not None and after.threads > before.threads:
-        pool = (_BASELINE[0] if _BASELINE else before.threads) + _cpus()
-        if after.threads > pool:
+    if before.threads is not None and after.threads is not None:
+        _LEFT_BY_CALLS[0] = max(0, _LEFT_BY_CALLS[0] + after.threads - before.threads)
+        pools = 2 * _cpus()
+        if after.threads > before.threads and _LEFT_BY_CALLS[0] > pools:
             out.append(f"the thread count: {before.threads} before the call, {after.threads} after it (the call "
-                       f"left {after.threads - before.threads} thread(s) running; more than a thread pool needs: at "
-                       f"most {pool}, one per CPU beyond the {pool - _cpus()} at the start)")
+                       f"left {after.threads - before.threads} thread(s) running, the checked calls "
+                       f"{_LEFT_BY_CALLS[0]} in all; more than thread pools need: at most {pools}, two per CPU)")
+            _LEFT_BY_CALLS[0] = 0  # reported once; later calls are judged by what they leave themselves
     return out
 
 
