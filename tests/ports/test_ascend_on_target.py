@@ -148,4 +148,6 @@ def test_runner_is_sanitizer_clean(ports, tmp_path):
     res = subprocess.run([str(folder / "xloss_runner"), str(folder)], capture_output=True, text=True, check=False,
                          env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1"), timeout=300)
     assert res.returncode == 0 and "runtime error" not in res.stderr, res.stderr[-3000:]
-    assert not any(r.status in runner.FAILING for r in judge_results(folder)[1])
+    failing = [f"{r.kernel} {r.dtype} {r.mode}: {r.status}: {r.message}" for r in judge_results(folder)[1]
+               if r.status in runner.FAILING]
+    assert not failing, "\n".join(failing)

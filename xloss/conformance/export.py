@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ..errors import XLossError
+from . import process_state
 from .export_format import FORMAT, Recording, write_manifest
 
 #: backend name -> (module with recorder/player/write_runner, chip code of the runner)
@@ -67,14 +68,15 @@ def export(folder, backend: str, options: dict, settings: dict, replay_args=None
     recording = Recording(folder / "cases.bin", chip)
     (folder / "manifest.json").unlink(missing_ok=True)  # an export half-written is no export
     try:
-        if replay_args is None:
-            b, facts = module.recorder(backend, options, recording)
-            results = run_suite(b, kernels=settings["kernels"], max_examples=settings["max_examples"],
-                                seed=settings["seed"], on_case=recording.new_attempt,
-                                large_cases=settings["large"], repeats=settings["repeat"], leaks=False)
-            statuses = [[r.kernel, r.dtype, str(r.mode), r.group, r.status] for r in results]
-        else:
-            facts, options, statuses = _record_replay(module, options, replay_args, recording)
+        with process_state.unwatched():  # the calls run on the in-tree emulator, not on the port
+            if replay_args is None:
+                b, facts = module.recorder(backend, options, recording)
+                results = run_suite(b, kernels=settings["kernels"], max_examples=settings["max_examples"],
+                                    seed=settings["seed"], on_case=recording.new_attempt,
+                                    large_cases=settings["large"], repeats=settings["repeat"], leaks=False)
+                statuses = [[r.kernel, r.dtype, str(r.mode), r.group, r.status] for r in results]
+            else:
+                facts, options, statuses = _record_replay(module, options, replay_args, recording)
     except BaseException:
         recording.close()
         (folder / "cases.bin").unlink()

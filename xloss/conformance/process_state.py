@@ -24,6 +24,7 @@ Linux with glibc; elsewhere the parts that cannot be read are left out (:data:`A
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -108,6 +109,25 @@ def _cpus() -> int:
 
 #: the threads the checked calls have left running in this process, net (see the module docstring)
 _LEFT_BY_CALLS = [0]
+#: False inside :func:`unwatched`
+_WATCHING = [True]
+
+
+@contextlib.contextmanager
+def unwatched():
+    """Calls made inside are not compared (an on-target export or judge: the calls run on the in-tree
+    emulator or are answered from the runner's results, so this process's state says nothing about the
+    port)."""
+    saved = _WATCHING[0]
+    _WATCHING[0] = False
+    try:
+        yield
+    finally:
+        _WATCHING[0] = saved
+
+
+def watching() -> bool:
+    return _WATCHING[0]
 
 
 def snapshot() -> Snapshot:
