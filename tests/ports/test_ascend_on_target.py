@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,11 +144,16 @@ def test_runner_is_sanitizer_clean(ports, tmp_path):
     if shutil.which("gcc") is None:
         pytest.skip("no gcc")
     folder = tmp_path / "x"
-    export(folder, "ascend", {"lib": ports["correct"], "layout": "strided"}, _settings(None, 2))
+    # export and judge through the command line, each in a fresh process, as an author runs them
+    cli = [sys.executable, "-c", "import sys; from xloss.cli import main; sys.exit(main(sys.argv[1:]))", "check"]
+    res = subprocess.run([*cli, "--export", str(folder), "--backend", "ascend", "--lib", ports["correct"],
+                          "--option", "layout=strided", "--max-examples", "2", "--no-large"],
+                         capture_output=True, text=True, check=False, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     build_runner(folder, ports["correct"], "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g")
     res = subprocess.run([str(folder / "xloss_runner"), str(folder)], capture_output=True, text=True, check=False,
                          env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1"), timeout=300)
     assert res.returncode == 0 and "runtime error" not in res.stderr, res.stderr[-3000:]
-    failing = [f"{r.kernel} {r.dtype} {r.mode}: {r.status}: {r.message}" for r in judge_results(folder)[1]
-               if r.status in runner.FAILING]
-    assert not failing, "\n".join(failing)
+    res = subprocess.run([*cli, "--judge", str(folder), "--failures-dir", str(tmp_path / "f")], capture_output=True,
+                         text=True, check=False, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
