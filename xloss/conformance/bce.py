@@ -46,6 +46,10 @@ def edge_cases(dtype, mode, caps=None) -> list[Case]:
     probs = np.array([0.0, 1.0, 1e-12, 1e-9, 1e-7, 0.5, 1 - 1e-7, 1 - 2.0**-24, 1e-300])
     for y0 in (0.0, 1.0, 0.5):
         add(f"probabilities at and near 0 and 1, y={y0}", probs, np.full(probs.shape, y0), reduction="none")
+    # Where x(1-x) is near eps the two epsilon forms differ by up to 2x, in every dtype (at eps=1e-12
+    # they agree to float16's rounding): an undeclared mode is told apart without a lucky draw.
+    near = np.array([0.0, 1.0, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 0.5, 1 - 1e-3, 1 - 5e-4])
+    add("x(1-x) near eps=1e-3", near, (np.arange(near.size) % 2).astype(float), reduction="none", eps=1e-3)
     rng = np.random.default_rng(1)
     for n in (4097, 65537):
         for red in ("none", "mean", "sum"):

@@ -47,6 +47,7 @@ from .configs import (
     repeat_runs,
 )
 from .descriptor import Case
+from .draws import seed_only
 from .execute import (
     CheckFailure,
     Disagreement,
@@ -322,7 +323,8 @@ def run_target(backend: Backend, kernel: str, dtype: str, mode, *, max_examples:
                 raise
 
         try:
-            prop()
+            with seed_only():
+                prop()
         except Exception:
             if "case" in last and (failure is None or _size(last["case"]) < _size(failure[0])):
                 failure = (last["case"], last["exc"])
