@@ -27,3 +27,13 @@ def _outside_the_source_tree(tmp_path, monkeypatch):
     ``xloss/`` folder (whose subpackages live in sibling folders) instead of the installed package;
     files a test writes by relative path land here too, not in the checkout."""
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _draws_ignore_the_checkout():
+    """Hypothesis draws from the seed alone, as in CI: an editable checkout is "local code" to
+    hypothesis, whose literals it would mix into the draws (xloss/conformance/draws.py)."""
+    from xloss.conformance.draws import seed_only
+
+    with seed_only():
+        yield

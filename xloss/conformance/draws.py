@@ -14,6 +14,8 @@ import contextlib
 import threading
 
 _lock = threading.Lock()
+_depth = 0  # blocks open, over all threads: the first installs the empty pool, the last restores
+_saved = None
 
 
 def _providers():
@@ -33,20 +35,53 @@ def _clear(providers) -> None:
         cache.cache.clear()  # the permitted-constant tuples were computed from the pool in force
 
 
+def has_local_pool() -> bool:
+    """Whether this hypothesis mixes the importing program's constants into its draws."""
+    return _providers() is not None
+
+
 @contextlib.contextmanager
-def seed_only():
-    """Hypothesis draws inside the block use no constants from the importing program."""
+def program_constants():
+    """The state outside every :func:`seed_only` block, for the test that shows the guard matters:
+    inside, hypothesis uses the importing program's constants again (a block opened inside still
+    empties them). Not for use while other threads draw."""
+    global _depth, _saved
     providers = _providers()
     if providers is None:
         yield
         return
     with _lock:
-        empty = providers.Constants()
-        saved = providers._get_local_constants
-        providers._get_local_constants = lambda: empty
+        state = _depth, _saved, providers._get_local_constants
+        providers._get_local_constants = _saved if _depth else providers._get_local_constants
+        _depth, _saved = 0, None
         _clear(providers)
-        try:
-            yield
-        finally:
-            providers._get_local_constants = saved
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth, _saved, providers._get_local_constants = state
             _clear(providers)
+
+
+@contextlib.contextmanager
+def seed_only():
+    """Hypothesis draws inside the block use no constants from the importing program."""
+    global _depth, _saved
+    providers = _providers()
+    if providers is None:
+        yield
+        return
+    with _lock:
+        if _depth == 0:
+            empty = providers.Constants()
+            _saved, providers._get_local_constants = providers._get_local_constants, lambda: empty
+            _clear(providers)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                providers._get_local_constants, _saved = _saved, None
+                _clear(providers)
