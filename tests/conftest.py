@@ -37,3 +37,28 @@ def _draws_ignore_the_checkout():
 
     with seed_only():
         yield
+
+
+# -- the table of seeded port bugs (rows from tests/ports' port_findings, via the test reports) --
+
+_PORT_FINDINGS: list[dict] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _PORT_FINDINGS.extend(value for key, value in report.user_properties if key == "port_finding")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _PORT_FINDINGS:
+        return
+    tr = terminalreporter
+    tr.section("seeded port bugs found by xloss check")
+    head = ("vendor", "port", "first failing target", "found at example", "harness examples", "target s", "sweep s")
+    found = sorted(_PORT_FINDINGS, key=lambda f: (f["vendor"], f["port"]))  # xdist workers report in any order
+    rows = [head] + [(f["vendor"], f["port"], " ".join(f["target"]),
+                      str(f["first_failure"]), str(f["examples"]), f"{f['seconds']:.2f}",
+                      f"{f['sweep_seconds']:.1f}") for f in found]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    for r in rows:
+        tr.write_line("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

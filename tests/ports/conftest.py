@@ -25,8 +25,6 @@ import pytest
 
 from xloss.conformance import runner
 
-_FINDINGS: list[dict] = []
-
 
 @dataclass
 class Measured:
@@ -90,21 +88,14 @@ def xloss_cli():
     return run
 
 
-@pytest.fixture(scope="session")
-def port_findings():
-    """Append dicts with keys vendor, port, target, first_failure, examples, seconds, sweep_seconds."""
-    return _FINDINGS
+@pytest.fixture
+def port_findings(request):
+    """``.append(row)``: a dict with keys vendor, port, target, first_failure, examples, seconds,
+    sweep_seconds, kept with the test's report (so it reaches the table from an xdist worker too)."""
 
+    class Rows:
+        def append(self, row: dict) -> None:
+            target = [str(p) for p in row["target"] if p is not None]  # plain data: it crosses processes
+            request.node.user_properties.append(("port_finding", dict(row, target=target)))
 
-def pytest_terminal_summary(terminalreporter):
-    if not _FINDINGS:
-        return
-    tr = terminalreporter
-    tr.section("seeded port bugs found by xloss check")
-    head = ("vendor", "port", "first failing target", "found at example", "harness examples", "target s", "sweep s")
-    rows = [head] + [(f["vendor"], f["port"], " ".join(str(p) for p in f["target"] if p is not None),
-                      str(f["first_failure"]),
-                      str(f["examples"]), f"{f['seconds']:.2f}", f"{f['sweep_seconds']:.1f}") for f in _FINDINGS]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    for r in rows:
-        tr.write_line("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return Rows()
