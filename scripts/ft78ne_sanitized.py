@@ -96,7 +96,8 @@ def run_suite(name: str, lib: str, asan: str, examples: int, fuzz_examples: int,
         "PYTHONFAULTHANDLER": "1",
     })
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", lib, "--", *args, "-q", "-p", "no:cacheprovider",
-           "-x", "--no-header", "-m", ""]  # (every test of the suite named, slow ones too)
+           "-x", "--no-header", "-m", "", "-n", "0"]  # every test named, slow ones too; in this process,
+    # whose emulator is the sanitized library (xdist workers would load the in-tree one)
     try:
         res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:

@@ -68,7 +68,7 @@ def test_conformance_fuzz_and_abi_suites_under_asan_and_ubsan(tmp_path):
              "tests/backends/ascend/test_strided.py"]
     # from a scratch folder, with absolute paths: `python -m` puts the working directory on sys.path,
     # and the repository root would shadow the installed package with the source tree
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "ascend",
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-k", "ascend",
                           *(str(ROOT / t) for t in tests)],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     out = res.stdout + res.stderr
