@@ -35,6 +35,24 @@ BUGGY = textwrap.dedent('''
                                       eps_mode="add")
 
 
+    class KernelsFromATable(Backend):
+        """Kernels looked up in a table, as the cpu backend keeps them (no method per kernel);
+        declares the clamp form only, but computes either."""
+
+        def __init__(self, **options):
+            super().__init__(name="table", options=options)
+
+        def capabilities(self):
+            return {"bce_grad": KernelCaps.declare("bce_grad", dtypes=["float32"], eps_mode="clamp")}
+
+        def kernel(self, name):
+            return {"bce_grad": self._bce}.get(name)
+
+        def _bce(self, a):
+            a.out[...] = ref.bce_grad(a.x, a.y, a.grad, weight=a.weight, reduction=a.reduction, eps=a.eps,
+                                      eps_mode=a.eps_mode)
+
+
     class CrashesOnMoreThanFourElements(Backend):
         def __init__(self, **options):
             super().__init__(name="crashy", options=options)
@@ -82,7 +100,14 @@ def test_undeclared_targets_are_probed(buggy_module):
     f64 = runner.run_target(b, "bce_grad", "float64", "clamp", max_examples=5)
     assert f64.status == "wrong if forced"
     focal = runner.run_target(b, "focal_loss", "float32", "forward", max_examples=5)
-    assert focal.status == "refused"
+    assert focal.status == "not implemented"
+
+
+def test_undeclared_targets_are_probed_through_the_backends_own_kernel_lookup(buggy_module):
+    b = xloss.backend(f"{buggy_module}:KernelsFromATable")
+    add = runner.run_target(b, "bce_grad", "float32", "add", max_examples=5)
+    assert add.status == "fail" and "works but is not declared" in add.message, add.message
+    assert runner.run_target(b, "nll_loss_grad", "float32", "mean", max_examples=5).status == "not implemented"
 
 
 def test_case_files_round_trip_exactly(tmp_path):

@@ -110,7 +110,11 @@ class _Unchecked(Backend):
         return {k: KernelCaps.declare(k, dtypes=tuple(FLOAT_DTYPES)) for k in DESCRIPTORS}
 
     def run(self, args):
-        getattr(self.inner, args.request().kernel)(args)
+        kernel = args.request().kernel
+        fn = self.inner.kernel(kernel)  # the backend's own lookup (a backend may keep a table, not methods)
+        if fn is None:
+            raise BackendUnavailableError(f"backend {self.inner.name!r} has no implementation of {kernel}")
+        fn(args)
 
 
 @dataclass
