@@ -17,6 +17,18 @@ from .errors import UnsupportedRequestError, XLossError, XLossMemoryError
 from .kernel_args import Request
 from .kernels import KERNELS, REDUCTIONS
 
+#: Unpickles a backend the registry made, from its (name, options): ``xloss.registry.rebuild``, which the
+#: registry installs as it imports (it makes every such backend, so it is imported before one pickles).
+#: Pickles name that function, so this module need not import the registry.
+_rebuild = None
+
+
+def install_rebuild(fn) -> None:
+    """Set the function that :meth:`Backend.__reduce_ex__` names for a registry-made backend:
+    ``fn(name, options) -> Backend`` (called by :mod:`xloss.registry`)."""
+    global _rebuild
+    _rebuild = fn
+
 
 def _fmt(values) -> str:
     return ", ".join(str(v) for v in sorted(values, key=str))
@@ -221,11 +233,9 @@ class Backend:
         """Pickle (and ``copy.deepcopy``) by name and options: the copy is the registry's shared
         instance for them, never a second copy of a loaded C library."""
         made_by = getattr(self, "_xloss_made_by", None)
-        if made_by is None:
+        if made_by is None or _rebuild is None:
             return super().__reduce_ex__(protocol)  # a backend built by hand pickles as a plain object
-        from .registry import rebuild
-
-        return rebuild, made_by
+        return _rebuild, made_by
 
     def __repr__(self):
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())

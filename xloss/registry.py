@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 
-from .backend import Backend, KernelCaps
+from .backend import Backend, KernelCaps, install_rebuild
 from .errors import (
     BackendNotFoundError,
     BackendUnavailableError,
@@ -160,6 +160,9 @@ def backend(name: str, **options) -> Backend:
 def rebuild(name: str, options: dict) -> Backend:
     """Unpickling hook of :meth:`Backend.__reduce__`."""
     return backend(name, **options)
+
+
+install_rebuild(rebuild)  # the name pickles keep: xloss.registry.rebuild
 
 
 def _available(b: Backend) -> tuple[bool, str]:

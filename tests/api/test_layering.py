@@ -218,7 +218,6 @@ def short(module):
 # -- the allowlists: today's violations, each removed by the plan step named -----------------------
 
 ALLOWED_CYCLES = {
-    "backend -> registry",  # S2: registry installs the unpickling hook, backend.py:226 stops importing it
     # kernels.py:27 reads xloss.api's signatures (plan §4 calls it dynamic); gone when rows hold the functions (S8)
     "api -> registry -> backend -> kernels", "api -> validation -> kernels",
     # S2: cli._make_backend and UsageError move to conformance/making.py and errors, isolated stops importing cli
