@@ -9,7 +9,7 @@ import os
 import sys
 
 from . import registry
-from .errors import BackendNotFoundError, BackendUnavailableError, XLossError
+from .errors import UsageError, XLossError
 from .kernels import ALIASES, KERNELS
 
 
@@ -45,10 +45,6 @@ _SHORT_NAMES = ", ".join(k.aliases[0] for k in KERNELS.values())
 _NAME_WIDTH = max(map(len, KERNELS)) + 1
 
 
-class UsageError(XLossError):
-    """A mistake on the command line (printed as one line; exit status 2)."""
-
-
 def _option_value(text: str):
     for convert in (lambda t: int(t, 0), float):
         try:
@@ -80,20 +76,6 @@ def _hypothesis_storage():
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(cache, "xloss", "hypothesis"))
 
 
-def _make_backend(name: str, options: dict):
-    """``xloss.backend(name, **options)`` with any refusal (unknown name, option or value, a library
-    the backend cannot take) turned into one :class:`UsageError` line."""
-    try:
-        return registry.backend(name, **options) if options else registry.backend(name)
-    except (BackendNotFoundError, BackendUnavailableError):
-        raise
-    except (TypeError, ValueError) as exc:  # a factory refusing an option it does not take
-        exc = exc.__cause__ or exc  # the factory's own words, not the registry's wrapping
-        given = ", ".join(f"{k}={v}" for k, v in options.items())
-        what = "--lib (it takes no library)" if "lib" in options and "'lib'" in str(exc) else f"options {given}"
-        raise UsageError(f"backend {name!r} does not accept {what}: {exc}") from None
-
-
 def _describe_here(backend) -> dict:
     """What :func:`xloss.conformance.isolated.describe` asks a child, from a backend made in this process."""
     from .conformance import report
@@ -108,6 +90,7 @@ def _describe_here(backend) -> dict:
 def cmd_check(args) -> int:
     from .conformance import report
     from .conformance.isolated import LoadFailure, describe, run_isolated
+    from .conformance.making import make_backend
     from .conformance.runner import FAILING, run_suite
 
     _hypothesis_storage()
@@ -122,7 +105,7 @@ def cmd_check(args) -> int:
     if args.replay:
         from .conformance.replay import replay
 
-        return replay(args, _backend_options(args), _make_backend, isolated=not args.in_process)
+        return replay(args, _backend_options(args), make_backend, isolated=not args.in_process)
     if not args.backend:
         raise UsageError("--backend NAME is required (or --replay FILE)")
     if args.repeat < 1:
@@ -137,7 +120,7 @@ def cmd_check(args) -> int:
                 "isolated": not args.in_process, "large": not args.no_large, "repeat": args.repeat,
                 "case_deadline": args.case_deadline}
     if args.in_process:
-        backend = _make_backend(args.backend, options)
+        backend = make_backend(args.backend, options)
         described = _describe_here(backend)
     else:  # the library is loaded in a child only: one that crashes as it loads is a verdict, not our death
         try:

@@ -16,6 +16,10 @@ class XLossValueError(XLossError, ValueError):
     """An argument has the right type but a bad value or shape."""
 
 
+class UsageError(XLossError):
+    """A mistake on the command line (printed as one line; exit status 2)."""
+
+
 class XLossTypeError(XLossError, TypeError):
     """An argument has the wrong type or dtype."""
 

@@ -220,11 +220,6 @@ def short(module):
 ALLOWED_CYCLES = {
     # kernels.py:27 reads xloss.api's signatures (plan §4 calls it dynamic); gone when rows hold the functions (S8)
     "api -> registry -> backend -> kernels", "api -> validation -> kernels",
-    # S2: cli._make_backend and UsageError move to conformance/making.py and errors, isolated stops importing cli
-    "cli -> conformance.isolated", "cli -> conformance.replay -> conformance.isolated",
-    "cli -> conformance.export -> conformance.replay -> conformance.isolated",
-    "cli -> conformance.judge -> conformance.replay -> conformance.isolated",
-    "cli -> conformance.judge -> conformance.export -> conformance.replay -> conformance.isolated",
     # S5: ladders and shrinking units move into the descriptors, large.py stops importing them
     "conformance.focal -> conformance.large", "conformance.bce -> conformance.large",
     "conformance.large -> conformance.nll", "conformance.flce -> conformance.large",
@@ -265,7 +260,6 @@ ALLOWED_PRIVATE = {
     # S5: the ladders move into the descriptors
     "conformance.large -> conformance.focal._kwargs", "conformance.large -> conformance.bce._kwargs",
     "conformance.large -> conformance.nll._kwargs",
-    "conformance.isolated -> cli._make_backend",  # S2: make_backend moves to conformance/making.py
     "torch.flce -> registry._available", "torch.hf -> torch.flce._cpu_backend",  # S10: ask the resolved backend
     "torch.flce_max_sum -> torch.flce_chunks._NUMPY_NAME",  # S12: the torch FLCE rebuild (one dtype-name map)
     # not in the step plan: _checks.functorch_active wants a public name

@@ -104,7 +104,7 @@ class _Messenger:
 
 def _make_backend(name: str, options: dict, send):
     from .. import clib
-    from ..cli import _make_backend as make
+    from .making import make_backend as make
 
     clib.PROBE_LOADS = False  # this process is the probe: a library that crashes here is reported as such
     send("loading")

@@ -70,7 +70,7 @@ def _options(args, meta, name, given: dict) -> tuple[dict, str]:
 
 def replay(args, given_options: dict, make_backend, isolated: bool = False) -> int:
     """Exit status: 0 every case agreed, 1 one failed (or crashed, or hung). ``isolated``: in a child
-    process (``xloss check``), whose backend ``cli._make_backend`` makes; else in this one, with
+    process (``xloss check``), whose backend ``making.make_backend`` makes; else in this one, with
     ``make_backend(name, options)`` (the export records the calls it makes)."""
     cases, meta = load_cases(args.replay)
     saved_lib = meta.get("library")
