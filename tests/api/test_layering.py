@@ -253,10 +253,6 @@ ALLOWED_LAYER_IMPORTS = {
 }
 
 ALLOWED_PRIVATE = {
-    # S5: xloss.reference exports as_f64
-    "conformance.focal -> reference._common", "conformance.bce -> reference._common",
-    "conformance.nll -> reference._common", "conformance.flce -> reference._common",
-    "conformance.vocab_parallel -> reference._common",
     # S5: the ladders move into the descriptors
     "conformance.large -> conformance.focal._kwargs", "conformance.large -> conformance.bce._kwargs",
     "conformance.large -> conformance.nll._kwargs",

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from .. import api, reference
 from ..errors import XLossTypeError, XLossValueError
 from ..kernels import BCE_GRAD
-from ..reference._common import as_f64
+from ..reference import as_f64
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, underflow, upstream_rounding
 from .large import BCE_LADDER

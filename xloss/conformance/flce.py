@@ -11,7 +11,7 @@ from .. import api, reference
 from .. import dtypes as xdt
 from ..errors import XLossTypeError, XLossValueError
 from ..kernels import FLCE_GRAD
-from ..reference._common import as_f64
+from ..reference import as_f64
 from . import values as V
 from .descriptor import K_SLACK, Case, ErrorCase, KernelDescriptor, allowance
 from .large import FLCE_LADDER

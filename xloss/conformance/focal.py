@@ -9,7 +9,7 @@ import numpy as np
 from .. import api, reference
 from ..errors import XLossTypeError, XLossValueError
 from ..kernels import FOCAL
-from ..reference._common import as_f64
+from ..reference import as_f64
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, underflow, upstream_rounding
 from .large import FOCAL_LADDER

@@ -11,7 +11,7 @@ from .. import api, reference
 from .. import dtypes as xdt
 from ..errors import XLossIndexError, XLossTypeError, XLossValueError
 from ..kernels import NLL_GRAD
-from ..reference._common import as_f64
+from ..reference import as_f64
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, underflow
 from .large import NLL_LADDER

@@ -32,7 +32,7 @@ from .. import dtypes as xdt
 from ..errors import XLossTypeError, XLossValueError
 from ..kernels import LOSS_WITH_MAX_SUM as LOSS_SPEC
 from ..kernels import ONLINE_MAX_SUM as MAX_SUM_SPEC
-from ..reference._common import as_f64
+from ..reference import as_f64
 from . import values as V
 from .descriptor import K_SLACK, Case, ErrorCase, KernelDescriptor, allowance
 from .large import Ladder, Rung
