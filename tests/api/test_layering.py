@@ -220,13 +220,6 @@ def short(module):
 ALLOWED_CYCLES = {
     # kernels.py:27 reads xloss.api's signatures (plan §4 calls it dynamic); gone when rows hold the functions (S8)
     "api -> registry -> backend -> kernels", "api -> validation -> kernels",
-    # S5: ladders and shrinking units move into the descriptors, large.py stops importing them
-    "conformance.focal -> conformance.large", "conformance.bce -> conformance.large",
-    "conformance.large -> conformance.nll", "conformance.flce -> conformance.large",
-    "conformance.bce -> conformance.shrink -> conformance.execute -> conformance.large",
-    "conformance.execute -> conformance.large -> conformance.focal -> conformance.shrink",
-    "conformance.execute -> conformance.large -> conformance.nll -> conformance.shrink",
-    "conformance.execute -> conformance.large -> conformance.flce -> conformance.shrink",
 }
 
 ALLOWED_LAYER_IMPORTS = {
@@ -236,10 +229,6 @@ ALLOWED_LAYER_IMPORTS = {
     "conformance.export -> backends.ascend_aclnn.ontarget", "conformance.export -> backends.ft78ne_shim.ontarget",
     "bench -> bench.training", "bench.cells -> bench.training",  # S4: lm_step becomes a workload a row registers
     "bench.impls -> torch.paper",  # S8: the per-kernel impls move into the families
-    "conformance.large -> reference", "conformance.shrink -> reference",  # S5: FLCE masks go with the ladders/units
-    # S5: the ladders move into the descriptors
-    "conformance.large -> conformance.focal", "conformance.large -> conformance.bce",
-    "conformance.large -> conformance.nll", "conformance.large -> conformance.flce",
     # S8: the central rows' "module:attr" links go, families register their own rows
     "kernels -> reference.focal", "kernels -> conformance.focal", "kernels -> torch.focal",
     "kernels -> reference.bce", "kernels -> conformance.bce", "kernels -> torch.bce",
@@ -253,9 +242,6 @@ ALLOWED_LAYER_IMPORTS = {
 }
 
 ALLOWED_PRIVATE = {
-    # S5: the ladders move into the descriptors
-    "conformance.large -> conformance.focal._kwargs", "conformance.large -> conformance.bce._kwargs",
-    "conformance.large -> conformance.nll._kwargs",
     "torch.flce -> registry._available", "torch.hf -> torch.flce._cpu_backend",  # S10: ask the resolved backend
     "torch.flce_max_sum -> torch.flce_chunks._NUMPY_NAME",  # S12: the torch FLCE rebuild (one dtype-name map)
     # not in the step plan: _checks.functorch_active wants a public name

@@ -9,10 +9,10 @@ from .. import api, reference
 from ..errors import XLossTypeError, XLossValueError
 from ..kernels import BCE_GRAD
 from ..reference import as_f64
+from . import large
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, underflow, upstream_rounding
-from .large import BCE_LADDER
-from .shrink import ELEMENTWISE
+from .shrink import elementwise
 
 EPS_CHOICES = (1e-12, 1e-7, 1e-3)
 
@@ -125,7 +125,22 @@ def allowed(case: Case, expected, caps=None):
             + upstream_rounding(expected[0], case.dtype, caps, g),)
 
 
+# -- the shrinker's and the large ladder's view of a case: a unit is an element
+
+def _large_period(rng, n, dtype, mode, reduction, grad, caps) -> dict:
+    """One period of an elementwise rung (reduction ``none`` grads: one period of them)."""
+    x = rng.uniform(0.0, 1.0, n)
+    k = n // 4096
+    x[rng.integers(0, n, k)] = rng.choice(np.array([0.0, 1.0, 1e-12, 1e-7, 1 - 1e-7]), k)
+    return _kwargs(x, (rng.random(n) < 0.5).astype(np.float64), dtype, reduction=reduction, eps_mode=mode,
+                   weight=rng.uniform(0.0, 2.0, n) if reduction == "sum" else None, grad=grad)
+
+
+SHRINKING = elementwise("x", ("x", "y", "weight", "grad"), "grad")
+LADDER = large.elementwise_ladder(BCE_GRAD.name, _large_period)
+
+
 DESCRIPTOR = KernelDescriptor(spec=BCE_GRAD, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
-                              output_names=lambda mode: ("dx",), shrinking=ELEMENTWISE,
-                              ladder=BCE_LADDER)
+                              output_names=lambda mode: ("dx",), shrinking=SHRINKING,
+                              ladder=LADDER)

@@ -10,10 +10,10 @@ from .. import api, reference
 from ..errors import XLossTypeError, XLossValueError
 from ..kernels import FOCAL
 from ..reference import as_f64
+from . import large
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, underflow, upstream_rounding
-from .large import FOCAL_LADDER
-from .shrink import ELEMENTWISE
+from .shrink import elementwise
 
 _FUNCTIONS = {"forward": "focal_loss", "grad": "focal_loss_grad", "forward+grad": "focal_loss_with_grad"}
 
@@ -200,10 +200,37 @@ def allowed(case: Case, expected, caps=None):
     return tuple(out)
 
 
+# -- the shrinker's and the large ladder's view of a case: a unit is an element
+
+def _large_logits(rng, n: int) -> np.ndarray:
+    x = rng.normal(0.0, 3.0, n)
+    k = max(1, n // 4096)  # a few extremes, spread over the whole array
+    x[rng.integers(0, n, k)] = rng.choice(np.array(V.EXTREME_LOGITS), k)
+    return x
+
+
+def _large_targets(rng, n: int, binary: bool = False) -> np.ndarray:
+    """Binary targets with about 5% soft ones (``binary``: those rounded to 0 or 1)."""
+    y = (rng.random(n) < 0.3).astype(np.float64)
+    soft = rng.random(n) < 0.05
+    y[soft] = rng.random(int(soft.sum()))
+    return np.round(y) if binary else y
+
+
+def _large_period(rng, n, dtype, mode, reduction, grad, caps) -> dict:
+    """One period of an elementwise rung (reduction ``none`` grads: one period of them)."""
+    return _kwargs(_large_logits(rng, n), _large_targets(rng, n, V.binary_targets_only(caps)), dtype, alpha=0.25,
+                   gamma=2.0, reduction=reduction, grad=grad if mode != "forward" else None, mode=mode)
+
+
+SHRINKING = elementwise("x", ("x", "y", "weight", "grad"), "grad")
+LADDER = large.elementwise_ladder(FOCAL.name, _large_period)
+
+
 def output_names(mode):
     return {"forward": ("loss",), "grad": ("dx",), "forward+grad": ("loss", "dx")}[mode]
 
 
 DESCRIPTOR = KernelDescriptor(spec=FOCAL, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
-                              output_names=output_names, shrinking=ELEMENTWISE, ladder=FOCAL_LADDER)
+                              output_names=output_names, shrinking=SHRINKING, ladder=LADDER)

@@ -1,16 +1,16 @@
 """The fixed ladder of large cases: the sizes a real tiling sees, which drawn inputs never reach.
 
-Per kernel a few rungs, each with a label that names it in reports and replay files:
+Per kernel a few rungs, each with a label that names it in reports and replay files, e.g.:
 
-* elementwise (focal, BCE): every one of 8 cores above 65536 elements (a 16-bit DMA count
-  wraps there), above 2**20 and above 2**24 elements (partial sums of tiles, 24-bit counts);
-* NLL backward: C in the tens of thousands with enough rows for every core;
-* FLCE: V >= 32000 and BT >= 4096, H small so the C emulators finish in seconds;
-* the vocabulary-parallel forward: its own rungs (``xloss/conformance/vocab_parallel.py``).
+* elementwise kernels: every one of 8 cores above 65536 elements (a 16-bit DMA count wraps
+  there), above 2**20 and above 2**24 elements (partial sums of tiles, 24-bit counts):
+  :data:`ELEMENTWISE`, built with :func:`elementwise_ladder`;
+* a kernel over rows (tokens, rows of a 2-D input): its own rungs.
 
-Each descriptor holds its kernel's :class:`Ladder` (``KernelDescriptor.ladder``): the rungs, and
-the argument whose leading axis a rung's period repeats along. The built-in kernels' ladders are
-built here from the tables below.
+Each descriptor holds its kernel's :class:`Ladder` (``KernelDescriptor.ladder``): the rungs, the
+argument whose leading axis a rung's period repeats along, and what of its arguments and outputs
+does not simply repeat with it. The ladders are built in the descriptor modules; this module reads
+them from the descriptors and knows no kernel.
 
 Values are drawn deterministically from ``(seed, kernel, dtype, mode, rung)`` and realistic:
 logits ~N(0, 3) with a few extremes, binary targets with some soft ones (all binary for a backend
@@ -22,14 +22,14 @@ MiB of arrays).
 from __future__ import annotations
 
 import functools
+import importlib
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import reference
-from ..kernels import BCE_GRAD, FLCE_GRAD, FOCAL, KERNELS, NLL_GRAD
+from ..kernels import KERNELS
 from . import values as V
 from .descriptor import Case
 
@@ -38,25 +38,13 @@ CORES = 8
 #: The elementwise inputs repeat with this period (a prime: no power-of-two offset maps an element
 #: onto an equal one), so the oracle is computed on one period; the sizes are whole periods.
 PERIOD = 131071
-#: FLCE rows repeat with this period (tokens); BT is a whole number of periods.
-ROW_PERIOD = 97
-#: (label, periods, reduction, agree) for focal and BCE; ``agree``: repeated and run under every
-#: configuration (the 2**24 rung runs once: it is there for counts and sums that overflow).
+#: (label, periods, reduction, agree) of an elementwise kernel's rungs; ``agree``: repeated and run
+#: under every configuration (the 2**24 rung runs once: it is there for counts and sums that overflow).
 ELEMENTWISE = (
     ("8 cores x >65536 elements, none", 5, "none", True),  # 655355: 81919 per core
     ("8 cores x >65536 elements, sum", 5, "sum", True),
     ("2^20+ elements, mean", 9, "mean", True),  # 1179639
     ("2^24+ elements, mean", 129, "mean", False),  # 16908159
-)
-#: (label, N, C, reduction) for the NLL backward (every rung agrees across runs and configurations).
-NLL = (
-    ("N=67 C=32003, none", 67, 32003, "none"),
-    ("N=263 C=20011, mean", 263, 20011, "mean"),
-)
-#: (label, row periods, H, V, agree) for FLCE: one shard of a vocabulary of V + 7993 rows.
-FLCE = (
-    ("BT=291 H=8 V=4099", 3, 8, 4099, True),
-    ("BT=4171 H=8 V=32003", 43, 8, 32003, False),
 )
 
 
@@ -75,10 +63,25 @@ class Rung:
 @dataclass(frozen=True)
 class Ladder:
     """A kernel's large ladder: its rungs, and the argument whose leading axis a rung's period is
-    repeated along (``"x"`` for the elementwise kernels: their flattened elements)."""
+    repeated along (``"x"`` for the elementwise kernels: their flattened elements). For a ladder
+    over rows:
+
+    * ``per_class``: arguments that are not per row though their leading length may equal it
+      (weights per class): never repeated;
+    * ``bit_packed``: ``(argument, unpack, pack)`` of an argument that may hold one bit a row
+      (a uint8 array): ``unpack(value, rows)`` gives a bool per row, ``pack(bools)`` the bytes;
+    * ``summed_outputs``: outputs that are a sum over the rows (a weight gradient).
+
+    ``mean_as_sum(kwargs, n)``: rewrites in place a period's arguments whose reduction is a mean
+    over the ``n`` rows (elements) of the whole case into the sum over one period with the same
+    per-element outputs; True where it did (a summed output is then divided by ``n``)."""
 
     rungs: tuple
     rows: str
+    per_class: tuple = ()
+    bit_packed: tuple = ()
+    summed_outputs: tuple = ()
+    mean_as_sum: Callable | None = None
 
 
 def _rng(seed: int, *parts) -> np.random.Generator:
@@ -89,115 +92,64 @@ def _rng(seed: int, *parts) -> np.random.Generator:
 rng_for = _rng
 
 
-def _logits(rng, n: int) -> np.ndarray:
-    x = rng.normal(0.0, 3.0, n)
-    k = max(1, n // 4096)  # a few extremes, spread over the whole array
-    x[rng.integers(0, n, k)] = rng.choice(np.array(V.EXTREME_LOGITS), k)
-    return x
+def mean_as_sum(kwargs: dict, n: int) -> bool:
+    """:attr:`Ladder.mean_as_sum` of a kernel with a ``reduction`` argument and an upstream ``grad``:
+    a mean over ``n`` is, per element, the sum over one period with ``grad / n``."""
+    if kwargs.get("reduction") != "mean":
+        return False
+    kwargs["reduction"] = "sum"
+    if "grad" in kwargs:
+        kwargs["grad"] = float(kwargs["grad"]) / n
+    return True
 
 
-def _targets(rng, n: int, binary: bool = False) -> np.ndarray:
-    """Binary targets with about 5% soft ones (``binary``: those rounded to 0 or 1)."""
-    y = (rng.random(n) < 0.3).astype(np.float64)
-    soft = rng.random(n) < 0.05
-    y[soft] = rng.random(int(soft.sum()))
-    return np.round(y) if binary else y
+def elementwise_ladder(kernel: str, period_kwargs: Callable) -> Ladder:
+    """The :data:`ELEMENTWISE` ladder of an elementwise kernel. ``period_kwargs(rng, n, dtype, mode,
+    reduction, grad, caps)``: the kwargs of one period of ``n`` elements, drawn from ``rng`` after
+    ``grad`` (the upstream gradient: one period of it for reduction ``none``, else 0.75)."""
+
+    def period(reduction):
+        def build(dtype, mode, seed, label, caps=None):
+            rng = _rng(seed, kernel, dtype, mode, label)
+            n = PERIOD
+            grad = V.cast(rng.uniform(-2.0, 2.0, n), dtype) if reduction == "none" else 0.75
+            return Case(kernel, mode, dtype, period_kwargs(rng, n, dtype, mode, reduction, grad, caps),
+                        f"large: {label}")
+
+        return build
+
+    return Ladder(tuple(Rung(label, periods, agree, period(red)) for label, periods, red, agree in ELEMENTWISE), "x",
+                  mean_as_sum=mean_as_sum)
 
 
-def _period_case(kernel, dtype, mode, seed, label, reduction, caps=None) -> Case:
-    """One period of an elementwise rung (reduction ``none`` grads: one period of them)."""
-    rng = _rng(seed, kernel, dtype, mode, label)
-    n = PERIOD
-    grad = V.cast(rng.uniform(-2.0, 2.0, n), dtype) if reduction == "none" else 0.75
-    if kernel == FOCAL.name:
-        from .focal import _kwargs
-        kw = _kwargs(_logits(rng, n), _targets(rng, n, V.binary_targets_only(caps)), dtype, alpha=0.25, gamma=2.0,
-                     reduction=reduction,
-                     grad=grad if mode != "forward" else None, mode=mode)
-    else:
-        from .bce import _kwargs
-        x = rng.uniform(0.0, 1.0, n)
-        k = n // 4096
-        x[rng.integers(0, n, k)] = rng.choice(np.array([0.0, 1.0, 1e-12, 1e-7, 1 - 1e-7]), k)
-        kw = _kwargs(x, (rng.random(n) < 0.5).astype(np.float64), dtype, reduction=reduction, eps_mode=mode,
-                     weight=rng.uniform(0.0, 2.0, n) if reduction == "sum" else None, grad=grad)
-    return Case(kernel, mode, dtype, kw, f"large: {label}")
-
-
-def _tiled(case: Case, reps: int, lead: str = "x") -> Case:
-    """``case`` with every per-element (``lead`` "x") or per-row (of the array ``lead``) array
-    repeated ``reps`` times (a weight of rows is not per-row)."""
+def _tiled(case: Case, reps: int, ladder: Ladder) -> Case:
+    """``case`` with every per-element (rows ``"x"``) or per-row (of the array ``ladder.rows``)
+    array repeated ``reps`` times (an argument per class is not per-row)."""
+    lead = ladder.rows
     rows = lead != "x"
     n = np.shape(case.kwargs[lead])[0]
+    packed = {name: (unpack, pack) for name, unpack, pack in ladder.bit_packed} if rows else {}
     kw = {}
     for k, v in case.kwargs.items():
-        if rows and k == "target_mask" and v.dtype == np.uint8:  # bit-packed: tile the bits
-            kw[k] = reference.pack_mask(np.tile(reference.mask_as_bool(v, n), reps))
-        elif isinstance(v, np.ndarray) and v.ndim and v.shape[0] == n and not (rows and k == "weight"):
+        if k in packed and v.dtype == np.uint8:  # bit-packed: tile the bits
+            unpack, pack = packed[k]
+            kw[k] = pack(np.tile(unpack(v, n), reps))
+        elif isinstance(v, np.ndarray) and v.ndim and v.shape[0] == n and not (rows and k in ladder.per_class):
             kw[k] = np.tile(v, (reps,) + (1,) * (v.ndim - 1))
         else:
             kw[k] = v
     return Case(case.kernel, case.mode, case.dtype, kw, case.label)
 
 
-def _nll(dtype, seed, label, n, c, reduction, target_dtype) -> Case:
-    from .nll import _kwargs
-    rng = _rng(seed, NLL_GRAD.name, dtype, target_dtype, label)
-    t = rng.integers(0, c, n)
-    t[rng.random(n) < 0.1] = -100
-    self_values = -np.abs(rng.normal(0.0, 3.0, (n, c)))
-    kw = _kwargs(self_values, t.astype(np.dtype(target_dtype)), dtype, reduction=reduction,
-                 grad=V.cast(rng.uniform(-2.0, 2.0, n), dtype) if reduction == "none" else 0.75,
-                 weight=rng.uniform(0.0, 2.0, c) if reduction == "mean" else None)
-    return Case(NLL_GRAD.name, None, dtype, kw, f"large: {label}, {target_dtype} targets")
-
-
-def _flce_period(dtype, mode, seed, label, h, v, mask_formats) -> Case:
-    """ROW_PERIOD tokens of one shard [start, start + v) of a vocabulary of k rows."""
-    rng = _rng(seed, FLCE_GRAD.name, dtype, mode, label)
-    bt, k, start = ROW_PERIOD, v + 7993, 5000
-    scale = (3.0 / np.sqrt(h)) ** 0.5  # logits x.w ~ N(0, 3)
-    xs = rng.normal(0.0, scale, (bt, h))
-    xs[rng.choice(bt, 3, replace=False)] *= 12.0  # a few rows with logits ~ +-40
-    target = rng.integers(0, k, bt)
-    target[rng.random(bt) < 0.05] = -100
-    ws = rng.normal(0.0, scale, (k, h))
-    grad = np.where(target == -100, 0.0, rng.uniform(-1.0, 1.0, bt))
-    from .flce import shard_case
-    fmt = "bool" if "bool" in mask_formats and (mode == "softmax" or len(mask_formats) == 1) else "bitpacked"
-    return shard_case(dtype, mode, x=xs, w_global=ws, target=target, start=start, v=v, grad=grad,
-                      mask_format=fmt, label=f"large: {label}")
-
-
-def _elementwise_ladder(kernel: str) -> Ladder:
-    def period(reduction):
-        return lambda dtype, mode, seed, label, caps: _period_case(kernel, dtype, mode, seed, label, reduction, caps)
-
-    return Ladder(tuple(Rung(label, periods, agree, period(red)) for label, periods, red, agree in ELEMENTWISE), "x")
-
-
-def _nll_rung(n, c, reduction):
-    def period(dtype, mode, seed, label, caps):
-        declared = sorted(caps.variants["target_dtype"]) if caps is not None else ["int64"]
-        tdt = "int64" if "int64" in declared else "int32" if "int32" in declared else None
-        return None if tdt is None else _nll(dtype, seed, label, n, c, reduction, tdt)
-
-    return period
-
-
-def _flce_rung(h, v):
-    def period(dtype, mode, seed, label, caps):
-        formats = tuple(sorted(caps.variants["mask"])) if caps is not None else ("bool", "bitpacked")
-        return _flce_period(dtype, mode, seed, label, h, v, formats)
-
-    return period
-
-
-FOCAL_LADDER = _elementwise_ladder(FOCAL.name)
-BCE_LADDER = _elementwise_ladder(BCE_GRAD.name)
-NLL_LADDER = Ladder(tuple(Rung(label, 1, True, _nll_rung(n, c, red)) for label, n, c, red in NLL), "self")
-FLCE_LADDER = Ladder(tuple(Rung(label, periods, agree, _flce_rung(h, v)) for label, periods, h, v, agree in FLCE),
-                     "input")
+def __getattr__(name: str):
+    """The rung tables that moved into the descriptor modules, still readable here under their old
+    names: a descriptor module lists those it holds in ``LARGE_TABLES``."""
+    if not name.startswith("__"):
+        for spec in KERNELS.values():
+            module = importlib.import_module(spec.descriptor.partition(":")[0])
+            if name in getattr(module, "LARGE_TABLES", ()):
+                return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _ladder(kernel: str) -> Ladder | None:
@@ -229,11 +181,11 @@ def _base(kernel, dtype, mode, rung, seed, caps):
 
 def build(kernel: str, dtype: str, mode, rung: str, seed: int = 0, caps=None) -> Case | None:
     """The case of one rung (``caps``, if given, picks declared variants); None where no declared
-    variant fits the rung (NLL with only uint8 targets cannot index tens of thousands of classes)."""
-    base, reps, lead = _base(kernel, dtype, mode, rung, seed, caps)
+    variant fits the rung (uint8 targets, say, cannot index tens of thousands of classes)."""
+    base, reps, _ = _base(kernel, dtype, mode, rung, seed, caps)
     if base is None:
         return None
-    case = _tiled(base, reps, lead) if reps > 1 else base
+    case = _tiled(base, reps, _ladder(kernel)) if reps > 1 else base
     case.ladder = {"rung": rung, "seed": int(seed)}
     return case
 
@@ -264,16 +216,13 @@ def expectations(d, case: Case, caps) -> tuple[tuple, tuple]:
 
     kernel = case.kernel
     base, reps, lead = _base(kernel, case.dtype, case.mode, case.ladder["rung"], case.ladder["seed"], caps)
+    ladder = _ladder(kernel)
     rows = lead != "x"
-    red = base.kwargs.get("reduction")
     if reps == 1:
         expected = d.oracle(case)
         return expected, d.allowed(case, expected, caps)
     n_full = np.shape(case.kwargs[lead])[0]
-    if red == "mean":  # per element: the same as a sum over one period with grad / N
-        base.kwargs["reduction"] = "sum"
-        if "grad" in base.kwargs:
-            base.kwargs["grad"] = float(base.kwargs["grad"]) / n_full
+    mean = ladder.mean_as_sum is not None and ladder.mean_as_sum(base.kwargs, n_full)
     expected = d.oracle(base)
     allowed = d.allowed(base, expected, caps)
     names = d.output_names(case.mode)
@@ -281,14 +230,14 @@ def expectations(d, case: Case, caps) -> tuple[tuple, tuple]:
     out_e, out_a = [], []
     for name, e, a in zip(names, expected, allowed):
         e, a = np.asarray(e, dtype=np.float64), np.broadcast_to(np.asarray(a, dtype=np.float64), np.shape(e))
-        summed = (rows and name == "weight_grad") or e.ndim == 0
+        summed = (rows and name in ladder.summed_outputs) or e.ndim == 0
         if not summed:
             out_e.append(np.tile(e, (reps,) + (1,) * (e.ndim - 1)))
             out_a.append(np.tile(a, (reps,) + (1,) * (e.ndim - 1)))
             continue
         full = e * reps
         a_full = a * reps * growth + allowance(full, 0.0, case.dtype)
-        if red == "mean":  # the sum over every period, divided by N (rounded once more)
+        if mean:  # the sum over every period, divided by N (rounded once more)
             full = full / n_full
             a_full = a_full / n_full + allowance(full, 0.0, case.dtype)
         out_e.append(full)

@@ -12,10 +12,10 @@ from .. import dtypes as xdt
 from ..errors import XLossIndexError, XLossTypeError, XLossValueError
 from ..kernels import NLL_GRAD
 from ..reference import as_f64
+from . import large
 from . import values as V
 from .descriptor import Case, ErrorCase, KernelDescriptor, allowance, underflow
-from .large import NLL_LADDER
-from .shrink import NLL_ROWS
+from .shrink import Shrinking
 
 _INDEX = {"int64": np.int64, "int32": np.int32, "uint8": np.uint8}
 
@@ -162,7 +162,63 @@ def allowed(case: Case, expected, caps=None):
     return (allowance(expected[0], o * factor, case.dtype) + scalar_rounding + underflow(case.dtype, w, g, inv_tw),)
 
 
+# -- the shrinker's and the large ladder's view of a case: a unit is a row of a 2-D input
+
+def _units(case: Case) -> int:
+    s = case.kwargs["self"]
+    return int(np.shape(s)[0]) if np.ndim(s) == 2 else 0
+
+
+def _select(case: Case, keep) -> dict:
+    kw = dict(case.kwargs)
+    n = np.shape(kw["self"])[0]
+    kw["self"], kw["target"] = kw["self"][keep], kw["target"][keep]
+    if isinstance(kw["grad"], np.ndarray) and kw["grad"].shape == (n,):
+        kw["grad"] = kw["grad"][keep]
+    return kw
+
+
+def _unit_of(case: Case, flat_index: int, output: int) -> int:
+    s = case.kwargs["self"]  # a row of a 2-D input (a 1-D input is one unit: no hint)
+    return flat_index // max(1, np.shape(s)[1]) if np.ndim(s) == 2 else -1
+
+
+#: the NLL backward: a row of a 2-D input.
+SHRINKING = Shrinking(_units, _select, _unit_of)
+
+#: (label, N, C, reduction) of the large rungs (every rung agrees across runs and configurations):
+#: C in the tens of thousands with enough rows for every core.
+LARGE = (
+    ("N=67 C=32003, none", 67, 32003, "none"),
+    ("N=263 C=20011, mean", 263, 20011, "mean"),
+)
+
+
+def _large(dtype, seed, label, n, c, reduction, target_dtype) -> Case:
+    rng = large.rng_for(seed, NLL_GRAD.name, dtype, target_dtype, label)
+    t = rng.integers(0, c, n)
+    t[rng.random(n) < 0.1] = -100
+    self_values = -np.abs(rng.normal(0.0, 3.0, (n, c)))
+    kw = _kwargs(self_values, t.astype(np.dtype(target_dtype)), dtype, reduction=reduction,
+                 grad=V.cast(rng.uniform(-2.0, 2.0, n), dtype) if reduction == "none" else 0.75,
+                 weight=rng.uniform(0.0, 2.0, c) if reduction == "mean" else None)
+    return Case(NLL_GRAD.name, None, dtype, kw, f"large: {label}, {target_dtype} targets")
+
+
+def _large_rung(n, c, reduction):
+    def period(dtype, mode, seed, label, caps):
+        declared = sorted(caps.variants["target_dtype"]) if caps is not None else ["int64"]
+        tdt = "int64" if "int64" in declared else "int32" if "int32" in declared else None
+        return None if tdt is None else _large(dtype, seed, label, n, c, reduction, tdt)
+
+    return period
+
+
+LADDER = large.Ladder(tuple(large.Rung(label, 1, True, _large_rung(n, c, red)) for label, n, c, red in LARGE), "self",
+                      per_class=("weight",), mean_as_sum=large.mean_as_sum)
+
+
 DESCRIPTOR = KernelDescriptor(spec=NLL_GRAD, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
-                              output_names=lambda mode: ("grad_input",), shrinking=NLL_ROWS,
-                              ladder=NLL_LADDER)
+                              output_names=lambda mode: ("grad_input",), shrinking=SHRINKING,
+                              ladder=LADDER)

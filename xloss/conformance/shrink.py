@@ -5,8 +5,8 @@ its size when the bug shows on any element. This pass tries the failing elements
 halves, so a bug visible on one element is reported on one element.
 
 What a unit is, each descriptor says (``KernelDescriptor.shrinking``, a :class:`Shrinking`): an
-element for the elementwise kernels (the arrays are flattened; a broadcast weight is
-materialised), a row for NLL (2-D), a token for FLCE and the vocabulary-parallel forward.
+element for the elementwise kernels (:func:`elementwise`: the arrays are flattened, a broadcast
+one is materialised), a row of a 2-D input, a token (a row of the input of a linear layer).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import reference
 from ..kernels import KERNELS
 from .descriptor import Case
 
@@ -29,73 +28,39 @@ class Shrinking:
     """A kernel's unit of shrinking: ``units(case)``, how many a case has (0 or 1: nothing to
     shrink); ``select(case, keep)``, the case's kwargs restricted to the units ``keep`` (sorted
     indices); ``unit_of(case, flat_index, output)``, the unit holding an element of an output
-    (-1: no hint); ``noun``, what a report calls the units."""
+    (-1: no hint); ``noun``, what a report calls the units; ``written_unit``, see below."""
 
     units: Callable
     select: Callable
     unit_of: Callable
     noun: str = "rows"
+    #: ``(case, buffer, index)``: the unit holding the element ``index`` of the input ``buffer`` the
+    #: backend wrote into (None: no hint)
+    written_unit: Callable | None = None
 
 
-def _elementwise_units(case: Case) -> int:
-    x = case.kwargs["x"]
-    return int(np.size(x)) if np.ndim(x) else 0
+def elementwise(lead: str, arrays: tuple, upstream: str) -> Shrinking:
+    """The unit of an elementwise kernel: an element of the flattened arrays. ``lead``: the argument
+    whose elements are the units; ``arrays``: those restricted with it (a broadcast one is
+    materialised), ``upstream`` among them only where it has ``lead``'s shape (not a reduction's
+    scalar). An input element written by the backend is its own unit."""
 
+    def units(case: Case) -> int:
+        x = case.kwargs[lead]
+        return int(np.size(x)) if np.ndim(x) else 0
 
-def _elementwise_select(case: Case, keep) -> dict:
-    kw = dict(case.kwargs)
-    shape = np.shape(kw["x"])
-    for name in ("x", "y", "weight", "grad"):
-        v = kw.get(name)
-        if isinstance(v, np.ndarray) and (name != "grad" or v.shape == shape):
-            kw[name] = np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1)[keep]
-    return kw
+    def select(case: Case, keep) -> dict:
+        kw = dict(case.kwargs)
+        shape = np.shape(kw[lead])
+        for name in arrays:
+            v = kw.get(name)
+            if isinstance(v, np.ndarray) and (name != upstream or v.shape == shape):
+                kw[name] = np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1)[keep]
+        return kw
 
-
-#: focal and BCE: an element of the flattened arrays.
-ELEMENTWISE = Shrinking(_elementwise_units, _elementwise_select, lambda case, flat_index, output: flat_index,
-                        "elements")
-
-
-def _nll_units(case: Case) -> int:
-    s = case.kwargs["self"]
-    return int(np.shape(s)[0]) if np.ndim(s) == 2 else 0
-
-
-def _nll_select(case: Case, keep) -> dict:
-    kw = dict(case.kwargs)
-    n = np.shape(kw["self"])[0]
-    kw["self"], kw["target"] = kw["self"][keep], kw["target"][keep]
-    if isinstance(kw["grad"], np.ndarray) and kw["grad"].shape == (n,):
-        kw["grad"] = kw["grad"][keep]
-    return kw
-
-
-def _nll_unit_of(case: Case, flat_index: int, output: int) -> int:
-    s = case.kwargs["self"]  # a row of a 2-D input (a 1-D input is one unit: no hint)
-    return flat_index // max(1, np.shape(s)[1]) if np.ndim(s) == 2 else -1
-
-
-#: the NLL backward: a row of a 2-D input.
-NLL_ROWS = Shrinking(_nll_units, _nll_select, _nll_unit_of)
-
-
-def _flce_select(case: Case, keep) -> dict:
-    kw = dict(case.kwargs)
-    bt = np.shape(kw["input"])[0]
-    packed = np.asarray(kw["target_mask"]).dtype == np.uint8
-    mask = reference.mask_as_bool(kw["target_mask"], bt)[keep]
-    kw["target_mask"] = reference.pack_mask(mask) if packed else mask
-    for name in ("grad", "input", "masked_target", "softmax", "logits_max", "sum_exp_logits"):
-        if kw.get(name) is not None:
-            kw[name] = np.ascontiguousarray(kw[name][keep])
-    return kw
-
-
-#: the FLCE backward: a token (a row of input; the input gradient's rows hint at it).
-FLCE_TOKENS = Shrinking(lambda case: int(np.shape(case.kwargs["input"])[0]), _flce_select,
-                        lambda case, flat_index, output: (flat_index // max(1, np.shape(case.kwargs["input"])[1])
-                                                          if output == 0 else -1))
+    return Shrinking(units, select, lambda case, flat_index, output: flat_index, "elements",
+                     written_unit=lambda case, buffer, index: int(np.ravel_multi_index(index,
+                                                                                       case.kwargs[buffer].shape)))
 
 
 def _shrinking(case: Case) -> Shrinking | None:
@@ -185,8 +150,9 @@ def minimise(failure, attempt):
         return False
 
     found = hints(case, exc.comparisons) if isinstance(exc, Mismatch) else []
-    if isinstance(exc, InputWritten) and case.kernel in ("focal_loss", "bce_grad"):
-        found = [int(np.ravel_multi_index(exc.index, case.kwargs[exc.buffer].shape))] if exc.index else []
+    own = _shrinking(case)
+    if isinstance(exc, InputWritten) and own is not None and own.written_unit is not None:
+        found = [own.written_unit(case, exc.buffer, exc.index)] if exc.index else []
     smaller = shrink(case, fails, found)
     if smaller is case:
         return failure

@@ -547,7 +547,8 @@ ONLINE_MAX_SUM = KernelDescriptor(
     spec=MAX_SUM_SPEC, draw_case=draw_max_sum_case,
     edge_cases=max_sum_edge_cases, error_cases=_bad_max_sum_cases, call=call_max_sum, oracle=oracle_max_sum,
     allowed=allowed_max_sum, output_names=lambda mode: MAX_SUM_OUTPUTS,
-    shrinking=Shrinking(max_sum_units, max_sum_select, max_sum_unit_of), ladder=Ladder(MAX_SUM_LADDER, "input"))
+    shrinking=Shrinking(max_sum_units, max_sum_select, max_sum_unit_of),
+    ladder=Ladder(MAX_SUM_LADDER, "input", per_class=("weight",)))  # the weight's rows: the vocabulary's
 LOSS_WITH_MAX_SUM = KernelDescriptor(
     spec=LOSS_SPEC, draw_case=draw_loss_case,
     edge_cases=loss_edge_cases, error_cases=_bad_loss_cases, call=call_loss, oracle=oracle_loss,
