@@ -17,18 +17,6 @@ if not (_here / "reference").is_dir() and (_here.parent / "reference" / "__init_
     __path__.append(str(_here.parent))  # noqa: F821 (a package's __path__)
 del _here, _pathlib
 
-from .api import (
-    LossWithMaxSum,
-    OnlineMaxSum,
-    bce_grad,
-    focal_loss,
-    focal_loss_grad,
-    focal_loss_with_grad,
-    fused_cross_entropy_loss_with_max_sum,
-    fused_linear_cross_entropy_grad,
-    fused_linear_online_max_sum,
-    nll_loss_grad,
-)
 from .backend import Backend, KernelCaps
 from .errors import (
     BackendNotFoundError,
@@ -41,7 +29,13 @@ from .errors import (
     XLossTypeError,
     XLossValueError,
 )
+from .kernels import KERNELS as _KERNELS
 from .registry import backend, list_backends, register_backend, unregister_backend
+
+#: each kernel's public functions and result types, as its row names them
+_KERNEL_EXPORTS = {name: getattr(row.load("api"), name) for row in _KERNELS.values()
+                   for name in (*row.functions, *row.exports)}
+globals().update(_KERNEL_EXPORTS)
 
 __version__ = "0.1.0"
 
@@ -49,10 +43,8 @@ __all__ = [
     "Backend", "BackendNotFoundError", "BackendUnavailableError", "KernelCaps", "KernelError",
     "UnsupportedRequestError", "XLossError", "XLossIndexError", "XLossMemoryError", "XLossTypeError",
     "XLossValueError",
-    "backend", "bce_grad", "focal_loss", "focal_loss_grad", "focal_loss_with_grad",
-    "LossWithMaxSum", "OnlineMaxSum", "fused_cross_entropy_loss_with_max_sum", "fused_linear_cross_entropy_grad",
-    "fused_linear_online_max_sum", "list_backends", "nll_loss_grad", "register_backend",
-    "unregister_backend",
+    "backend", "list_backends", "register_backend", "unregister_backend",
+    *_KERNEL_EXPORTS,
 ]
 
 # The cpu backend's threading setup must run before any OpenMP runtime loads (before torch):

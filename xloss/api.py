@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from . import registry, validation
-from .containers import from_numpy, kind_of, mark_written
+from . import dispatch, validation
+from .containers import from_numpy, kind_of
 
 __all__ = [
     "focal_loss", "focal_loss_grad", "focal_loss_with_grad", "bce_grad", "nll_loss_grad",
     "fused_linear_cross_entropy_grad", "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum",
     "OnlineMaxSum", "LossWithMaxSum",
 ]
-
-
-def _run(args, backend, *outs):
-    """Run on the chosen backend; ``outs`` are the caller's out= buffers (bumped for autograd)."""
-    registry.resolve(backend, args.request()).run(args)
-    mark_written(*outs)
 
 
 def focal_loss(x, y, *, alpha=0.25, gamma=2.0, weight=None, reduction="none", backend=None, out=None):
@@ -28,7 +22,7 @@ def focal_loss(x, y, *, alpha=0.25, gamma=2.0, weight=None, reduction="none", ba
     """
     a = validation.focal_args(x, y, None, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
                               mode="forward", out=out)
-    _run(a, backend, out)
+    dispatch.run(a, backend, out)
     return out if out is not None else from_numpy(a.loss_out, kind_of(x))
 
 
@@ -36,7 +30,7 @@ def focal_loss_grad(x, y, grad=1.0, *, alpha=0.25, gamma=2.0, weight=None, reduc
     """Gradient of :func:`focal_loss` w.r.t. ``x``, times the upstream ``grad``; x's shape and dtype."""
     a = validation.focal_args(x, y, grad, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
                               mode="grad", grad_out=out)
-    _run(a, backend, out)
+    dispatch.run(a, backend, out)
     return out if out is not None else from_numpy(a.grad_out, kind_of(x))
 
 
@@ -44,7 +38,7 @@ def focal_loss_with_grad(x, y, grad=1.0, *, alpha=0.25, gamma=2.0, weight=None, 
     """``(loss, dx)`` from one pass over ``x`` and ``y``."""
     a = validation.focal_args(x, y, grad, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
                               mode="forward+grad")
-    _run(a, backend)
+    dispatch.run(a, backend)
     kind = kind_of(x)
     return from_numpy(a.loss_out, kind), from_numpy(a.grad_out, kind)
 
@@ -56,7 +50,7 @@ def bce_grad(x, y, grad=1.0, *, weight=None, reduction="mean", eps=1e-12, eps_mo
     ``/ (x(1-x) + eps)`` (``"add"``, FT78NE/MT7004); ``mean`` divides by the element count.
     """
     a = validation.bce_args(x, y, grad, weight=weight, reduction=reduction, eps=eps, eps_mode=eps_mode, out=out)
-    _run(a, backend, out)
+    dispatch.run(a, backend, out)
     return out if out is not None else from_numpy(a.out, kind_of(x))
 
 
@@ -65,7 +59,7 @@ def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_i
     """Backward of NLL loss w.r.t. the log-probabilities ``self`` ((N, C) or (C)); PyTorch semantics."""
     a = validation.nll_args(grad, self, target, weight=weight, reduction=reduction, ignore_index=ignore_index,
                             total_weight=total_weight, out=out)
-    _run(a, backend, out)
+    dispatch.run(a, backend, out)
     return out if out is not None else from_numpy(a.out, kind_of(self))
 
 
@@ -82,7 +76,7 @@ def fused_linear_cross_entropy_grad(grad, input, weight, target_mask, masked_tar
     a = validation.flce_args(grad, input, weight, target_mask, masked_target, logits_max=logits_max,
                              sum_exp_logits=sum_exp_logits, softmax=softmax, label_smoothing=label_smoothing,
                              vocab_size=vocab_size, input_grad_out=input_grad_out, weight_grad_out=weight_grad_out)
-    _run(a, backend, input_grad_out, weight_grad_out)
+    dispatch.run(a, backend, input_grad_out, weight_grad_out)
     kind = kind_of(input)
     return (input_grad_out if input_grad_out is not None else from_numpy(a.input_grad_out, kind),
             weight_grad_out if weight_grad_out is not None else from_numpy(a.weight_grad_out, kind))
@@ -117,7 +111,7 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start, vocab_end=No
     """
     a = validation.online_max_sum_args(input, weight, target, vocab_start, vocab_end, return_logits=return_logits,
                                        mask_format=mask_format)
-    _run(a, backend)
+    dispatch.run(a, backend)
     kind = kind_of(input)
     return OnlineMaxSum(*(from_numpy(o, kind) for o in (a.logits_max_out, a.sum_exp_out, a.predicted_out,
                                                          a.target_mask_out, a.masked_target_out)),
@@ -133,7 +127,7 @@ def fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_
     """
     a = validation.loss_with_max_sum_args(logits_max, sum_exp_logits, predicted_logits,
                                           vocab_parallel_logits=vocab_parallel_logits, label_smoothing=label_smoothing)
-    _run(a, backend)
+    dispatch.run(a, backend)
     kind = kind_of(logits_max)
     return LossWithMaxSum(from_numpy(a.loss_out, kind),
                           None if a.softmax_out is None else from_numpy(a.softmax_out, kind))

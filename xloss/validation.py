@@ -27,7 +27,7 @@ from .memory import ensure_fits, one_call
 _FLOAT_NAMES = ", ".join(FLOAT_DTYPES)
 
 
-def _shape(s) -> str:
+def shape_text(s) -> str:
     return "(" + ", ".join(str(d) for d in s) + ("," if len(s) == 1 else "") + ")"
 
 
@@ -47,7 +47,7 @@ def real_number(value, name: str) -> float:
         arr = to_numpy(value, name)
         if arr.size != 1 or arr.dtype.kind not in "fiu" and float_name(arr.dtype) is None:
             raise XLossTypeError(f"{name} must be a real number or a one-element array, got shape "
-                                 f"{_shape(arr.shape)} of dtype {arr.dtype}")
+                                 f"{shape_text(arr.shape)} of dtype {arr.dtype}")
         v = float(arr.astype(np.float64).reshape(-1)[0])
     if not math.isfinite(v):
         raise XLossValueError(f"{name} must be finite, got {v}")
@@ -108,7 +108,7 @@ def contiguous(arr: np.ndarray, name: str) -> np.ndarray:
     # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
     if arr.flags.c_contiguous:
         return arr
-    ensure_fits(arr.size * arr.itemsize, f"a contiguous copy of {name} {_shape(arr.shape)}")
+    ensure_fits(arr.size * arr.itemsize, f"a contiguous copy of {name} {shape_text(arr.shape)}")
     return arr.copy(order="C")
 
 
@@ -122,7 +122,7 @@ def operand(obj, name: str, dtype: np.dtype, shape=None, *, allow_int=False) -> 
     if float_name(arr.dtype) is None and arr.dtype.kind == "f":
         raise XLossTypeError(f"{name} has unsupported floating dtype {arr.dtype} (supported: {_FLOAT_NAMES})")
     if shape is not None and arr.shape != tuple(shape):
-        raise XLossValueError(f"{name} must have shape {_shape(shape)}; got {_shape(arr.shape)}")
+        raise XLossValueError(f"{name} must have shape {shape_text(shape)}; got {shape_text(arr.shape)}")
     if arr.dtype != dtype:
         ensure_fits(arr.size * np.dtype(dtype).itemsize, f"converting {name} to {float_name(dtype) or dtype}")
     return contiguous(arr.astype(dtype, copy=False), name)
@@ -159,7 +159,7 @@ def broadcast_weight(obj, name: str, shape, dtype) -> np.ndarray:
     """An operand broadcastable *to* ``shape``, left-padded to its ndim (not expanded)."""
     arr = operand(obj, name, dtype)
     if arr.ndim > len(shape) or any(w not in (1, s) for w, s in zip(arr.shape[::-1], shape[::-1])):
-        raise XLossValueError(f"{name} of shape {_shape(arr.shape)} does not broadcast to {_shape(shape)}")
+        raise XLossValueError(f"{name} of shape {shape_text(arr.shape)} does not broadcast to {shape_text(shape)}")
     return arr.reshape((1,) * (len(shape) - arr.ndim) + arr.shape)
 
 
@@ -172,18 +172,18 @@ def upstream_grad(grad, reduction: str, shape, dtype, name="grad", *, per_elemen
         return operand(arr, name, dtype, shape)
     if arr.size == 1:
         return real_number(arr, name)
-    expected = f"a scalar or an array of shape {_shape(shape)}" if reduction == "none" else "a scalar (one element)"
-    raise XLossValueError(f"{name} must be {expected} for reduction={reduction!r}; got shape {_shape(arr.shape)}")
+    expected = f"a scalar or an array of shape {shape_text(shape)}" if reduction == "none" else "a scalar (one element)"
+    raise XLossValueError(f"{name} must be {expected} for reduction={reduction!r}; got shape {shape_text(arr.shape)}")
 
 
 def output(out, name: str, shape, dtype, inputs) -> np.ndarray:
     """The caller's ``out`` checked (shape, dtype, contiguity, writeable, no overlap), or a new array."""
     if out is None:
-        ensure_fits(math.prod(shape) * np.dtype(dtype).itemsize, f"the result {_shape(shape)}")
+        ensure_fits(math.prod(shape) * np.dtype(dtype).itemsize, f"the result {shape_text(shape)}")
         return np.empty(shape, dtype=dtype)
     arr = output_view(out, name)
     if arr.shape != tuple(shape):
-        raise XLossValueError(f"{name} must have shape {_shape(shape)}; got {_shape(arr.shape)}")
+        raise XLossValueError(f"{name} must have shape {shape_text(shape)}; got {shape_text(arr.shape)}")
     if arr.dtype != dtype:
         raise XLossTypeError(f"{name} must have dtype {float_name(dtype)}; got {arr.dtype}")
     if not arr.flags.c_contiguous:
@@ -260,7 +260,7 @@ def class_indices(target: np.ndarray, classes: int, ignore_index: int) -> None:
 def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weight, out=None) -> NLLArgs:
     s_raw = float_array(self, "self")
     if s_raw.ndim not in (1, 2):
-        raise XLossValueError(f"self must have shape (N, C) or (C); got {_shape(s_raw.shape)}")
+        raise XLossValueError(f"self must have shape (N, C) or (C); got {shape_text(s_raw.shape)}")
     s = contiguous(s_raw, "self")
     dt, classes = s.dtype, s.shape[-1]
     t = to_numpy(target, "target")
@@ -268,8 +268,8 @@ def nll_args(grad, self, target, *, weight, reduction, ignore_index, total_weigh
         raise XLossTypeError(f"target must have dtype int64, int32 or uint8; got {t.dtype}")
     t_shape = (s.shape[0],) if s.ndim == 2 else ()
     if t.shape != t_shape:
-        raise XLossValueError(f"target must have shape {_shape(t_shape)} for self of shape {_shape(s.shape)}; "
-                              f"got {_shape(t.shape)}")
+        raise XLossValueError(f"target must have shape {shape_text(t_shape)} for self of shape {shape_text(s.shape)}; "
+                              f"got {shape_text(t.shape)}")
     t = contiguous(t, "target")
     reduction = reduction_name(reduction)
     ignore_index = integer(ignore_index, "ignore_index")
@@ -300,12 +300,13 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
     if m.dtype == np.bool_:
         fmt = "bool"
         if m.shape != (bt,):
-            raise XLossValueError(f"target_mask (bool) must have shape ({bt},), one per token; got {_shape(m.shape)}")
+            raise XLossValueError(f"target_mask (bool) must have shape ({bt},), one per token; "
+                                  f"got {shape_text(m.shape)}")
     elif m.dtype == np.uint8:
         fmt = "bitpacked"
         if m.shape != ((bt + 7) // 8,):
             raise XLossValueError(f"target_mask (uint8, bit-packed LSB first) must have shape ({(bt + 7) // 8},) "
-                                  f"for BT={bt}; got {_shape(m.shape)}")
+                                  f"for BT={bt}; got {shape_text(m.shape)}")
     else:
         raise XLossTypeError("target_mask must be bool (one per token) or uint8 (bit-packed, LSB first); "
                              f"got {m.dtype}")
@@ -315,7 +316,7 @@ def flce_args(grad, input, weight, target_mask, masked_target, *, logits_max, su
     if mt.dtype.name not in ("int32", "int64"):
         raise XLossTypeError(f"masked_target must have dtype int32 or int64; got {mt.dtype}")
     if mt.shape != (bt,):
-        raise XLossValueError(f"masked_target must have shape ({bt},); got {_shape(mt.shape)}")
+        raise XLossValueError(f"masked_target must have shape ({bt},); got {shape_text(mt.shape)}")
     mt = contiguous(mt, "masked_target")
     if mt.size and (mt.min() < 0 or mt.max() >= v):
         row = int(np.argmax((mt < 0) | (mt >= v)))
@@ -360,11 +361,11 @@ def _linear_operands(input, weight):
     """``input`` (BT, H) and ``weight`` (V, H) of one float dtype, C-contiguous."""
     inp = contiguous(float_array(input, "input"), "input")
     if inp.ndim != 2:
-        raise XLossValueError(f"input must have shape (BT, H); got {_shape(inp.shape)}")
+        raise XLossValueError(f"input must have shape (BT, H); got {shape_text(inp.shape)}")
     w = contiguous(float_array(weight, "weight"), "weight")
     if w.ndim != 2 or w.shape[1] != inp.shape[1]:
         raise XLossValueError(f"weight must have shape (V, {inp.shape[1]}) to match input (BT, H)="
-                              f"{_shape(inp.shape)}; got {_shape(w.shape)}")
+                              f"{shape_text(inp.shape)}; got {shape_text(w.shape)}")
     if w.dtype != inp.dtype:
         raise XLossTypeError(f"weight dtype {float_name(w.dtype)} must match input dtype {float_name(inp.dtype)}")
     return inp, w
@@ -384,7 +385,7 @@ def online_max_sum_args(input, weight, target, vocab_start, vocab_end=None, *, r
     if t.dtype.name not in ("int32", "int64"):
         raise XLossTypeError(f"target must have dtype int32 or int64; got {t.dtype}")
     if t.shape != (bt,):
-        raise XLossValueError(f"target must have shape ({bt},), one per token; got {_shape(t.shape)}")
+        raise XLossValueError(f"target must have shape ({bt},), one per token; got {shape_text(t.shape)}")
     t = contiguous(t, "target")
     start = integer(vocab_start, "vocab_start")
     end = start + v if vocab_end is None else integer(vocab_end, "vocab_end")
@@ -419,7 +420,7 @@ def loss_with_max_sum_args(logits_max, sum_exp_logits, predicted_logits, *, voca
     if vocab_parallel_logits is not None:
         logits = contiguous(float_array(vocab_parallel_logits, "vocab_parallel_logits"), "vocab_parallel_logits")
         if logits.ndim != 2:
-            raise XLossValueError(f"vocab_parallel_logits must have shape (BT, V); got {_shape(logits.shape)}")
+            raise XLossValueError(f"vocab_parallel_logits must have shape (BT, V); got {shape_text(logits.shape)}")
         dtype = float_name(logits.dtype)
         cdt = compute_dtype(dtype)
     else:
@@ -429,11 +430,11 @@ def loss_with_max_sum_args(logits_max, sum_exp_logits, predicted_logits, *, voca
         dtype = float_name(cdt)
     lm = operand(logits_max, "logits_max", cdt)
     if lm.ndim != 1:
-        raise XLossValueError(f"logits_max must have shape (BT,); got {_shape(lm.shape)}")
+        raise XLossValueError(f"logits_max must have shape (BT,); got {shape_text(lm.shape)}")
     bt = lm.shape[0]
     if logits is not None and logits.shape[0] != bt:
         raise XLossValueError(f"vocab_parallel_logits must have shape ({bt}, V) to match logits_max ({bt},); "
-                              f"got {_shape(logits.shape)}")
+                              f"got {shape_text(logits.shape)}")
     se = operand(sum_exp_logits, "sum_exp_logits", cdt, (bt,))
     pl = operand(predicted_logits, "predicted_logits", cdt, (bt,))
     inputs = {"logits_max": lm, "sum_exp_logits": se, "predicted_logits": pl, "vocab_parallel_logits": logits}
@@ -441,3 +442,15 @@ def loss_with_max_sum_args(logits_max, sum_exp_logits, predicted_logits, *, voca
     softmax = None if logits is None else output(None, "softmax", logits.shape, cdt, inputs)
     return LossWithMaxSumArgs(logits_max=lm, sum_exp_logits=se, predicted_logits=pl, vocab_parallel_logits=logits,
                               dtype=dtype, label_smoothing=ls, loss_out=loss, softmax_out=softmax)
+
+
+def __getattr__(name):
+    """The kernels' validators live in their families (``xloss.kernels.<family>``); the names stay
+    readable here for code written against this module."""
+    from .kernels import KERNELS
+
+    for row in KERNELS.values():
+        found = row.load("validator")
+        if getattr(found, "__name__", None) == name:
+            return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

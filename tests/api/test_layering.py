@@ -217,24 +217,20 @@ def short(module):
 
 # -- the allowlists: today's violations, each removed by the plan step named -----------------------
 
-ALLOWED_CYCLES = {
-    # kernels.py:27 reads xloss.api's signatures (plan §4 calls it dynamic); gone when rows hold the functions (S8)
-    "api -> registry -> backend -> kernels", "api -> validation -> kernels",
-}
+ALLOWED_CYCLES: set = set()
 
 ALLOWED_LAYER_IMPORTS = {
     "xloss -> backends.cpu_onednn.threads",  # S10: the OpenMP wait policy moves to xloss/openmp.py
     "torch.flce_native -> backends.cpu_onednn.flce_rows",  # S10: the row passes come from the backend's flce_route
     # not in the step plan: export.CONVENTIONS names the on-target modules (plan §10-9: a Backend.on_target)
     "conformance.export -> backends.ascend_aclnn.ontarget", "conformance.export -> backends.ft78ne_shim.ontarget",
-    "bench -> bench.training", "bench.cells -> bench.training",  # S4: lm_step becomes a workload a row registers
     "bench.impls -> torch.paper",  # S8: the per-kernel impls move into the families
     # S8: the central rows' "module:attr" links go, families register their own rows
     "kernels -> reference.focal", "kernels -> conformance.focal", "kernels -> torch.focal",
     "kernels -> reference.bce", "kernels -> conformance.bce", "kernels -> torch.bce",
     "kernels -> reference.nll", "kernels -> conformance.nll", "kernels -> torch.nll",
     "kernels -> reference.flce", "kernels -> conformance.flce", "kernels -> torch.flce",
-    "kernels -> conformance.vocab_parallel",
+    "kernels -> conformance.vocab_parallel", "kernels -> bench.training",
     # S8: xloss.torch imports the family torch modules through the registered rows, not by name
     "torch -> torch.bce", "torch -> torch.detection", "torch -> torch.flce", "torch -> torch.focal",
     "torch -> torch.hf", "torch -> torch.liger_compat", "torch -> torch.mmdet", "torch -> torch.nll",

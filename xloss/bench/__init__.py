@@ -124,11 +124,9 @@ class Progress:
 
 
 def _modes(kernel: str, quick: bool):
-    if kernel == "focal_loss":
-        return ("forward+grad",) if quick else workloads.FOCAL_MODES
     if kernel in workloads.STEPS:
-        return workloads.STEPS[kernel]["modes"]
-    return ("grad",)
+        return workloads.STEPS[kernel].modes
+    return workloads.KERNEL_TABLE[kernel].bench_modes[quick]
 
 
 def _import_dynamo() -> None:
@@ -165,8 +163,7 @@ def run(config: BenchConfig, progress: bool = True, on_cell=None) -> dict:
     load_before = machine.load_average()
     others = machine.OtherLoad()
     cells_plan = plan(cfg)
-    weights = [(workloads.QUICK_CELL_WEIGHT if cfg.quick else workloads.CELL_WEIGHT).get(k, 1.0)
-               for k, _, _ in cells_plan]
+    weights = [workloads.cell_weight(k, cfg.quick) for k, _, _ in cells_plan]
     bar = Progress(len(cells_plan) + 1) if progress else None
     result = {"schema": SCHEMA, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": machine.describe(torch), "config": asdict(cfg),
@@ -195,8 +192,9 @@ def run(config: BenchConfig, progress: bool = True, on_cell=None) -> dict:
             say = (lambda text, key=f"{kernel} {mode} {size}": bar.show(f"{key}: {text}", transient=True)) \
                 if bar else None
             try:
-                if kernel == "lm_step":
-                    cell = _lm_cell(mode, size, cfg, torch, budget, max_call, say)
+                if kernel in workloads.STEPS:
+                    cell = workloads.STEPS[kernel].run(mode, size, cfg, torch, budget, max_call, say,
+                                                       MIN_SAMPLE_S[cfg.quick], CELL_FLOOR_S)
                 else:
                     cell = _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, budget, max_call, say)
             except Exception as exc:  # one cell failing (memory, a broken install) leaves the others
@@ -259,42 +257,3 @@ def _cold_starts(kernel, mode, size, cfg, run_, say) -> dict:
                 "candidate": name}
         out[name] = timing.cold_first_call(spec)
     return out
-
-
-#: (size, dtype, fused step) already run in this process: its kernels are compiled.
-_STEPS_RUN: set = set()
-
-
-def _lm_cell(mode, size, cfg, torch, budget, max_call, say) -> dict:
-    """One training-step cell: stock PyTorch step (baseline) against the fused step on each
-    selected backend that can keep up (cpu); ``mode`` idle or busy (a spinning competitor)."""
-    from . import training
-
-    t0 = time.perf_counter()
-    skips = []
-    if torch is None:
-        return cells.lm_cell(mode, size, cfg.dtype, None, [impls.Skip("lm_step", "torch is not installed")])
-    if cfg.dtype not in training.DTYPES:
-        why = f"the training step runs in {' or '.join(training.DTYPES)}"
-        return cells.lm_cell(mode, size, cfg.dtype, None, [impls.Skip("lm_step", why)])
-    lm = training.LM(training.parse_step(size, cfg.dtype))
-    calls = {training.BASELINE: lm.stock_step}
-    for name in cfg.backends:
-        if name in training.FUSED_BACKENDS:
-            calls[training.fused_name(name)] = lambda name=name: lm.fused_step(name)
-        else:
-            skips.append(impls.Skip(training.fused_name(name), "a training step is timed on the cpu backend only"))
-    left = max(CELL_FLOOR_S, budget - (time.perf_counter() - t0))
-    # the fused step compiles its kernels on a cold cache: in the first of the step's cells of this process
-    fused = {(size, cfg.dtype, n) for n in calls if n != training.BASELINE}
-    compiles = frozenset(n for _, _, n in fused - _STEPS_RUN)
-    _STEPS_RUN.update(fused)
-    kwargs = dict(min_sample_s=MIN_SAMPLE_S[cfg.quick], max_rounds=cfg.repeat, memory=False, say=say,
-                  compiles=compiles)
-    if mode == "busy":
-        with training.Competitor(training.competitor_cpu()):
-            run_ = sampling.measure(calls, training.BASELINE, left, max_call, **kwargs)
-    else:
-        run_ = sampling.measure(calls, training.BASELINE, left, max_call, **kwargs)
-    run_.budget_s, run_.used_s = budget, time.perf_counter() - t0
-    return cells.lm_cell(mode, size, cfg.dtype, run_, skips)

@@ -79,19 +79,20 @@ def kernel_cell(w, cands, skips, run: CellRun, baseline: str, bw, peak, cold: di
             **_timing_fields(run), "results": rows, "ranking": ranking(run, native), "skipped": skipped}
 
 
-def lm_cell(mode: str, size: str, dtype: str, run: CellRun | None, skips: list) -> dict:
-    from .training import BASELINE as STEP_BASELINE
-
-    cell = {"kernel": "lm_step", "mode": mode, "size": size, "dtype": dtype, "baseline": STEP_BASELINE,
+def step_cell(step: str, mode: str, size: str, dtype: str, baseline: str, run: CellRun | None, skips: list,
+              what: str) -> dict:
+    """The cell of a timed step (not one kernel): ``baseline`` is PyTorch's, every other sampled name
+    is ours; ``what`` says what one call does."""
+    cell = {"kernel": step, "mode": mode, "size": size, "dtype": dtype, "baseline": baseline,
             "bytes_moved": None, "flops": None, "floor_s": None, "budget_s": None, "used_s": 0.0, "rounds": 0,
             "sample_s": None, "results": [], "ranking": [], "skipped": [asdict(s) for s in skips]}
     if run is None:
         return cell
-    base = run.sampled.get(STEP_BASELINE)
+    base = run.sampled.get(baseline)
     cell.update(_timing_fields(run))
     for name, s in run.sampled.items():
-        kind = impls.PYTORCH if name == STEP_BASELINE else impls.XLOSS
-        cell["results"].append(_row(s, kind, "forward + backward + SGD update", base, None))
+        kind = impls.PYTORCH if name == baseline else impls.XLOSS
+        cell["results"].append(_row(s, kind, what, base, None))
     cell["ranking"] = ranking(run, list(run.sampled))
     cell["skipped"] += [{"name": n, "reason": why} for n, why in run.skipped.items()]
     return cell

@@ -5,8 +5,8 @@ statistics and loss in eager PyTorch ops), plus bare floors.
 
 Each candidate is a zero-argument callable over inputs prepared once. Anything that cannot run
 here comes back as a skip with its reason, never silently missing. Everything one kernel needs
-sits in one block below (its xloss calls, its PyTorch candidates and baseline), gathered in
-:data:`IMPLS`.
+sits in one block below (its xloss calls, its PyTorch candidates and baseline), a :class:`KernelImpls`
+that the kernel's row links as ``bench``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from .. import api, registry
 from ..containers import from_numpy
 from ..errors import XLossError
+from ..kernels import KERNELS
 from .workloads import Workload
 
 #: Kinds of candidate. A vendor-ABI backend (here: xloss's C emulators of the Ascend and DSP
@@ -208,17 +209,22 @@ def _loss_with_max_sum_torch(w: Workload, i, torch, compile_):
             Candidate("memset of the softmax", lambda: out.fill(0), FLOOR, "writing the (BT, V) softmax")], []
 
 
-IMPLS = {
-    "focal_loss": KernelImpls("torch eager (A.1)", _focal_xloss, _focal_torch),
-    "bce_grad": KernelImpls("torch aten backward", _bce_xloss, _bce_torch),
-    "nll_loss_grad": KernelImpls("torch aten backward", _nll_xloss, _nll_torch),
-    "fused_linear_cross_entropy_grad": KernelImpls("torch materialised", _flce_xloss, _flce_torch),
-    "fused_linear_online_max_sum": KernelImpls("torch eager", _online_max_sum_xloss, _online_max_sum_torch),
-    "fused_cross_entropy_loss_with_max_sum": KernelImpls("torch eager", _loss_with_max_sum_xloss,
-                                                         _loss_with_max_sum_torch),
-}
-#: The PyTorch baseline per kernel (speed-ups are relative to it).
-BASELINE = {k: impl.baseline for k, impl in IMPLS.items()}
+FOCAL_IMPLS = KernelImpls("torch eager (A.1)", _focal_xloss, _focal_torch)
+BCE_IMPLS = KernelImpls("torch aten backward", _bce_xloss, _bce_torch)
+NLL_IMPLS = KernelImpls("torch aten backward", _nll_xloss, _nll_torch)
+FLCE_IMPLS = KernelImpls("torch materialised", _flce_xloss, _flce_torch)
+ONLINE_MAX_SUM_IMPLS = KernelImpls("torch eager", _online_max_sum_xloss, _online_max_sum_torch)
+LOSS_WITH_MAX_SUM_IMPLS = KernelImpls("torch eager", _loss_with_max_sum_xloss, _loss_with_max_sum_torch)
+
+
+def __getattr__(name):
+    """``IMPLS`` (kernel -> its candidates) and ``BASELINE`` (kernel -> the PyTorch baseline speed-ups
+    are relative to), read from the rows each time: a family registered later is in them."""
+    if name == "IMPLS":
+        return {k: row.load("bench") for k, row in KERNELS.items()}
+    if name == "BASELINE":
+        return {k: row.load("bench").baseline for k, row in KERNELS.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- every kernel ------------------------------------------------------------------------------------
@@ -240,7 +246,7 @@ def xloss_candidates(w: Workload, names) -> tuple[list[Candidate], list[Skip]]:
             skips.append(Skip(label, why))
             continue
         try:
-            calls = IMPLS[w.kernel].xloss(w, b)
+            calls = KERNELS[w.kernel].load("bench").xloss(w, b)
         except XLossError as exc:
             skips.append(Skip(label, str(exc)))
             continue
@@ -254,4 +260,4 @@ def torch_candidates(w: Workload, torch, compile_: bool) -> tuple[list[Candidate
     if torch is None:
         return [], [Skip("torch", "torch is not installed (pip install torch)")]
     i = {k: from_numpy(v, "torch") for k, v in w.inputs.items()}
-    return IMPLS[w.kernel].torch(w, i, torch, compile_)
+    return KERNELS[w.kernel].load("bench").torch(w, i, torch, compile_)

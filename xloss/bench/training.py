@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import XLossValueError
+from .steps import Step
 
 SPIN = "while True: pass"
 BASELINE = "torch stock step"
@@ -190,3 +191,55 @@ def measure(shape: StepShape, rounds: int = 5, competitor: str = "none", backend
             times = interleaved(calls, rounds)
     return {"workload": shape.key, "competitor": competitor, "rounds": rounds, "load_before": load_before,
             "times": times}
+
+
+def _memory_bytes(dims: tuple[int, ...]) -> int:
+    bt, h, v = dims
+    return bt * v * 4 * 4 + v * h * 4 * 6 + bt * h * 4 * 40
+
+
+#: (size, dtype, fused step) already run in this process: its kernels are compiled.
+_STEPS_RUN: set = set()
+
+
+def _cell(mode, size, cfg, torch, budget, max_call, say, min_sample_s, floor_s) -> dict:
+    """One training-step cell: stock PyTorch step (baseline) against the fused step on each
+    selected backend that can keep up (cpu); ``mode`` idle or busy (a spinning competitor)."""
+    from . import cells, impls, sampling
+
+    def cell(run, skips):
+        return cells.step_cell(LM_STEP.name, mode, size, cfg.dtype, BASELINE, run, skips,
+                               "forward + backward + SGD update")
+
+    t0 = time.perf_counter()
+    skips = []
+    if torch is None:
+        return cell(None, [impls.Skip(LM_STEP.name, "torch is not installed")])
+    if cfg.dtype not in DTYPES:
+        return cell(None, [impls.Skip(LM_STEP.name, f"the training step runs in {' or '.join(DTYPES)}")])
+    lm = LM(parse_step(size, cfg.dtype))
+    calls = {BASELINE: lm.stock_step}
+    for name in cfg.backends:
+        if name in FUSED_BACKENDS:
+            calls[fused_name(name)] = lambda name=name: lm.fused_step(name)
+        else:
+            skips.append(impls.Skip(fused_name(name), "a training step is timed on the cpu backend only"))
+    left = max(floor_s, budget - (time.perf_counter() - t0))
+    # the fused step compiles its kernels on a cold cache: in the first of the step's cells of this process
+    fused = {(size, cfg.dtype, n) for n in calls if n != BASELINE}
+    compiles = frozenset(n for _, _, n in fused - _STEPS_RUN)
+    _STEPS_RUN.update(fused)
+    kwargs = dict(min_sample_s=min_sample_s, max_rounds=cfg.repeat, memory=False, say=say, compiles=compiles)
+    if mode == "busy":
+        with Competitor(competitor_cpu()):
+            run_ = sampling.measure(calls, BASELINE, left, max_call, **kwargs)
+    else:
+        run_ = sampling.measure(calls, BASELINE, left, max_call, **kwargs)
+    run_.budget_s, run_.used_s = budget, time.perf_counter() - t0
+    return cell(run_, skips)
+
+
+#: A language-model training step (torch layers + the fused loss): tokens x hidden x vocab.
+#: Weights: a step costs four calls before its first round (--quick).
+LM_STEP = Step("lm_step", dims=3, sizes=("4096x256x32000", "512x128x8000"), modes=("idle", "busy"),
+               weight=(2.0, 1.5), memory_bytes=_memory_bytes, run=_cell)

@@ -15,28 +15,24 @@ from ..errors import XLossValueError
 from ..kernels import ALIASES as TABLE_ALIASES
 from ..kernels import KERNELS as KERNEL_TABLE
 
-#: Timed workloads that are not one kernel: a language-model training step (torch layers + FLCE).
-STEPS = {"lm_step": {"dims": 3, "sizes": ("4096x256x32000", "512x128x8000"), "modes": ("idle", "busy")}}
+#: Timed workloads that are not one kernel (a training step): the rows' ``bench_steps``.
+STEPS = {step.name: step for row in KERNEL_TABLE.values() for step in map(row.resolve, row.bench_steps)}
 KERNELS = tuple(KERNEL_TABLE) + tuple(STEPS)
 ALIASES = {**TABLE_ALIASES, **{k: k for k in STEPS}}
 DTYPES = tuple(xdt.FLOAT_DTYPES)
 #: Dimensions of a size, per kernel: N; N x C; BT x H x V (lm_step: tokens x hidden x vocab).
-DIMS = {**{k: row.bench_dims for k, row in KERNEL_TABLE.items()}, **{k: s["dims"] for k, s in STEPS.items()}}
-FOCAL_MODES = ("forward", "grad", "forward+grad")
+DIMS = {**{k: row.bench_dims for k, row in KERNEL_TABLE.items()}, **{k: s.dims for k, s in STEPS.items()}}
 
 #: Default sizes (full, --quick), from the kernel table.
 FULL_SIZES = {**{k: [row.bench_sizes[0]] for k, row in KERNEL_TABLE.items()},
-              **{k: [s["sizes"][0]] for k, s in STEPS.items()}}
+              **{k: [s.sizes[0]] for k, s in STEPS.items()}}
 QUICK_SIZES = {**{k: [row.bench_sizes[1]] for k, row in KERNEL_TABLE.items()},
-               **{k: [s["sizes"][1]] for k, s in STEPS.items()}}
+               **{k: [s.sizes[1]] for k, s in STEPS.items()}}
 
 
-#: Relative cost of a cell of each kernel: its share of the run's budget. Default sizes: the big
-#: GEMMs and the training step; --quick: torch.compile's first call (seconds, even from a warm
-#: cache) dominates focal's cell, and a training step costs four calls before its first round.
-QUICK_CELL_WEIGHT = {"focal_loss": 3.0, "lm_step": 1.5}
-CELL_WEIGHT = {"fused_linear_cross_entropy_grad": 2.5, "fused_linear_online_max_sum": 1.2, "lm_step": 2.0,
-               "bce_grad": 0.6, "nll_loss_grad": 0.7, "fused_cross_entropy_loss_with_max_sum": 0.7}
+def cell_weight(kernel: str, quick: bool) -> float:
+    """The relative cost of a cell of ``kernel``: its share of the run's budget."""
+    return (STEPS[kernel].weight if kernel in STEPS else KERNEL_TABLE[kernel].bench_weight)[quick]
 
 
 @dataclass
@@ -107,9 +103,9 @@ def memory_bytes(kernel: str, dims: tuple[int, ...], dtype: str) -> int:
         return dims[0] * (3 * isz + 12 * 8)
     if DIMS[kernel] == 2:
         return dims[0] * dims[1] * (2 * isz + 4 * 8)
+    if kernel in STEPS:
+        return STEPS[kernel].memory_bytes(dims)
     bt, h, v = dims
-    if kernel == "lm_step":
-        return bt * v * 4 * 4 + v * h * 4 * 6 + bt * h * 4 * 40
     return (bt * h + v * h) * (2 * isz + 16) + bt * v * (3 * 4 + 2 * 8)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .. import registry
 from ..backend import Backend, KernelCaps
+from ..dtypes import FLOAT_DTYPES
 from ..kernels import KERNELS
 from .descriptor import Case, Comparison, ErrorCase, KernelDescriptor, compare
 
@@ -31,7 +32,7 @@ class _RequestProbe(Backend):
         super().__init__(name="request-probe")
 
     def capabilities(self):
-        return {k: KernelCaps.declare(k, dtypes=("float16", "bfloat16", "float32", "float64")) for k in KERNELS}
+        return {k: KernelCaps.declare(k, dtypes=tuple(FLOAT_DTYPES)) for k in KERNELS}
 
     def run(self, args):
         raise _Captured(args.request())

@@ -214,6 +214,12 @@ class KernelDescriptor:
     #: whole-output checks after the per-element ones, (case, outputs, expected, caps) -> comparisons
     #: (FLCE's error scale and G-rounding bias); not run on ladder cases
     statistics: Callable | None = None
+    #: (case) -> elements the kernel forms that no array of the case holds (FLCE's BT x V logits):
+    #: what a case's deadline scales with, beside its arrays
+    implied_elements: Callable | None = None
+    #: declared variant axes an undeclared target is still probed within (focal's binary-only
+    #: targets: an ABI with one-hot integer targets cannot take soft ones)
+    probe_keeps: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -408,7 +408,14 @@ LADDER = large.Ladder(tuple(large.Rung(label, periods, agree, _large_rung(h, v))
                       summed_outputs=("weight_grad",))
 
 
+def implied_elements(case) -> int:
+    """The BT x V logits a call forms, which no array of the case holds."""
+    x, w = case.kwargs.get("input"), case.kwargs.get("weight")
+    return int(x.shape[0]) * int(w.shape[0]) if x is not None and w is not None else 0
+
+
 DESCRIPTOR = KernelDescriptor(spec=FLCE_GRAD, draw_case=draw_case,
                               edge_cases=edge_cases, error_cases=error_cases, call=call, oracle=oracle,
                               allowed=allowed, output_names=lambda mode: ("input_grad", "weight_grad"),
-                              shrinking=SHRINKING, ladder=LADDER, statistics=statistics)
+                              shrinking=SHRINKING, ladder=LADDER, statistics=statistics,
+                              implied_elements=implied_elements)

@@ -233,4 +233,5 @@ def output_names(mode):
 
 DESCRIPTOR = KernelDescriptor(spec=FOCAL, draw_case=draw_case, edge_cases=edge_cases,
                               error_cases=error_cases, call=call, oracle=oracle, allowed=allowed,
-                              output_names=output_names, shrinking=SHRINKING, ladder=LADDER)
+                              output_names=output_names, shrinking=SHRINKING, ladder=LADDER,
+                              probe_keeps=("targets",))

@@ -35,6 +35,7 @@ from multiprocessing.connection import wait
 
 from .. import abi_log
 from ..errors import XLossError
+from . import DESCRIPTORS
 from .casefile import case_to_json
 from .descriptor import Case
 from .runner import CRASH, DRAWN, FAIL, HANG, LARGE, TargetResult, declared_caps, run_large, run_target, universe
@@ -55,13 +56,11 @@ class ChildSetupError(XLossError, RuntimeError):
 
 
 def case_elements(case: Case) -> int:
-    """The size a case's deadline scales with: its array elements, plus BT x V for FLCE (the
-    logits it forms, which no array of the case holds)."""
+    """The size a case's deadline scales with: its array elements, plus what the kernel forms that
+    no array of the case holds (its descriptor's ``implied_elements``: FLCE's logits)."""
     n = sum(int(v.size) for v in case.kwargs.values() if hasattr(v, "size"))
-    x, w = case.kwargs.get("input"), case.kwargs.get("weight")
-    if case.kernel == "fused_linear_cross_entropy_grad" and x is not None and w is not None:
-        n += int(x.shape[0]) * int(w.shape[0])
-    return n
+    implied = DESCRIPTORS[case.kernel].implied_elements if case.kernel in DESCRIPTORS else None
+    return n + (implied(case) if implied else 0)
 
 
 def deadline_for(base: float, elements: int) -> float:

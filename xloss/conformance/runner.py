@@ -161,12 +161,14 @@ def declared_caps(backend: Backend, kernel: str, dtype: str, mode) -> KernelCaps
 
 
 def probe_caps(backend: Backend, kernel: str, dtype: str) -> KernelCaps:
-    """What an undeclared target is probed with: every variant, except that a backend declaring
-    focal loss for binary targets only is probed with binary targets (its ABI cannot take others)."""
+    """What an undeclared target is probed with: every variant, except within the axes the kernel's
+    descriptor keeps (``probe_keeps``: a backend declaring focal loss for binary targets only is
+    probed with binary targets, as its ABI cannot take others)."""
     declared = backend.capabilities().get(kernel)
     restricted = {}
-    if declared is not None and "targets" in declared.variants:
-        restricted["targets"] = tuple(declared.variants["targets"])
+    for axis in DESCRIPTORS[kernel].probe_keeps:
+        if declared is not None and axis in declared.variants:
+            restricted[axis] = tuple(declared.variants[axis])
     return KernelCaps.declare(kernel, dtypes=(dtype,), **restricted)
 
 

@@ -63,11 +63,11 @@ def backend_of(key: str | None):
     return None if key is None else _instances.get(key, key)
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _scalar_or(grad: torch.Tensor):
+def scalar_or(grad: torch.Tensor):
     """A float for an upstream gradient that is one value (0-d or expanded), else the tensor."""
     g = checks.scalar_value(grad)
     return grad if g is None else g
@@ -124,7 +124,7 @@ def binary_cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torc
                          reduction: str) -> torch.Tensor:
     """PyTorch's formula (each log clamped at -100) in float32 or wider; checks the [0, 1] domain."""
     _check_probabilities(input)
-    cdt = _compute_dtype(input.dtype)
+    cdt = compute_dtype(input.dtype)
     x, y = input.to(cdt), target.to(cdt)
     loss = -(y * torch.log(x).clamp_min(-100.0) + (1.0 - y) * torch.log1p(-x).clamp_min(-100.0))
     if weight is not None:
@@ -141,7 +141,7 @@ def _(input, target, weight, reduction):
 def binary_cross_entropy_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Tensor,
                                   weight: torch.Tensor | None, reduction: str, eps: float, eps_mode: str,
                                   backend: str | None) -> torch.Tensor:
-    return api.bce_grad(input, target, _scalar_or(grad), weight=weight, reduction=reduction, eps=eps,
+    return api.bce_grad(input, target, scalar_or(grad), weight=weight, reduction=reduction, eps=eps,
                         eps_mode=eps_mode, backend=backend_of(backend))
 
 
@@ -159,7 +159,7 @@ def nll_loss_forward(input: torch.Tensor, target: torch.Tensor, weight: torch.Te
     the weights of the rows not ignored, the divisor of ``mean``. Checks the class indices."""
     classes = input.shape[-1]
     checks.check_class_indices(target, classes, ignore_index)
-    cdt = _compute_dtype(input.dtype)
+    cdt = compute_dtype(input.dtype)
     x2 = input.reshape(1, -1) if input.ndim == 1 else input
     t = target.reshape(-1).to(torch.int64)
     valid = t != ignore_index
@@ -186,7 +186,7 @@ def _(input, target, weight, ignore_index, reduction):
 def nll_loss_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
                       total_weight: torch.Tensor, ignore_index: int, reduction: str,
                       backend: str | None) -> torch.Tensor:
-    return api.nll_loss_grad(_scalar_or(grad), input, target, weight=weight, reduction=reduction,
+    return api.nll_loss_grad(scalar_or(grad), input, target, weight=weight, reduction=reduction,
                              ignore_index=ignore_index, total_weight=float(total_weight), backend=backend_of(backend))
 
 
@@ -221,7 +221,7 @@ def _(x, w, b, target, class_weight, reduction, ignore_index, label_smoothing, s
       start, vocab, group, native, accum, accuracy, token_scaling, want_dx, want_dw, want_db, backend):
     bt = x.shape[0]
     shape = (bt,) if reduction == "none" else ()
-    ldt, cdt = passes.loss_dtype(x.dtype), _compute_dtype(x.dtype)
+    ldt, cdt = passes.loss_dtype(x.dtype), compute_dtype(x.dtype)
     pre = reduction != "none" and (want_dx or want_dw or want_db)
     grads = [x.new_empty(shape if pre and wanted else (0,)) for shape, wanted in
              ((x.shape, want_dx), (w.shape, want_dw), ((w.shape[0],), want_db))]
@@ -285,7 +285,7 @@ def fused_linear_online_max_sum(input: torch.Tensor, weight: torch.Tensor, targe
 
 @fused_linear_online_max_sum.register_fake
 def _(input, weight, target, vocab_start, vocab_end, return_logits, mask_format, backend):
-    bt, cdt = input.shape[0], _compute_dtype(input.dtype)
+    bt, cdt = input.shape[0], compute_dtype(input.dtype)
     mask = (input.new_empty(((bt + 7) // 8,), dtype=torch.uint8) if mask_format == "bitpacked"
             else input.new_empty((bt,), dtype=torch.bool))
     return (*(input.new_empty((bt,), dtype=cdt) for _ in range(3)), mask, target.new_empty((bt,)),
@@ -307,23 +307,30 @@ def fused_cross_entropy_loss_with_max_sum(logits_max: torch.Tensor, sum_exp_logi
 @fused_cross_entropy_loss_with_max_sum.register_fake
 def _(logits_max, sum_exp_logits, predicted_logits, vocab_parallel_logits, label_smoothing, backend):
     # the compute dtype: of the logits when given, else of the statistics (as the validation decides)
-    cdt = _compute_dtype(logits_max.dtype if vocab_parallel_logits is None else vocab_parallel_logits.dtype)
+    cdt = compute_dtype(logits_max.dtype if vocab_parallel_logits is None else vocab_parallel_logits.dtype)
     return (logits_max.new_empty(logits_max.shape, dtype=cdt),
             logits_max.new_empty((0,) if vocab_parallel_logits is None else vocab_parallel_logits.shape, dtype=cdt))
 
 
-#: Every op this module defines, by name (what a device backend registers kernels for).
-OPS = {op._name: op for op in (sigmoid_focal_loss, sigmoid_focal_loss_with_grad, binary_cross_entropy,
-                               binary_cross_entropy_backward, nll_loss_forward, nll_loss_backward,
-                               fused_linear_cross_entropy, fused_linear_cross_entropy_backward,
-                               fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum)}
-
-
-_BODIES = {op: op._init_fn for op in OPS.values()}  # the Python functions the ops were made from
+#: Every xloss op, by name (what a device backend registers kernels for): filled by :func:`register_op`.
+OPS: dict = {}
+_BODIES: dict = {}  # op -> the Python function it was made from
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-# where each op takes tensors (FLCE has 5 tensors among 23 arguments): call() looks only there
-_TENSOR_AT = {op: tuple(i for i, a in enumerate(op._opoverload._schema.arguments) if "Tensor" in str(a.type))
-              for op in OPS.values()}
+_TENSOR_AT: dict = {}  # op -> where it takes tensors (FLCE has 5 among 23 arguments): call() looks only there
+
+
+def register_op(*ops) -> None:
+    """Make custom ops known to :func:`call` and :func:`register_device_kernel` (a family's torch
+    module registers the ops it defines)."""
+    for op in ops:
+        OPS[op._name] = op
+        _BODIES[op] = op._init_fn
+        _TENSOR_AT[op] = tuple(i for i, a in enumerate(op._opoverload._schema.arguments) if "Tensor" in str(a.type))
+
+
+register_op(sigmoid_focal_loss, sigmoid_focal_loss_with_grad, binary_cross_entropy, binary_cross_entropy_backward,
+            nll_loss_forward, nll_loss_backward, fused_linear_cross_entropy, fused_linear_cross_entropy_backward,
+            fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum)
 
 
 def call(op, *args):
