@@ -47,6 +47,5 @@ __all__ = [
     *_KERNEL_EXPORTS,
 ]
 
-# The cpu backend's threading setup must run before any OpenMP runtime loads (before torch):
-# see backends/cpu_onednn/threads.py. It imports nothing heavy (no Numba, no torch).
-from .backends.cpu_onednn import threads as _cpu_threads  # noqa: E402,F401
+# The OpenMP wait policy must be set before any OpenMP runtime loads (before torch): see xloss/openmp.py.
+from . import openmp as _openmp  # noqa: E402,F401

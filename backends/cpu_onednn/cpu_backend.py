@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import threading
 
+from ... import openmp
 from ...backend import Backend, KernelCaps
 from ...dtypes import FLOAT_DTYPES
 from . import threads as _threads
@@ -156,8 +157,8 @@ class CpuBackend(Backend):
             facts["numba"] = numba.__version__
             facts["numba threads"] = str(numba.get_num_threads())
             facts["numba threading layer"] = numba.threading_layer()
-            facts["openmp wait policy"] = _threads.wait_policy()
-            facts["openmp runtimes loaded"] = ", ".join(_threads.loaded_openmp_runtimes()) or "none"
+            facts["openmp wait policy"] = openmp.wait_policy()
+            facts["openmp runtimes loaded"] = ", ".join(openmp.loaded_openmp_runtimes()) or "none"
             torch_there = importlib.util.find_spec("torch") is not None  # (without importing it)
             facts["blas in use"] = "torch" if self._blas_choice == "torch" or (
                 self._blas_choice == "auto" and torch_there) else "numpy"

@@ -22,20 +22,8 @@ bind to it: one pool, whose threads go straight from a torch operation to an xlo
 (With ``import torch`` before the first kernel this happens anyway; this makes the import order
 irrelevant, and costs a ``dlopen``, not a torch import.)
 
-**Passive waiting.** GNU OpenMP's idle threads spin for a while (about a millisecond) after
-each parallel region before they sleep. A training step alternates many short regions (torch
-layers, the loss's chunks) with Python between them; on a machine with more runnable threads
-than cores — another job, or simply a busy shared host — the spinning threads take the cores
-from the threads that have work, and every region waits at its barrier for a descheduled
-thread. Measured on the 2-core reference machine (``benchmarks/results/openmp_contention.md``):
-with ``OMP_WAIT_POLICY=PASSIVE`` both the stock and the fused step ran 2-5x faster under load,
-and the fused step went from 0.5-0.8x to 0.9-1.7x the stock one. So, unless the user chose
-(``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` set), importing xloss sets
-``OMP_WAIT_POLICY=PASSIVE`` while no OpenMP runtime is loaded yet — OpenMP reads it once, when
-it loads, so this works when xloss is imported before torch (``import xloss.torch`` without an
-earlier ``import torch`` does that). When torch came first the runtime's policy is already
-fixed; :func:`wait_policy` says which case applies (``xloss.backend("cpu").info()`` shows it).
-Set ``OMP_WAIT_POLICY=ACTIVE`` to keep spinning.
+**Passive waiting** (``OMP_WAIT_POLICY=PASSIVE``, set when xloss is imported) is decided in
+:mod:`xloss.openmp`, before any backend loads.
 
 **Interrupts.** Numba's thread count is a per-thread setting that the backend changes for the
 duration of a call (the ``threads=`` option, the single-thread rule for small inputs). A
@@ -55,6 +43,8 @@ import signal
 import sys
 import threading
 import types
+
+from ...openmp import OPENMP_NAMES
 
 #: The package whose kernel modules (every loaded submodule) are switched to serial twins in a
 #: forked child.
@@ -162,37 +152,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-# -- passive waiting -------------------------------------------------------------------------
-
-_policy_note = "not decided"
-
-
-def prefer_passive_wait() -> str:
-    """Set ``OMP_WAIT_POLICY=PASSIVE`` for the OpenMP runtime this process will load, unless the
-    user chose a policy or a runtime is already loaded. Returns what happened (also kept for
-    :func:`wait_policy`)."""
-    global _policy_note
-    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        _policy_note = "chosen by the environment"
-    elif sys.platform != "linux":
-        _policy_note = "runtime default (only set on Linux)"
-    elif loaded_openmp_runtimes():
-        _policy_note = ("runtime default: an OpenMP runtime was loaded before xloss (e.g. import torch first); "
-                        "import xloss first or set OMP_WAIT_POLICY=PASSIVE")
-    else:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        _policy_note = "set to PASSIVE by xloss before the runtime loaded"
-    return _policy_note
-
-
-def wait_policy() -> str:
-    """The OpenMP wait policy in force and who chose it, in words."""
-    return f"{os.environ.get('OMP_WAIT_POLICY', 'unset')} ({_policy_note})"
-
-
 # -- one OpenMP runtime ---------------------------------------------------------------------
-
-_OPENMP_NAMES = ("libgomp", "libiomp5", "libomp")
 
 
 def torch_openmp_runtime() -> str | None:
@@ -210,7 +170,7 @@ def torch_openmp_runtime() -> str | None:
         names = sorted(os.listdir(libdir))
     except OSError:
         return None
-    for stem in _OPENMP_NAMES:
+    for stem in OPENMP_NAMES:
         for name in names:
             if name.startswith(stem) and ".so" in name:
                 return os.path.join(libdir, name)
@@ -239,16 +199,6 @@ def share_openmp_runtime() -> str | None:
         return None
     _shared_runtime = path
     return path
-
-
-def loaded_openmp_runtimes() -> list[str]:
-    """The OpenMP runtime files mapped into this process (Linux), for diagnostics."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "/" in line}
-    except OSError:
-        return []
-    return sorted(p for p in paths if os.path.basename(p).startswith(_OPENMP_NAMES))
 
 
 # -- interrupts ------------------------------------------------------------------------------
@@ -287,5 +237,3 @@ def _deliver(handler, frame) -> None:
     else:
         handler(signal.SIGINT, frame)
 
-
-prefer_passive_wait()
