@@ -8,39 +8,10 @@ from . import dispatch, validation
 from .containers import from_numpy, kind_of
 
 __all__ = [
-    "focal_loss", "focal_loss_grad", "focal_loss_with_grad", "bce_grad", "nll_loss_grad",
+    "bce_grad", "nll_loss_grad",
     "fused_linear_cross_entropy_grad", "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum",
     "OnlineMaxSum", "LossWithMaxSum",
 ]
-
-
-def focal_loss(x, y, *, alpha=0.25, gamma=2.0, weight=None, reduction="none", backend=None, out=None):
-    """Sigmoid focal loss of logits ``x`` against targets ``y`` (binary or soft).
-
-    ``alpha < 0`` disables the class weighting; ``weight`` broadcasts to x (per-anchor
-    weights). Returns x's shape for ``reduction="none"``, else a 0-d array/tensor, in x's dtype.
-    """
-    a = validation.focal_args(x, y, None, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
-                              mode="forward", out=out)
-    dispatch.run(a, backend, out)
-    return out if out is not None else from_numpy(a.loss_out, kind_of(x))
-
-
-def focal_loss_grad(x, y, grad=1.0, *, alpha=0.25, gamma=2.0, weight=None, reduction="none", backend=None, out=None):
-    """Gradient of :func:`focal_loss` w.r.t. ``x``, times the upstream ``grad``; x's shape and dtype."""
-    a = validation.focal_args(x, y, grad, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
-                              mode="grad", grad_out=out)
-    dispatch.run(a, backend, out)
-    return out if out is not None else from_numpy(a.grad_out, kind_of(x))
-
-
-def focal_loss_with_grad(x, y, grad=1.0, *, alpha=0.25, gamma=2.0, weight=None, reduction="none", backend=None):
-    """``(loss, dx)`` from one pass over ``x`` and ``y``."""
-    a = validation.focal_args(x, y, grad, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
-                              mode="forward+grad")
-    dispatch.run(a, backend)
-    kind = kind_of(x)
-    return from_numpy(a.loss_out, kind), from_numpy(a.grad_out, kind)
 
 
 def bce_grad(x, y, grad=1.0, *, weight=None, reduction="mean", eps=1e-12, eps_mode="clamp", backend=None, out=None):

@@ -20,7 +20,7 @@ import numpy as np
 from .containers import output_view, to_numpy
 from .dtypes import FLOAT_DTYPES, compute_dtype, float_name
 from .errors import XLossIndexError, XLossTypeError, XLossValueError
-from .kernel_args import BCEArgs, FLCEArgs, FocalArgs, LossWithMaxSumArgs, NLLArgs, OnlineMaxSumArgs
+from .kernel_args import BCEArgs, FLCEArgs, LossWithMaxSumArgs, NLLArgs, OnlineMaxSumArgs
 from .kernels import BCE_GRAD, REDUCTIONS
 from .memory import ensure_fits, one_call
 
@@ -71,27 +71,6 @@ def reduction_name(reduction) -> str:
     if not isinstance(reduction, str) or reduction not in REDUCTIONS:
         raise XLossValueError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}; got {reduction!r}")
     return reduction
-
-
-def alpha_value(alpha) -> float:
-    a = real_number(alpha, "alpha")
-    if a > 1.0:
-        raise XLossValueError(f"alpha must be in [0, 1], or negative to disable the class weighting; got {a}")
-    return a
-
-
-#: The largest focusing parameter accepted: far beyond any use (papers use 0..5), small enough
-#: that every backend's formulas (and a C float) stay finite.
-GAMMA_MAX = 1000.0
-
-
-def gamma_value(gamma) -> float:
-    g = real_number(gamma, "gamma")
-    if g < 0.0:
-        raise XLossValueError(f"gamma must be >= 0; got {g}")
-    if g > GAMMA_MAX:
-        raise XLossValueError(f"gamma must be <= {GAMMA_MAX:g}; got {g}")
-    return g
 
 
 # -- arrays -----------------------------------------------------------------------------
@@ -197,30 +176,6 @@ def output(out, name: str, shape, dtype, inputs) -> np.ndarray:
 
 
 # -- kernels ----------------------------------------------------------------------------
-
-
-@one_call
-def focal_args(x, y, grad, *, alpha, gamma, weight, reduction, mode, out=None, grad_out=None) -> FocalArgs:
-    x_raw = float_array(x, "x")
-    x = contiguous(x_raw, "x")
-    dt = x.dtype
-    y_raw = to_numpy(y, "y")
-    y = operand(y_raw, "y", dt, x.shape, allow_int=True)
-    unit_interval(y if y_raw.dtype.kind == "f" or float_name(y_raw.dtype) else y_raw, "y",
-                  "focal targets are binary or soft labels, probabilities of the positive class")
-    reduction = reduction_name(reduction)
-    alpha, gamma = alpha_value(alpha), gamma_value(gamma)
-    weight = None if weight is None else broadcast_weight(weight, "weight", x.shape, dt)
-    g = None if mode == "forward" else upstream_grad(grad, reduction, x.shape, dt)
-    inputs = {"x": x_raw, "y": y_raw, "weight": weight, "grad": g if isinstance(g, np.ndarray) else None}
-    loss_out = grad_out_arr = None
-    if mode in ("forward", "forward+grad"):
-        loss_out = output(out, "out", x.shape if reduction == "none" else (), dt, inputs)
-    if mode in ("grad", "forward+grad"):
-        grad_out_arr = output(grad_out, "out", x.shape, dt,
-                              {**inputs, "the loss output": loss_out} if out is not None else inputs)
-    return FocalArgs(x=x, y=y, weight=weight, alpha=alpha, gamma=gamma, reduction=reduction, mode=mode, grad=g,
-                     loss_out=loss_out, grad_out=grad_out_arr)
 
 
 @one_call

@@ -223,9 +223,7 @@ ALLOWED_LAYER_IMPORTS = {
     "torch.flce_native -> backends.cpu_onednn.flce_rows",  # S10: the row passes come from the backend's flce_route
     # not in the step plan: export.CONVENTIONS names the on-target modules (plan §10-9: a Backend.on_target)
     "conformance.export -> backends.ascend_aclnn.ontarget", "conformance.export -> backends.ft78ne_shim.ontarget",
-    "bench.impls -> torch.paper",  # S8: the per-kernel impls move into the families
     # S8: the central rows' "module:attr" links go, families register their own rows
-    "kernels -> reference.focal", "kernels -> conformance.focal", "kernels -> torch.focal",
     "kernels -> reference.bce", "kernels -> conformance.bce", "kernels -> torch.bce",
     "kernels -> reference.nll", "kernels -> conformance.nll", "kernels -> torch.nll",
     "kernels -> reference.flce", "kernels -> conformance.flce", "kernels -> torch.flce",

@@ -58,45 +58,6 @@ class KernelImpls:
     torch: Callable
 
 
-# -- focal loss ------------------------------------------------------------------------------------
-
-
-def _focal_xloss(w: Workload, b):
-    i = w.inputs
-    fn = {"forward": api.focal_loss, "grad": api.focal_loss_grad, "forward+grad": api.focal_loss_with_grad}[w.mode]
-    return [("", lambda: fn(i["x"], i["y"], reduction="mean", backend=b))]
-
-
-def _focal_torch(w: Workload, i, torch, compile_):
-    from ..torch.paper import paper_focal_loss
-
-    cands, skips = [], []
-
-    def make(f):
-        if w.mode == "forward":
-            def run():
-                with torch.no_grad():
-                    return f(i["x"], i["y"], reduction="mean")
-        else:
-            def run():
-                xg = i["x"].detach().requires_grad_()
-                f(xg, i["y"], reduction="mean").backward()
-                return xg.grad
-        return run
-
-    note = "" if w.mode != "grad" else "forward + backward (autograd needs the forward)"
-    cands.append(Candidate("torch eager (A.1)", make(paper_focal_loss), PYTORCH, note))
-    if compile_:
-        try:
-            compiled = torch.compile(paper_focal_loss, dynamic=False)
-            cands.append(Candidate("torch.compile (A.1)", make(compiled), PYTORCH, note, compiles=True))
-        except Exception as exc:  # no compiler, unsupported platform, ...
-            skips.append(Skip("torch.compile (A.1)", f"{type(exc).__name__}: {exc}"))
-    else:
-        skips.append(Skip("torch.compile (A.1)", "disabled (--no-compile)"))
-    return cands, skips
-
-
 # -- BCE gradient ------------------------------------------------------------------------------------
 
 
@@ -209,7 +170,6 @@ def _loss_with_max_sum_torch(w: Workload, i, torch, compile_):
             Candidate("memset of the softmax", lambda: out.fill(0), FLOOR, "writing the (BT, V) softmax")], []
 
 
-FOCAL_IMPLS = KernelImpls("torch eager (A.1)", _focal_xloss, _focal_torch)
 BCE_IMPLS = KernelImpls("torch aten backward", _bce_xloss, _bce_torch)
 NLL_IMPLS = KernelImpls("torch aten backward", _nll_xloss, _nll_torch)
 FLCE_IMPLS = KernelImpls("torch materialised", _flce_xloss, _flce_torch)

@@ -116,15 +116,6 @@ def build(kernel: str, mode: str, size: str, dtype: str, seed: int = 0) -> Workl
     return KERNEL_TABLE[kernel].load("workload")(mode, size, dtype, np.random.default_rng(seed))
 
 
-def focal(mode: str, size: str, dtype: str, rng) -> Workload:
-    dt = xdt.FLOAT_DTYPES[dtype]
-    n = parse_count(size)
-    x = (rng.standard_normal(n, dtype=np.float32) * 3).astype(dt)
-    y = (rng.random(n, dtype=np.float32) < 0.1).astype(dt)
-    writes = {"forward": 0, "grad": 1, "forward+grad": 1}[mode]  # mean: the loss is a scalar
-    return Workload("focal_loss", mode, size, dtype, {"x": x, "y": y}, bytes_moved=(2 + writes) * n * dt.itemsize)
-
-
 def bce(mode: str, size: str, dtype: str, rng) -> Workload:
     dt = xdt.FLOAT_DTYPES[dtype]
     n = parse_count(size)

@@ -156,5 +156,3 @@ WEIGHT_DISTS = (
 GRAD_DISTS = (
     uniform("upstream grads", -2.0, 2.0, (0.0, 1.0, -1.0)),
 )
-ALPHAS = st.one_of(st.sampled_from((0.25, -1.0, 0.0, 0.5, 1.0)), st.floats(0.0, 1.0))
-GAMMAS = st.one_of(st.sampled_from((2.0, 0.0, 0.5, 0.25, 1.0, 3.0)), st.floats(0.0, 5.0))

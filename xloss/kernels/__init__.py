@@ -126,31 +126,6 @@ def _discover() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
 
 
-FOCAL = KernelSpec(
-    name="focal_loss",
-    # targets: "binary" where every y is 0 or 1, else "soft"; a backend declaring only "binary"
-    # is never handed soft targets
-    axes=MappingProxyType({"mode": ("forward", "grad", "forward+grad"), "weight": (False, True),
-                           "targets": ("soft", "binary")}),
-    primary="mode",
-    reduces=True,
-    aliases=("focal",),
-    functions=("focal_loss", "focal_loss_grad", "focal_loss_with_grad"),
-    args="xloss.kernel_args:FocalArgs",
-    validator="xloss.validation:focal_args",
-    reference="xloss.reference.focal",
-    descriptor="xloss.conformance.focal:DESCRIPTOR",
-    torch="xloss.torch.focal:sigmoid_focal_loss",
-    workload="xloss.bench.workloads:focal",
-    bench="xloss.bench.impls:FOCAL_IMPLS",
-    bench_modes=(("forward", "grad", "forward+grad"), ("forward+grad",)),
-    bench_weight=(1.0, 3.0),  # --quick: torch.compile's first call dominates the cell
-    order=10,
-    bench_dims=1,
-    bench_sizes=("8M", "1M"),
-    refusals=MappingProxyType({"targets": "y with {value} targets: {value} targets are not supported (supported "
-                                          "targets: {supported}; binary means every y is 0 or 1)"}),
-)
 BCE_GRAD = KernelSpec(
     name="bce_grad",
     axes=MappingProxyType({"eps_mode": ("clamp", "add"), "weight": (False, True)}),
@@ -261,5 +236,5 @@ LOSS_WITH_MAX_SUM = KernelSpec(
     bench_sizes=("2048x32000", "256x4000"),
 )
 
-register(FOCAL, BCE_GRAD, NLL_GRAD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
+register(BCE_GRAD, NLL_GRAD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
 _discover()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.focal import torch_ops
 from . import _checks as checks
 from . import ops
 
@@ -49,7 +50,8 @@ class _SigmoidFocalLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(inputs, targets, weight, alpha, gamma, reduction, backend):
-        return ops.call(ops.sigmoid_focal_loss_with_grad, inputs, targets, weight, alpha, gamma, reduction, backend)
+        return ops.call(torch_ops.sigmoid_focal_loss_with_grad, inputs, targets, weight, alpha, gamma, reduction,
+                        backend)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -134,7 +136,7 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0,
     reduction = checks.reduction_torchvision(reduction)
     key = ops.backend_key(backend)
     if not checks.wants_derivative(inputs, targets):
-        return ops.call(ops.sigmoid_focal_loss, inputs, targets, weight, alpha, gamma, reduction, key)
+        return ops.call(torch_ops.sigmoid_focal_loss, inputs, targets, weight, alpha, gamma, reduction, key)
     if not (targets.requires_grad or checks.has_tangent(targets)):
         targets = targets.detach()
     return _SigmoidFocalLoss.call(inputs, targets, weight, alpha, gamma, reduction, key)[0]

@@ -73,35 +73,6 @@ def scalar_or(grad: torch.Tensor):
     return grad if g is None else g
 
 
-# -- sigmoid focal loss ---------------------------------------------------------------------
-
-@custom_op("xloss::sigmoid_focal_loss", mutates_args=())
-def sigmoid_focal_loss(inputs: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None, alpha: float,
-                       gamma: float, reduction: str, backend: str | None) -> torch.Tensor:
-    """Loss only (no gradient needed)."""
-    return api.focal_loss(inputs, targets, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
-                          backend=backend_of(backend))
-
-
-@sigmoid_focal_loss.register_fake
-def _(inputs, targets, weight, alpha, gamma, reduction, backend):
-    return inputs.new_empty(inputs.shape if reduction == "none" else ())
-
-
-@custom_op("xloss::sigmoid_focal_loss_with_grad", mutates_args=())
-def sigmoid_focal_loss_with_grad(inputs: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None,
-                                 alpha: float, gamma: float, reduction: str,
-                                 backend: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(loss, dx)`` from one pass, dx for upstream gradient 1 (the backward scales it)."""
-    return api.focal_loss_with_grad(inputs, targets, 1.0, alpha=alpha, gamma=gamma, weight=weight,
-                                    reduction=reduction, backend=backend_of(backend))
-
-
-@sigmoid_focal_loss_with_grad.register_fake
-def _(inputs, targets, weight, alpha, gamma, reduction, backend):
-    return inputs.new_empty(inputs.shape if reduction == "none" else ()), torch.empty_like(inputs)
-
-
 # -- binary cross entropy -------------------------------------------------------------------
 
 def _check_probabilities(x: torch.Tensor) -> None:
@@ -328,7 +299,7 @@ def register_op(*ops) -> None:
         _TENSOR_AT[op] = tuple(i for i, a in enumerate(op._opoverload._schema.arguments) if "Tensor" in str(a.type))
 
 
-register_op(sigmoid_focal_loss, sigmoid_focal_loss_with_grad, binary_cross_entropy, binary_cross_entropy_backward,
+register_op(binary_cross_entropy, binary_cross_entropy_backward,
             nll_loss_forward, nll_loss_backward, fused_linear_cross_entropy, fused_linear_cross_entropy_backward,
             fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum)
 
