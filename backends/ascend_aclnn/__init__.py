@@ -12,7 +12,7 @@ from. Option ``layout="strided"`` lays every tensor out with an offset and gaps 
 between guard regions checked after every operator; option ``checked`` (``checked()``) also
 compares every input with what was uploaded. Focal loss goes through xloss's own operators or
 DrivingSDK's (:mod:`.operators` tells them apart by symbol names, :mod:`.focal` drives them);
-the vocabulary-parallel forward goes through :mod:`.vocab_parallel`.
+the other kernels go through :mod:`.bce`, :mod:`.nll`, :mod:`.flce` and :mod:`.vocab_parallel`.
 """
 
 from __future__ import annotations
@@ -22,14 +22,11 @@ import ctypes.util
 import os
 from pathlib import Path
 
-import numpy as np
-
 from ...backend import Backend
 from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossTypeError, XLossValueError
-from ...kernels import REDUCTION_CODES
-from . import focal, vocab_parallel
-from .operators import BCE_BACKWARD, FLCE_GRAD, NLL_BACKWARD, OPERATORS, declare
+from . import bce, flce, focal, nll, vocab_parallel
+from .operators import OPERATORS, declare
 from .runtime import GUARD_BYTES, LAYOUTS, AclRuntime, Session
 
 __all__ = ["AscendBackend", "ENV_VAR", "LAYOUTS", "emulator_library_path", "emulator_runtime_path", "include_dir",
@@ -39,8 +36,6 @@ ENV_VAR = "XLOSS_ASCEND_LIB"
 _HERE = Path(__file__).resolve().parent
 _EMULATOR = _HERE / "libxloss_aclnn.so"
 _EMULATOR_RUNTIME = _HERE / "libxloss_aclrt.so"
-#: the high-performance FLCE mode's smallest vocabulary shard (CANN refuses V < 128 with softmaxOptional)
-FLCE_SOFTMAX_MIN_V = 128
 GUARD_NOTE = f"{GUARD_BYTES} poisoned bytes before and after every buffer, checked after every operator"
 
 
@@ -176,77 +171,13 @@ class AscendBackend(Backend):
             focal.run_xloss(self, a)
 
     def bce_grad(self, a):
-        dt = a.x.dtype
-        with self.session() as s:
-            tg = focal.upstream_tensor(s, a.grad, dt)
-            tx, ty = s.put(a.x)[0], s.put(a.y)[0]
-            tw = s.put(a.weight)[0] if a.weight is not None else s.ffi.NULL
-            to, bo = s.empty(a.x.shape, dt)
-            s.run(BCE_BACKWARD, tg, tx, ty, tw, REDUCTION_CODES[a.reduction], to)
-            s.synchronize()
-            out = s.download(bo, a.x.shape, dt)
-        np.copyto(a.out, out)
+        bce.bce_grad(self, a)
 
     def nll_loss_grad(self, a):
-        dt = a.self.dtype
-        two_d = a.self.ndim == 2
-        classes = a.self.shape[-1]
-        # The vendor takes gradOutput, weight and totalWeight in self's dtype; for 16-bit requests
-        # the scalars are rounded on the way in, as on a real NPU (the conformance tolerance allows it).
-        cdt = dt
-        weight = np.ones(classes, cdt) if a.weight is None else a.weight.astype(cdt)
-        total = a.total_weight  # the vendor requires the tensor, always (the default resolved in validation)
-        if isinstance(a.grad, np.ndarray):
-            grad = a.grad.astype(cdt)
-        elif a.reduction == "none" and two_d:  # the vendor wants (N) here: expand the scalar
-            grad = np.full(a.self.shape[0], a.grad, dtype=cdt)
-        else:
-            grad = np.asarray(a.grad, dtype=cdt)
-        with np.errstate(over="ignore"):
-            total_arr = np.asarray([total], dtype=cdt)
-        with self.session() as s:
-            tg = s.put(grad)[0]
-            ts = s.put(a.self)[0]
-            tt = s.put(a.target)[0]
-            tw = s.put(weight)[0]
-            ttw = s.put(total_arr)[0]
-            to, bo = s.empty(a.self.shape, cdt)
-            s.run(NLL_BACKWARD, tg, ts, tt, tw, REDUCTION_CODES[a.reduction], a.ignore_index, ttw, to)
-            s.synchronize()
-            out = s.download(bo, a.self.shape, cdt)
-        np.copyto(a.out, out)
+        nll.nll_loss_grad(self, a)
 
     def fused_linear_cross_entropy_grad(self, a):
-        dt = a.input.dtype
-        bt, h = a.input.shape
-        v = a.weight.shape[0]
-        if bt == 0:  # CANN's operator writes nothing for BT = 0; the weight gradient is zero
-            a.weight_grad_out[...] = 0
-            return
-        weight, softmax = a.weight, a.softmax
-        if softmax is not None and v < FLCE_SOFTMAX_MIN_V:
-            # the high-performance mode wants V >= 128: pad the shard with zero weight rows and zero
-            # softmax columns; their G is 0, so they add nothing, and their weight-gradient rows are dropped
-            pad = FLCE_SOFTMAX_MIN_V - v
-            weight = np.concatenate([weight, np.zeros((pad, h), weight.dtype)])
-            softmax = np.concatenate([softmax, np.zeros((bt, pad), softmax.dtype)], axis=1)
-        vp = weight.shape[0]
-        with self.session() as s:
-            null = s.ffi.NULL
-            tg, ti, tw = s.put(a.grad)[0], s.put(a.input)[0], s.put(weight)[0]
-            tm, tmt = s.put(a.target_mask)[0], s.put(a.masked_target)[0]
-            tlm = s.put(a.logits_max)[0] if a.logits_max is not None else null
-            tse = s.put(a.sum_exp_logits)[0] if a.sum_exp_logits is not None else null
-            # the high-performance kernel writes softmaxOptional (softmax - 1, then 16-bit G): a device copy
-            tsm = s.put(softmax)[0] if softmax is not None else null
-            tig, big = s.empty((bt, h), dt)
-            twg, bwg = s.empty((vp, h), dt)
-            s.run(FLCE_GRAD, tg, ti, tw, tm, tmt, float(a.label_smoothing), tlm, tse, tsm, tig, twg)
-            s.synchronize()
-            ig = s.download(big, (bt, h), dt)
-            wg = s.download(bwg, (vp, h), dt)
-        np.copyto(a.input_grad_out, ig)
-        np.copyto(a.weight_grad_out, wg[:v])
+        flce.fused_linear_cross_entropy_grad(self, a)
 
     def fused_linear_online_max_sum(self, a):
         vocab_parallel.online_max_sum(self, a)

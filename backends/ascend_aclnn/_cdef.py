@@ -1,13 +1,19 @@
-"""The C declarations the adapter gives cffi (they mirror ``include/``; a test compiles each
-prototype against the headers), the enum values, and the status-code names."""
+"""The C declarations the adapter gives cffi (the prototypes read from ``include/``, the types they
+use written here; a test compiles each prototype against the headers), the enum values, and the
+status-code names."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
 from ...dtypes import BFLOAT16
+from ..prototypes import prototypes
 
-CDEF = """
+# cffi's spelling of the headers' types (their enums as int, the tensor and executor opaque), and the
+# emulator's operand struct and kernel type, which its prototypes use: types, not prototypes
+PRELUDE = """
 typedef int aclError;
 typedef int32_t aclnnStatus;
 typedef void *aclrtStream;
@@ -18,63 +24,6 @@ typedef int aclrtMemMallocPolicy;
 typedef int aclrtMemcpyKind;
 typedef struct aclTensor aclTensor;
 typedef struct aclOpExecutor aclOpExecutor;
-
-aclError aclInit(const char *configPath);
-aclError aclFinalize(void);
-const char *aclGetRecentErrMsg(void);
-float aclFloat16ToFloat(aclFloat16 value);
-aclFloat16 aclFloatToFloat16(float value);
-size_t aclDataTypeSize(aclDataType dataType);
-aclError aclrtSetDevice(int32_t deviceId);
-aclError aclrtResetDevice(int32_t deviceId);
-aclError aclrtGetDevice(int32_t *deviceId);
-aclError aclrtGetDeviceCount(uint32_t *count);
-aclError aclrtCreateStream(aclrtStream *stream);
-aclError aclrtDestroyStream(aclrtStream stream);
-aclError aclrtSynchronizeStream(aclrtStream stream);
-aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
-aclError aclrtFree(void *devPtr);
-aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
-aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count);
-
-aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDataType dataType, const int64_t *stride, int64_t offset, aclFormat format, const int64_t *storageDims, uint64_t storageDimsNum, void *tensorData);
-aclnnStatus aclDestroyTensor(const aclTensor *tensor);
-aclnnStatus aclGetViewShape(const aclTensor *tensor, int64_t **viewDims, uint64_t *viewDimsNum);
-aclnnStatus aclGetViewStrides(const aclTensor *tensor, int64_t **stridesValue, uint64_t *stridesNum);
-aclnnStatus aclGetViewOffset(const aclTensor *tensor, int64_t *offset);
-aclnnStatus aclGetStorageShape(const aclTensor *tensor, int64_t **storageDims, uint64_t *storageDimsNum);
-aclnnStatus aclGetDataType(const aclTensor *tensor, aclDataType *dataType);
-aclnnStatus aclGetFormat(const aclTensor *tensor, aclFormat *format);
-aclnnStatus aclGetRawTensorAddr(const aclTensor *tensor, void **addr);
-aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor);
-aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor);
-
-aclnnStatus aclnnInit(const char *configPath);
-aclnnStatus aclnnFinalize(void);
-
-aclnnStatus aclnnSigmoidFocalLossGetWorkspaceSize(const aclTensor *logit, const aclTensor *target, const aclTensor *weight, double gamma, double alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-aclnnStatus aclnnSigmoidFocalLossGradGetWorkspaceSize(const aclTensor *logit, const aclTensor *target, const aclTensor *weight, double gamma, double alpha, aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnSigmoidFocalLossGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnXlossSigmoidFocalLoss(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-aclnnStatus aclnnXlossSigmoidFocalLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, double gamma, double alpha, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnXlossSigmoidFocalLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-aclnnStatus aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weightOptional, int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnBinaryCrossEntropyBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, const aclTensor *target, const aclTensor *weight, int64_t reduction, int64_t ignoreIndex, const aclTensor *totalWeight, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnNLLLossBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-aclnnStatus aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(const aclTensor *grad, const aclTensor *input, const aclTensor *weight, const aclTensor *targetMask, const aclTensor *maskedTarget, float labelSmoothing, const aclTensor *logitsMaxOptional, const aclTensor *sumExpLogitsOptional, const aclTensor *softmaxOptional, aclTensor *inputGradOut, aclTensor *weightGradOut, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnFusedLinearCrossEntropyLossGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-aclnnStatus aclnnFusedLinearOnlineMaxSumGetWorkspaceSize(const aclTensor *input, const aclTensor *weight, const aclTensor *target, int64_t vocabStartIndex, int64_t vocabEndIndex, aclTensor *logitsMaxLocalOut, aclTensor *sumExpLogitsLocalOut, aclTensor *predictedLogitsLocalOut, aclTensor *targetMaskOut, aclTensor *maskedTargetOut, aclTensor *vocabParallelLogitsOutOptional, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnFusedLinearOnlineMaxSum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-aclnnStatus aclnnFusedCrossEntropyLossWithMaxSumGetWorkspaceSize(const aclTensor *logitsMax, const aclTensor *sumExpLogits, const aclTensor *predictedLogits, float labelSmoothing, const aclTensor *inputOptional, const aclTensor *weightOptional, const aclTensor *vocabParallelLogitsOptional, aclTensor *lossOut, aclTensor *softMaxOutOptional, uint64_t *workspaceSize, aclOpExecutor **executor);
-aclnnStatus aclnnFusedCrossEntropyLossWithMaxSum(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-
-int64_t xlossEmuLiveAllocations(int32_t kind);
-aclError xlossEmuCast(const void *src, aclDataType srcType, void *dst, aclDataType dstType, uint64_t n);
-const char *xlossEmuVersion(void);
-
 typedef struct {
     aclDataType dataType;
     aclFormat format;
@@ -88,11 +37,14 @@ typedef struct {
     const char *name;
 } xlossEmuTensorDesc;
 typedef aclnnStatus (*xlossEmuKernel)(const void *plan, void *workspace, uint64_t workspaceSize);
-aclnnStatus xlossEmuDescribeTensor(const aclTensor *tensor, const char *name, xlossEmuTensorDesc *desc);
-aclnnStatus xlossEmuCreateExecutor(const char *opName, const xlossEmuTensorDesc *operands, uint64_t operandNum, const void *plan, uint64_t planSize, xlossEmuKernel kernel, uint64_t workspaceSize, uint64_t *workspaceSizeOut, aclOpExecutor **executor);
-aclnnStatus xlossEmuRunExecutor(const char *opName, void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);
-void xlossEmuSetErrMsg(const char *fmt, ...);
 """
+INCLUDE = Path(__file__).resolve().with_name("include")
+#: the headers whose ACL_FUNC_VISIBILITY prototypes cffi gets: the runtime, tensors and executors,
+#: every operator (include/aclnnop), and the emulator's own functions
+HEADERS = (INCLUDE / "acl" / "acl_base.h", INCLUDE / "acl" / "acl_rt.h", INCLUDE / "aclnn" / "acl_meta.h",
+           INCLUDE / "aclnn" / "aclnn_base.h", *sorted((INCLUDE / "aclnnop").glob("*.h")), INCLUDE / "xloss_aclnn_emu.h")
+#: the declarations the adapter gives cffi: one prototype a line (phase_one_parameters reads them)
+CDEF = PRELUDE + prototypes(HEADERS, "ACL_FUNC_VISIBILITY")
 
 # aclDataType
 ACL_FLOAT, ACL_FLOAT16, ACL_INT8, ACL_INT32, ACL_UINT8 = 0, 1, 2, 3, 4

@@ -22,7 +22,7 @@ import numpy as np
 from ...clib import MissingSymbolError
 from ...conformance.export_format import RUNNER_STATUS, Buffer, Double, Int64, Tensor, digest
 from ...errors import BackendUnavailableError, KernelError
-from . import _EMULATOR, AscendBackend
+from . import AscendBackend, emulator_library_path
 from . import _cdef as C
 from .operators import OPERATORS, declare
 from .runtime import WRITTEN_INPUTS, Session, contiguous_strides
@@ -106,7 +106,7 @@ class OnTargetBackend(AscendBackend):
     """The adapter over the emulator's runtime with the port's declarations (``symbols``)."""
 
     def __init__(self, hook, symbols, library=None, *, layout: str = "contiguous", **_):
-        super().__init__(str(_EMULATOR), layout=layout, checked=True)
+        super().__init__(emulator_library_path(), layout=layout, checked=True)
         self._hook = hook
         self._symbols = frozenset(symbols)
         if not self._why:

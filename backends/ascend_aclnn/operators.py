@@ -21,10 +21,7 @@ own forward operator was paired with before it was renamed: such a library's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-
-from ...backend import KernelCaps
+from ...declaration import Declaration
 
 XLOSS_FOCAL_FORWARD = "aclnnXlossSigmoidFocalLoss"
 XLOSS_FOCAL_BACKWARD = "aclnnXlossSigmoidFocalLossBackward"
@@ -45,39 +42,6 @@ HALVES = ("float16", "bfloat16")
 
 #: focal ABI -> (forward operator, gradient operator)
 FOCAL_ABIS = {"xloss": (XLOSS_FOCAL_FORWARD, XLOSS_FOCAL_BACKWARD), "drivingsdk": (DS_FOCAL_FORWARD, DS_FOCAL_GRAD)}
-
-
-@dataclass(frozen=True)
-class Declaration:
-    """What one kernel is declared with when the library exports its operators.
-
-    ``ops``: the operators every request calls; ``modes``: for a kernel whose mode axis picks the
-    operators (focal), mode -> operators, and the modes declared are those whose operators are all
-    exported. ``variants``: the restricted variant axes (others: every value); ``fixed``: the
-    parameters the operators hard-wire."""
-
-    kernel: str
-    dtypes: tuple
-    ops: tuple = ()
-    modes: Mapping[str, tuple] = field(default_factory=dict)
-    variants: Mapping[str, object] = field(default_factory=dict)
-    fixed: Mapping[str, object] = field(default_factory=dict)
-    limits: Mapping[str, int] = field(default_factory=dict)
-    notes: str = ""
-    vendor_range: Mapping[str, tuple] = field(default_factory=dict)  # KernelCaps.vendor_range
-
-    def caps(self, has) -> KernelCaps | None:
-        """The declaration for a library with these operators (``has(op)``), or None."""
-        if not all(has(op) for op in self.ops):
-            return None
-        variants = dict(self.variants)
-        if self.modes:
-            modes = [m for m, ops in self.modes.items() if all(has(op) for op in ops)]
-            if not modes:
-                return None
-            variants["mode"] = modes
-        return KernelCaps.declare(self.kernel, dtypes=self.dtypes, fixed=self.fixed or None, limits=self.limits or None,
-                                  notes=self.notes, vendor_range=self.vendor_range or None, **variants)
 
 
 def _focal_modes(abi: str) -> dict:
@@ -137,9 +101,13 @@ def declare(has) -> tuple[dict, str | None]:
     """The capabilities a library with these operators gets, and its focal ABI."""
     abi = focal_abi(has)
     rows = ((FOCAL[abi],) if abi is not None else ()) + TABLE
+
+    def exported(_dtype, *ops):  # an operator takes every dtype its row lists
+        return all(has(op) for op in ops)
+
     caps = {}
     for row in rows:
-        c = row.caps(has)
+        c = row.caps(exported)
         if c is not None:
             caps[row.kernel] = c
     return caps, abi

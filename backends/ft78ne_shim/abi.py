@@ -1,7 +1,7 @@
 """The FT78NE/MT7004 C ABI as cffi sees it: declarations, status codes, library loading.
 
-The declarations mirror ``include/ft78ne.h`` (vendor ABI) and ``include/ft78ne_emu.h``
-(emulator-only helpers); ``tests/backends/ft78ne`` checks they stay in step.
+The declarations are read from ``include/ft78ne.h`` (vendor ABI), ``include/ft78ne_emu.h``
+(emulator-only helpers) and the vocabulary-parallel operators' headers.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ...clib import CLibrary, library_paths
 from ...errors import XLossValueError
+from ..prototypes import prototypes
 
 ENV_VAR = "XLOSS_FT78NE_LIB"
 MEMORY_ENV_VAR = "XLOSS_FT78NE_MEMORY"  # default of the memory option ("shared" or "private")
@@ -47,110 +48,11 @@ def c_int(what: str, value: int) -> int:
                               f"(at most {INT_MAX})")
     return int(value)
 
-VENDOR_CDEF = """
-typedef uint16_t half;
-void fp_binarycrossentropygrad_s(int input_size, int reduction, float *input_x, float *input_y, float *weight,
-                                 float *dloss, float *dx, int weight_defined, int core_mask);
-void hp_binarycrossentropygrad_s(int input_size, int reduction, half *input_x, half *input_y, half *weight,
-                                 half *dloss, half *dx, int weight_defined, int core_mask);
-void fp_binarycrossentropygrad_p(int input_size, int reduction, float *input_x, float *input_y, float *weight,
-                                 float *dloss, float *dx, int weight_defined);
-void hp_binarycrossentropygrad_p(int input_size, int reduction, half *input_x, half *input_y, half *weight,
-                                 half *dloss, half *dx, int weight_defined);
-void fp_sigmoidfocalloss_s(int input_size, int reduction, float alpha, float gamma, float *input_x, float *input_y,
-                           float *loss, int core_mask);
-void hp_sigmoidfocalloss_s(int input_size, int reduction, float alpha, float gamma, half *input_x, half *input_y,
-                           half *loss, int core_mask);
-void fp_sigmoidfocalloss_p(int input_size, int reduction, float alpha, float gamma, float *input_x, float *input_y,
-                           float *loss);
-void hp_sigmoidfocalloss_p(int input_size, int reduction, float alpha, float gamma, half *input_x, half *input_y,
-                           half *loss);
-void fp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma, float *input_x,
-                               float *input_y, float *dloss, float *dx, int core_mask);
-void hp_sigmoidfocallossgrad_s(int input_size, int reduction, float alpha, float gamma, half *input_x,
-                               half *input_y, half *dloss, half *dx, int core_mask);
-void fp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma, float *input_x,
-                               float *input_y, float *dloss, float *dx);
-void hp_sigmoidfocallossgrad_p(int input_size, int reduction, float alpha, float gamma, half *input_x,
-                               half *input_y, half *dloss, half *dx);
-void fp_nlllossgrad_s(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
-                      float *logits_grad, int batch, int class_num, int reduction_type, int core_mask);
-void hp_nlllossgrad_s(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,
-                      half *logits_grad, int batch, int class_num, int reduction_type, int core_mask);
-void fp_nlllossgrad_p(float *logits, float *loss_grad, int *labels, float *weight, float *total_weight,
-                      float *logits_grad, int batch, int class_num, int reduction_type);
-void hp_nlllossgrad_p(half *logits, half *loss_grad, int *labels, half *weight, half *total_weight,
-                      half *logits_grad, int batch, int class_num, int reduction_type);
-void fp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int vocab, float *grad, float *input, float *weight,
-                                          unsigned char *target_mask, int *masked_target, float *logits_max,
-                                          float *sum_exp_logits, float *softmax, float *input_grad,
-                                          float *weight_grad, int softmax_defined, int core_mask);
-void hp_fusedlinearcrossentropylossgrad_s(int bt, int hidden, int vocab, float *grad, half *input, half *weight,
-                                          unsigned char *target_mask, int *masked_target, float *logits_max,
-                                          float *sum_exp_logits, float *softmax, half *input_grad,
-                                          half *weight_grad, int softmax_defined, int core_mask);
-void fp_fusedlinearcrossentropylossgrad_p(int bt, int hidden, int vocab, float *grad, float *input, float *weight,
-                                          unsigned char *target_mask, int *masked_target, float *logits_max,
-                                          float *sum_exp_logits, float *softmax, float *input_grad,
-                                          float *weight_grad, int softmax_defined, int accumulate);
-void hp_fusedlinearcrossentropylossgrad_p(int bt, int hidden, int vocab, float *grad, half *input, half *weight,
-                                          unsigned char *target_mask, int *masked_target, float *logits_max,
-                                          float *sum_exp_logits, float *softmax, half *input_grad,
-                                          half *weight_grad, int softmax_defined, int accumulate);
-int xloss_ft78ne_ext_abi(void);
-"""
-
-EMU_CDEF = """
-int ft78ne_emu_last_error(void);
-const char *ft78ne_emu_last_error_message(void);
-void ft78ne_emu_clear_error(void);
-int ft78ne_emu_set_chip(int chip);
-int ft78ne_emu_chip(void);
-int ft78ne_emu_set_core(int core);
-int ft78ne_emu_core(void);
-int ft78ne_emu_num_cores(void);
-size_t ft78ne_emu_private_capacity(void);
-int ft78ne_emu_set_private_capacity(size_t bytes);
-void *ft78ne_emu_private_alloc(int core, size_t bytes);
-int ft78ne_emu_private_free(int core, void *ptr);
-void *ft78ne_emu_private_base(int core);
-size_t ft78ne_emu_private_in_use(int core);
-"""
-
-VOCAB_PARALLEL_CDEF = """
-void fp_fusedlinearonlinemaxsum_s(int bt, int hidden, int vocab, float *input, float *weight, int *target,
-                                  int vocab_start_index, int vocab_end_index, float *logits_max_local,
-                                  float *sum_exp_logits_local, float *predicted_logits_local,
-                                  unsigned char *target_mask, int *masked_target, float *vocab_parallel_logits,
-                                  int logits_defined, int core_mask);
-void hp_fusedlinearonlinemaxsum_s(int bt, int hidden, int vocab, half *input, half *weight, int *target,
-                                  int vocab_start_index, int vocab_end_index, float *logits_max_local,
-                                  float *sum_exp_logits_local, float *predicted_logits_local,
-                                  unsigned char *target_mask, int *masked_target, half *vocab_parallel_logits,
-                                  int logits_defined, int core_mask);
-void fp_fusedlinearonlinemaxsum_p(int bt, int hidden, int vocab, float *input, float *weight, int *target,
-                                  int vocab_start_index, int vocab_end_index, float *logits_max_local,
-                                  float *sum_exp_logits_local, float *predicted_logits_local,
-                                  unsigned char *target_mask, int *masked_target, float *vocab_parallel_logits,
-                                  int logits_defined);
-void hp_fusedlinearonlinemaxsum_p(int bt, int hidden, int vocab, half *input, half *weight, int *target,
-                                  int vocab_start_index, int vocab_end_index, float *logits_max_local,
-                                  float *sum_exp_logits_local, float *predicted_logits_local,
-                                  unsigned char *target_mask, int *masked_target, half *vocab_parallel_logits,
-                                  int logits_defined);
-void fp_fusedcrossentropylosswithmaxsum_s(int bt, int vocab, float *logits_max, float *sum_exp_logits,
-                                          float *predicted_logits, float *vocab_parallel_logits, float *loss,
-                                          float *softmax, int softmax_defined, int core_mask);
-void hp_fusedcrossentropylosswithmaxsum_s(int bt, int vocab, float *logits_max, float *sum_exp_logits,
-                                          float *predicted_logits, half *vocab_parallel_logits, float *loss,
-                                          float *softmax, int softmax_defined, int core_mask);
-void fp_fusedcrossentropylosswithmaxsum_p(int bt, int vocab, float *logits_max, float *sum_exp_logits,
-                                          float *predicted_logits, float *vocab_parallel_logits, float *loss,
-                                          float *softmax, int softmax_defined);
-void hp_fusedcrossentropylosswithmaxsum_p(int bt, int vocab, float *logits_max, float *sum_exp_logits,
-                                          float *predicted_logits, half *vocab_parallel_logits, float *loss,
-                                          float *softmax, int softmax_defined);
-"""
+INCLUDE = EMULATOR.with_name("include")
+# the prototypes, read from the installed headers; cffi needs the half typedef before them
+VENDOR_CDEF = "typedef uint16_t half;\n" + prototypes([INCLUDE / "ft78ne.h"], "FT78NE_API")
+EMU_CDEF = prototypes([INCLUDE / "ft78ne_emu.h"], "FT78NE_API")
+VOCAB_PARALLEL_CDEF = prototypes([INCLUDE / f"{op}.h" for op in VOCAB_PARALLEL_OPS], "FT78NE_API")
 
 CDEF = VENDOR_CDEF + VOCAB_PARALLEL_CDEF + EMU_CDEF
 

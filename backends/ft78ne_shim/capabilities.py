@@ -9,10 +9,7 @@ undeclared. One :class:`Declaration` per kernel (:data:`TABLE`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-
-from ...backend import KernelCaps
+from ...declaration import Declaration
 from ...errors import BackendUnavailableError
 from . import abi
 
@@ -27,50 +24,6 @@ DESCRIPTION = {
 }
 
 
-@dataclass(frozen=True)
-class Declaration:
-    """One kernel's declaration: the operators it calls (``ops``; or ``modes``: mode -> operators,
-    for focal, whose mode axis picks them), its restricted variant axes, the parameters the
-    library fixes, the KernelCaps flags set in private memory, and notes (the memory is appended)."""
-
-    kernel: str
-    ops: tuple = ()
-    modes: Mapping[str, tuple] = field(default_factory=dict)
-    variants: Mapping[str, object] = field(default_factory=dict)
-    fixed: Mapping[str, object] = field(default_factory=dict)
-    private_flags: tuple = ()  # e.g. ("upstream_in_dtype",)
-    notes: str = ""
-
-    def operators(self, variant) -> tuple:
-        """The operators a request with this ``variant`` calls."""
-        return self.modes[variant["mode"]] if self.modes else self.ops
-
-    def caps(self, dtypes, has, memory: str, memory_note: str) -> KernelCaps | None:
-        """The declaration over the chip's ``dtypes`` for a library with ``has(dtype, *ops)``, or None."""
-        variants = dict(self.variants)
-        if self.modes:
-            # a dtype's modes are those whose entry points it exports; declare the largest
-            # (dtypes x modes) block every declared dtype fully supports
-            per_dtype = {d: {m for m, ops in self.modes.items() if has(d, *ops)} for d in dtypes}
-            candidates = [tuple(dtypes)] + ([(d,) for d in dtypes] if len(dtypes) > 1 else [])
-            best = (0, (), ())
-            for subset in candidates:
-                modes = set.intersection(*(per_dtype[d] for d in subset))
-                if len(modes) * len(subset) > best[0]:
-                    best = (len(modes) * len(subset), subset, tuple(sorted(modes)))
-            if not best[0]:
-                return None
-            declared, variants["mode"] = best[1], best[2]
-        else:
-            declared = [d for d in dtypes if has(d, *self.ops)]
-            if not declared:
-                return None
-        flags = {f: memory == "private" for f in self.private_flags}
-        notes = f"{self.notes}; {memory_note}" if self.notes else memory_note
-        return KernelCaps.declare(self.kernel, dtypes=declared, max_elements=abi.INT_MAX, fixed=self.fixed or None,
-                                  notes=notes, **flags, **variants)
-
-
 #: one row per kernel (sizes are C ints: at most INT_MAX elements)
 TABLE = (
     # private memory tiles a mean: each tile's scale g*m/n crosses the ABI in the data's dtype
@@ -78,18 +31,18 @@ TABLE = (
                                      "forward+grad": ("sigmoidfocalloss", "sigmoidfocallossgrad")},
                 variants={"weight": False}, private_flags=("upstream_in_dtype",),
                 notes="no per-element weight in the DSP signature"),
-    Declaration("bce_grad", ("binarycrossentropygrad",), variants={"eps_mode": "add"}, fixed={"eps": BCE_EPS},
+    Declaration("bce_grad", ops=("binarycrossentropygrad",), variants={"eps_mode": "add"}, fixed={"eps": BCE_EPS},
                 private_flags=("upstream_in_dtype",), notes="the manual's x(1-x) + eps"),
-    Declaration("nll_loss_grad", ("nlllossgrad",)),
+    Declaration("nll_loss_grad", ops=("nlllossgrad",)),
     # tiles add into 16-bit outputs (accumulate=1)
-    Declaration("fused_linear_cross_entropy_grad", ("fusedlinearcrossentropylossgrad",),
+    Declaration("fused_linear_cross_entropy_grad", ops=("fusedlinearcrossentropylossgrad",),
                 variants={"label_smoothing": False}, private_flags=("partials_in_dtype",),
                 notes="no label smoothing in the DSP signature"),
     # int64 targets too: clipped to C ints without changing the mask or masked target (vocab_parallel.py)
-    Declaration("fused_linear_online_max_sum", ("fusedlinearonlinemaxsum",), variants={"mask": "bool"},
+    Declaration("fused_linear_online_max_sum", ops=("fusedlinearonlinemaxsum",), variants={"mask": "bool"},
                 notes="one target-mask byte per token (mask='bool' only); C int targets (int64 ones clipped to "
                       "[-1, INT_MAX], which keeps the mask, and the masked target widened back)"),
-    Declaration("fused_cross_entropy_loss_with_max_sum", ("fusedcrossentropylosswithmaxsum",),
+    Declaration("fused_cross_entropy_loss_with_max_sum", ops=("fusedcrossentropylosswithmaxsum",),
                 notes="float32 statistics; the logits float32, or float16 on MT7004"),
 )
 DECLARATIONS = {d.kernel: d for d in TABLE}
@@ -108,7 +61,7 @@ def declare(lib, ext: bool, chip: str, memory: str, core_mask: int, suffix: str)
     memory_note = f"{memory} memory, core_mask {core_mask:#04x}"
     caps = {}
     for row in TABLE:
-        c = row.caps(CHIP_DTYPES[chip], has, memory, memory_note)
+        c = row.caps(has, CHIP_DTYPES[chip], max_elements=abi.INT_MAX, private=memory == "private", note=memory_note)
         if c is not None:
             caps[row.kernel] = c
     return caps

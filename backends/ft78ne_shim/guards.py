@@ -200,18 +200,6 @@ class _Region:
                     nbytes=int(diff.size))
 
 
-class PrivateBlocks:
-    """Guarded private allocations of one core: address of the inner pointer -> (uint8 view over
-    guard + capacity + guard)."""
-
-    def __init__(self):
-        self.blocks: dict[int, np.ndarray] = {}
-
-    def add(self, inner_addr: int, raw: np.ndarray) -> None:
-        poison(raw)
-        self.blocks[inner_addr] = raw
-
-
 def checked_call(backend, fname: str, fn, args, ffi, es: int, codes: dict, private: dict | None) -> None:
     """Call ``fn(*args)`` with every pointer argument guarded; raise on a violation.
 

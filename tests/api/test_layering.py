@@ -240,7 +240,6 @@ ALLOWED_PRIVATE = {
     # not in the step plan: _checks.functorch_active wants a public name
     "torch.flce -> torch._checks._functorch_active", "torch.focal -> torch._checks._functorch_active",
     "torch.ops -> torch._checks._functorch_active",
-    "backends.ascend_aclnn.ontarget -> backends.ascend_aclnn._EMULATOR",  # not in the step plan (S7 could)
 }
 
 
