@@ -229,8 +229,8 @@ ALLOWED_LAYER_IMPORTS = {
     "kernels -> reference.flce", "kernels -> conformance.flce", "kernels -> torch.flce",
     "kernels -> conformance.vocab_parallel", "kernels -> bench.training",
     # S8: xloss.torch imports the family torch modules through the registered rows, not by name
-    "torch -> torch.bce", "torch -> torch.detection", "torch -> torch.flce", "torch -> torch.focal",
-    "torch -> torch.hf", "torch -> torch.liger_compat", "torch -> torch.mmdet", "torch -> torch.nll",
+    "torch -> torch.bce", "torch -> torch.flce", "torch -> torch.hf", "torch -> torch.liger_compat",
+    "torch -> torch.nll",
     "torch.ops -> torch.flce_passes",  # S4/S8: the FLCE ops register from the family (ops.OPS a registry)
 }
 

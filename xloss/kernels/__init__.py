@@ -69,6 +69,7 @@ class KernelSpec:
     bench_modes: tuple[tuple[str, ...], tuple[str, ...]] = (("grad",), ("grad",))  # (default, --quick)
     bench_weight: tuple[float, float] = (1.0, 1.0)  # a cell's share of the bench budget (default, --quick)
     bench_steps: tuple = ()  # links to timed steps built on the kernel (``xloss.bench.steps.Step``)
+    torch_exports: tuple = ()  # links to what the family adds to ``xloss.torch`` (named by the attribute)
     #: axis or bounded parameter -> how a refused value reads, naming its argument ({value}, {supported})
     refusals: Mapping[str, str] = field(default_factory=dict)
 

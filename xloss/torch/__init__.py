@@ -16,22 +16,25 @@ The kernels are ``torch.library`` custom ops (``torch.ops.xloss.*``, :mod:`xloss
 RetinaNet/FCOS); :func:`mmdet_sigmoid_focal_loss` has mmdetection's semantics.
 """
 
-from . import ops  # noqa: F401  (registers the torch.ops.xloss custom ops)
+from ..kernels import KERNELS as _KERNELS
+from . import ops  # noqa: F401  (the custom-op registry the families' ops join)
 from .bce import BCELoss, binary_cross_entropy
 from .chunking import default_chunk_size, default_vocab_chunk_size
-from .detection import apply_to_detection
 from .distributed import shard_vocab, vocab_shard_range
 from .flce import FusedLinearCrossEntropyLoss, FusedLinearCrossEntropyOutput, fused_linear_cross_entropy
-from .focal import SigmoidFocalLoss, sigmoid_focal_loss
 from .hf import apply_to_causal_lm, remove_from_causal_lm
 from .liger_compat import LigerCompatFusedLinearCrossEntropyLoss
-from .mmdet import mmdet_sigmoid_focal_loss
 from .nll import NLLLoss, nll_loss
 
+#: what each kernel family adds here (its row's ``torch_exports``); loading them registers the families' ops
+_FAMILY_EXPORTS = {link.rpartition(":")[2]: row.resolve(link)
+                   for row in _KERNELS.values() for link in row.torch_exports}
+globals().update(_FAMILY_EXPORTS)
+
 __all__ = [
-    "apply_to_causal_lm", "apply_to_detection", "mmdet_sigmoid_focal_loss", "remove_from_causal_lm",
+    "apply_to_causal_lm", "remove_from_causal_lm",
     "BCELoss", "FusedLinearCrossEntropyLoss", "FusedLinearCrossEntropyOutput", "LigerCompatFusedLinearCrossEntropyLoss",
-    "NLLLoss", "SigmoidFocalLoss", "binary_cross_entropy",
+    "NLLLoss", "binary_cross_entropy",
     "default_chunk_size", "default_vocab_chunk_size", "fused_linear_cross_entropy", "nll_loss", "shard_vocab",
-    "sigmoid_focal_loss", "vocab_shard_range",
+    "vocab_shard_range", *_FAMILY_EXPORTS,
 ]

@@ -21,6 +21,8 @@ ROW = KernelSpec(
     reference="xloss.reference.focal",
     descriptor=".conformance:DESCRIPTOR",
     torch="xloss.torch.focal:sigmoid_focal_loss",
+    torch_exports=("xloss.torch.focal:sigmoid_focal_loss", "xloss.torch.focal:SigmoidFocalLoss",
+                   "xloss.torch.mmdet:mmdet_sigmoid_focal_loss", "xloss.torch.detection:apply_to_detection"),
     workload=".bench:workload",
     bench=".bench:IMPLS",
     bench_modes=(("forward", "grad", "forward+grad"), ("forward+grad",)),
