@@ -125,15 +125,6 @@ def focal(mode: str, size: str, dtype: str, rng) -> Workload:
     return Workload("focal_loss", mode, size, dtype, {"x": x, "y": y}, bytes_moved=(2 + writes) * n * dt.itemsize)
 
 
-def bce(mode: str, size: str, dtype: str, rng) -> Workload:
-    dt = xdt.FLOAT_DTYPES[dtype]
-    n = parse_count(size)
-    x = rng.uniform(0.001, 0.999, n).astype(np.float32).astype(dt)
-    y = (rng.random(n, dtype=np.float32) < 0.5).astype(dt)
-    w = rng.uniform(0, 2, n).astype(np.float32).astype(dt)
-    return Workload("bce_grad", mode, size, dtype, {"x": x, "y": y, "weight": w}, bytes_moved=4 * n * dt.itemsize)
-
-
 def nll(mode: str, size: str, dtype: str, rng) -> Workload:
     dt = xdt.FLOAT_DTYPES[dtype]
     n, c = parse_dims(size, 2)

@@ -151,25 +151,6 @@ FOCAL = KernelSpec(
     refusals=MappingProxyType({"targets": "y with {value} targets: {value} targets are not supported (supported "
                                           "targets: {supported}; binary means every y is 0 or 1)"}),
 )
-BCE_GRAD = KernelSpec(
-    name="bce_grad",
-    axes=MappingProxyType({"eps_mode": ("clamp", "add"), "weight": (False, True)}),
-    primary="eps_mode",
-    reduces=True,
-    aliases=("bce",),
-    functions=("bce_grad",),
-    args="xloss.kernel_args:BCEArgs",
-    validator="xloss.validation:bce_args",
-    reference="xloss.reference.bce",
-    descriptor="xloss.conformance.bce:DESCRIPTOR",
-    torch="xloss.torch.bce:binary_cross_entropy",
-    workload="xloss.bench.workloads:bce",
-    bench="xloss.bench.impls:BCE_IMPLS",
-    bench_weight=(0.6, 1.0),
-    order=20,
-    bench_dims=1,
-    bench_sizes=("8M", "1M"),
-)
 NLL_GRAD = KernelSpec(
     name="nll_loss_grad",
     axes=MappingProxyType({"ndim": (1, 2), "weight": (False, True), "target_dtype": ("int64", "int32", "uint8")}),
@@ -261,5 +242,5 @@ LOSS_WITH_MAX_SUM = KernelSpec(
     bench_sizes=("2048x32000", "256x4000"),
 )
 
-register(FOCAL, BCE_GRAD, NLL_GRAD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
+register(FOCAL, NLL_GRAD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
 _discover()
