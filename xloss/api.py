@@ -8,21 +8,10 @@ from . import dispatch, validation
 from .containers import from_numpy, kind_of
 
 __all__ = [
-    "bce_grad", "nll_loss_grad",
+    "nll_loss_grad",
     "fused_linear_cross_entropy_grad", "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum",
     "OnlineMaxSum", "LossWithMaxSum",
 ]
-
-
-def bce_grad(x, y, grad=1.0, *, weight=None, reduction="mean", eps=1e-12, eps_mode="clamp", backend=None, out=None):
-    """Gradient of binary cross entropy w.r.t. the probabilities ``x``.
-
-    ``grad * weight * (x - y) / max(x(1-x), eps)`` (``eps_mode="clamp"``, PyTorch/Ascend) or
-    ``/ (x(1-x) + eps)`` (``"add"``, FT78NE/MT7004); ``mean`` divides by the element count.
-    """
-    a = validation.bce_args(x, y, grad, weight=weight, reduction=reduction, eps=eps, eps_mode=eps_mode, out=out)
-    dispatch.run(a, backend, out)
-    return out if out is not None else from_numpy(a.out, kind_of(x))
 
 
 def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_index=-100, total_weight=None,

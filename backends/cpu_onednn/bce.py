@@ -50,7 +50,7 @@ def bce_kernel(x, y, w, w_rep, w_period, ones, g, g_full, g_scale, eps, add_eps,
 
 
 def run(a, backend=None) -> None:
-    """Fill ``a.out`` of a validated :class:`xloss.kernel_args.BCEArgs`."""
+    """Fill ``a.out`` of a validated :class:`xloss.kernels.bce.args.BCEArgs`."""
     n = a.x.size
     if n == 0:
         return

@@ -224,7 +224,6 @@ ALLOWED_LAYER_IMPORTS = {
     # not in the step plan: export.CONVENTIONS names the on-target modules (plan §10-9: a Backend.on_target)
     "conformance.export -> backends.ascend_aclnn.ontarget", "conformance.export -> backends.ft78ne_shim.ontarget",
     # S8: the central rows' "module:attr" links go, families register their own rows
-    "kernels -> reference.bce", "kernels -> conformance.bce", "kernels -> torch.bce",
     "kernels -> reference.nll", "kernels -> conformance.nll", "kernels -> torch.nll",
     "kernels -> reference.flce", "kernels -> conformance.flce", "kernels -> torch.flce",
     "kernels -> conformance.vocab_parallel", "kernels -> bench.training",

@@ -58,24 +58,6 @@ class KernelImpls:
     torch: Callable
 
 
-# -- BCE gradient ------------------------------------------------------------------------------------
-
-
-def _bce_xloss(w: Workload, b):
-    i = w.inputs
-    caps = b.capabilities().get("bce_grad")
-    mode = "clamp" if caps is None or "clamp" in caps.variants["eps_mode"] else "add"
-    eps = caps.fixed.get("eps", 1e-12) if caps is not None else 1e-12
-    return [("" if mode == "clamp" else " (eps added)",
-             lambda: api.bce_grad(i["x"], i["y"], 1.0, weight=i["weight"], eps=eps, eps_mode=mode, backend=b))]
-
-
-def _bce_torch(w: Workload, i, torch, compile_):
-    g = torch.tensor(1.0, dtype=i["x"].dtype)
-    return [Candidate("torch aten backward", lambda: torch.ops.aten.binary_cross_entropy_backward(
-        g, i["x"], i["y"], i["weight"], 1), PYTORCH, "binary_cross_entropy_backward")], []
-
-
 # -- NLL gradient ------------------------------------------------------------------------------------
 
 
@@ -170,7 +152,6 @@ def _loss_with_max_sum_torch(w: Workload, i, torch, compile_):
             Candidate("memset of the softmax", lambda: out.fill(0), FLOOR, "writing the (BT, V) softmax")], []
 
 
-BCE_IMPLS = KernelImpls("torch aten backward", _bce_xloss, _bce_torch)
 NLL_IMPLS = KernelImpls("torch aten backward", _nll_xloss, _nll_torch)
 FLCE_IMPLS = KernelImpls("torch materialised", _flce_xloss, _flce_torch)
 ONLINE_MAX_SUM_IMPLS = KernelImpls("torch eager", _online_max_sum_xloss, _online_max_sum_torch)

@@ -116,15 +116,6 @@ def build(kernel: str, mode: str, size: str, dtype: str, seed: int = 0) -> Workl
     return KERNEL_TABLE[kernel].load("workload")(mode, size, dtype, np.random.default_rng(seed))
 
 
-def bce(mode: str, size: str, dtype: str, rng) -> Workload:
-    dt = xdt.FLOAT_DTYPES[dtype]
-    n = parse_count(size)
-    x = rng.uniform(0.001, 0.999, n).astype(np.float32).astype(dt)
-    y = (rng.random(n, dtype=np.float32) < 0.5).astype(dt)
-    w = rng.uniform(0, 2, n).astype(np.float32).astype(dt)
-    return Workload("bce_grad", mode, size, dtype, {"x": x, "y": y, "weight": w}, bytes_moved=4 * n * dt.itemsize)
-
-
 def nll(mode: str, size: str, dtype: str, rng) -> Workload:
     dt = xdt.FLOAT_DTYPES[dtype]
     n, c = parse_dims(size, 2)

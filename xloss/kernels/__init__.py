@@ -127,25 +127,6 @@ def _discover() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
 
 
-BCE_GRAD = KernelSpec(
-    name="bce_grad",
-    axes=MappingProxyType({"eps_mode": ("clamp", "add"), "weight": (False, True)}),
-    primary="eps_mode",
-    reduces=True,
-    aliases=("bce",),
-    functions=("bce_grad",),
-    args="xloss.kernel_args:BCEArgs",
-    validator="xloss.validation:bce_args",
-    reference="xloss.reference.bce",
-    descriptor="xloss.conformance.bce:DESCRIPTOR",
-    torch="xloss.torch.bce:binary_cross_entropy",
-    workload="xloss.bench.workloads:bce",
-    bench="xloss.bench.impls:BCE_IMPLS",
-    bench_weight=(0.6, 1.0),
-    order=20,
-    bench_dims=1,
-    bench_sizes=("8M", "1M"),
-)
 NLL_GRAD = KernelSpec(
     name="nll_loss_grad",
     axes=MappingProxyType({"ndim": (1, 2), "weight": (False, True), "target_dtype": ("int64", "int32", "uint8")}),
@@ -237,5 +218,5 @@ LOSS_WITH_MAX_SUM = KernelSpec(
     bench_sizes=("2048x32000", "256x4000"),
 )
 
-register(BCE_GRAD, NLL_GRAD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
+register(NLL_GRAD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
 _discover()

@@ -1,7 +1,7 @@
 """Binary cross entropy on probabilities, with its backward on an xloss backend.
 
-Both run as ``torch.library`` custom ops (:mod:`xloss.torch.ops`). The forward is PyTorch's formula
-(``-w (y log x + (1-y) log(1-x))``, each log clamped at
+Both run as ``torch.library`` custom ops (:mod:`xloss.kernels.bce.torch_ops`). The forward is PyTorch's
+formula (``-w (y log x + (1-y) log(1-x))``, each log clamped at
 -100) computed in float32 or wider; it saves the inputs, and the backward is
 ``xloss.bce_grad``: ``g * w * (x - y) / max(x(1-x), eps)`` (``eps_mode="clamp"``, PyTorch and
 Ascend) or ``/ (x(1-x) + eps)`` (``"add"``, the FT78NE/MT7004 form).
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels import BCE_GRAD
+from ..kernels.bce import ROW
+from ..kernels.bce import torch_ops as bce_ops
 from ..validation import real_number
 from . import _checks as checks
 from . import ops
@@ -27,7 +28,7 @@ class _BinaryCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y, weight, reduction, eps, eps_mode, backend):
-        return ops.call(ops.binary_cross_entropy, x, y, weight, reduction)
+        return ops.call(bce_ops.binary_cross_entropy, x, y, weight, reduction)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -41,7 +42,7 @@ class _BinaryCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad):
         x, y, weight = ctx.saved_tensors
         # detached: under torch.func the op must not see tensors tracked at the transform's level
-        dx = ops.call(ops.binary_cross_entropy_backward, grad.detach(), x.detach(), y, weight, *ctx.params)
+        dx = ops.call(bce_ops.binary_cross_entropy_backward, grad.detach(), x.detach(), y, weight, *ctx.params)
         return checks.first_order_result(_WHAT, dx, x), None, None, None, None, None, None
 
     @staticmethod
@@ -54,7 +55,7 @@ class _BinaryCrossEntropy(torch.autograd.Function):
         if t_x is None:
             return torch.zeros_like(like)
         one = torch.ones((), dtype=x.dtype)
-        dx = ops.call(ops.binary_cross_entropy_backward, one, x.detach(), y, weight, *ctx.params)
+        dx = ops.call(bce_ops.binary_cross_entropy_backward, one, x.detach(), y, weight, *ctx.params)
         cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
         return checks.reduce_tangent(dx.to(cdt) * t_x.to(cdt), reduction, like)
 
@@ -85,7 +86,7 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
             raise checks.XLossValueError(f"weight of shape {checks.shape_str(weight.shape)} does not broadcast to "
                                          f"input {checks.shape_str(input.shape)}")
     reduction = checks.reduction(reduction)
-    if eps_mode not in BCE_GRAD.axes["eps_mode"]:
+    if eps_mode not in ROW.axes["eps_mode"]:
         raise checks.XLossValueError(f"eps_mode must be 'clamp' (max(x(1-x), eps)) or 'add' (x(1-x) + eps); "
                                      f"got {eps_mode!r}")
     eps = real_number(eps, "eps")
@@ -93,7 +94,7 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
         raise checks.XLossValueError(f"eps must be >= 0; got {eps}")
     # the [0, 1] check needs the data: it runs inside the op (no graph break under torch.compile)
     if not checks.wants_derivative(input):
-        return ops.call(ops.binary_cross_entropy, input, target, weight, reduction)
+        return ops.call(bce_ops.binary_cross_entropy, input, target, weight, reduction)
     return _BinaryCrossEntropy.call(input, target.detach(), weight, reduction, eps, eps_mode,
                                      ops.backend_key(backend))
 

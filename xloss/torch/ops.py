@@ -73,54 +73,6 @@ def scalar_or(grad: torch.Tensor):
     return grad if g is None else g
 
 
-# -- binary cross entropy -------------------------------------------------------------------
-
-def _check_probabilities(x: torch.Tensor) -> None:
-    if x.numel() and not bool(((x >= 0) & (x <= 1)).all()):
-        raise XLossValueError("input must hold probabilities in [0, 1] (every element); "
-                              "use binary_cross_entropy_with_logits for logits")
-
-
-def _reduce(values: torch.Tensor, reduction: str, dtype: torch.dtype) -> torch.Tensor:
-    if reduction == "none":
-        return values.to(dtype)
-    total = values.sum(dtype=torch.float64)
-    if reduction == "mean":
-        total = total / values.numel() if values.numel() else torch.tensor(float("nan"), dtype=torch.float64)
-    return total.to(dtype)
-
-
-@custom_op("xloss::binary_cross_entropy", mutates_args=())
-def binary_cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
-                         reduction: str) -> torch.Tensor:
-    """PyTorch's formula (each log clamped at -100) in float32 or wider; checks the [0, 1] domain."""
-    _check_probabilities(input)
-    cdt = compute_dtype(input.dtype)
-    x, y = input.to(cdt), target.to(cdt)
-    loss = -(y * torch.log(x).clamp_min(-100.0) + (1.0 - y) * torch.log1p(-x).clamp_min(-100.0))
-    if weight is not None:
-        loss = loss * weight.to(cdt)
-    return _reduce(loss, reduction, input.dtype)
-
-
-@binary_cross_entropy.register_fake
-def _(input, target, weight, reduction):
-    return input.new_empty(input.shape if reduction == "none" else ())
-
-
-@custom_op("xloss::binary_cross_entropy_backward", mutates_args=())
-def binary_cross_entropy_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Tensor,
-                                  weight: torch.Tensor | None, reduction: str, eps: float, eps_mode: str,
-                                  backend: str | None) -> torch.Tensor:
-    return api.bce_grad(input, target, scalar_or(grad), weight=weight, reduction=reduction, eps=eps,
-                        eps_mode=eps_mode, backend=backend_of(backend))
-
-
-@binary_cross_entropy_backward.register_fake
-def _(grad, input, target, weight, reduction, eps, eps_mode, backend):
-    return torch.empty_like(input)
-
-
 # -- negative log-likelihood ----------------------------------------------------------------
 
 @custom_op("xloss::nll_loss_forward", mutates_args=())
@@ -299,8 +251,7 @@ def register_op(*ops) -> None:
         _TENSOR_AT[op] = tuple(i for i, a in enumerate(op._opoverload._schema.arguments) if "Tensor" in str(a.type))
 
 
-register_op(binary_cross_entropy, binary_cross_entropy_backward,
-            nll_loss_forward, nll_loss_backward, fused_linear_cross_entropy, fused_linear_cross_entropy_backward,
+register_op(nll_loss_forward, nll_loss_backward, fused_linear_cross_entropy, fused_linear_cross_entropy_backward,
             fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum)
 
 
