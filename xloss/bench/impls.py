@@ -134,87 +134,9 @@ def _nll_torch(w: Workload, i, torch, compile_):
             Candidate("memset of the output", lambda: out.fill(0), FLOOR, "the floor for out=")], []
 
 
-# -- fused linear cross-entropy gradient ----------------------------------------------------------------
-
-
-def _flce_xloss(w: Workload, b):
-    i = w.inputs
-    return [("", lambda: api.fused_linear_cross_entropy_grad(
-        i["grad"], i["input"], i["weight"], i["target_mask"], i["masked_target"], logits_max=i["logits_max"],
-        sum_exp_logits=i["sum_exp_logits"], backend=b))]
-
-
-def _flce_torch(w: Workload, i, torch, compile_):
-    import torch.nn.functional as F
-
-    def materialised():
-        xg, wg = i["input"].detach().requires_grad_(), i["weight"].detach().requires_grad_()
-        F.cross_entropy(xg @ wg.T, i["target"], reduction="mean").backward()
-        return xg.grad, wg.grad
-
-    def bare_gemms():
-        logits = i["input"] @ i["weight"].T
-        return logits @ i["weight"], logits.T @ i["input"]
-
-    return [Candidate("torch materialised", materialised, PYTORCH, "input @ weight.T + cross_entropy"),
-            Candidate("3 bare GEMMs", bare_gemms, FLOOR, "the GEMM floor (torch.mm)")], []
-
-
-# -- vocabulary-parallel online max/sum (one shard) -----------------------------------------------------
-
-
-def _online_max_sum_xloss(w: Workload, b):
-    i = w.inputs
-    return [("", lambda: api.fused_linear_online_max_sum(i["input"], i["weight"], i["target"], 0, backend=b))]
-
-
-def _online_max_sum_torch(w: Workload, i, torch, compile_):
-    x, wt, t = i["input"], i["weight"], i["target"]
-    v = wt.shape[0]
-
-    def eager():  # the shard's statistics in float32 (float64 for float64), as the kernel returns them
-        with torch.no_grad():
-            logits = x @ wt.T
-            z = logits if logits.dtype == torch.float64 else logits.float()
-            m = z.amax(dim=1)
-            sum_exp = torch.exp(torch.logsumexp(z, dim=1) - m)
-            masked = (t < 0) | (t >= v)
-            local = torch.where(masked, 0, t)
-            predicted = torch.where(masked, 0.0, z.gather(1, local[:, None]).squeeze(1) - m)
-            return m, sum_exp, predicted, masked, local
-
-    return [Candidate("torch eager", eager, PYTORCH,
-                      "x @ w.T (logits in the input dtype), amax, logsumexp, gather; mask as bool"),
-            Candidate("bare GEMM", lambda: x @ wt.T, FLOOR, "the GEMM floor (torch.mm, input dtype)")], []
-
-
-# -- vocabulary-parallel loss with max/sum ----------------------------------------------------------
-
-
-def _loss_with_max_sum_xloss(w: Workload, b):
-    i = w.inputs
-    return [("", lambda: api.fused_cross_entropy_loss_with_max_sum(
-        i["logits_max"], i["sum_exp_logits"], i["predicted_logits"], vocab_parallel_logits=i["logits"], backend=b))]
-
-
-def _loss_with_max_sum_torch(w: Workload, i, torch, compile_):
-    m, se, p, z = i["logits_max"], i["sum_exp_logits"], i["predicted_logits"], i["logits"]
-
-    def eager():
-        loss = torch.log(se) - p
-        return loss, torch.exp(z.to(m.dtype) - m[:, None]) / se[:, None]
-
-    out = np.empty(w.inputs["logits"].shape, w.inputs["logits_max"].dtype)
-    return [Candidate("torch eager", eager, PYTORCH, "log(sum_exp) - predicted; exp(logits - max) / sum_exp"),
-            Candidate("memset of the softmax", lambda: out.fill(0), FLOOR, "writing the (BT, V) softmax")], []
-
-
 FOCAL_IMPLS = KernelImpls("torch eager (A.1)", _focal_xloss, _focal_torch)
 BCE_IMPLS = KernelImpls("torch aten backward", _bce_xloss, _bce_torch)
 NLL_IMPLS = KernelImpls("torch aten backward", _nll_xloss, _nll_torch)
-FLCE_IMPLS = KernelImpls("torch materialised", _flce_xloss, _flce_torch)
-ONLINE_MAX_SUM_IMPLS = KernelImpls("torch eager", _online_max_sum_xloss, _online_max_sum_torch)
-LOSS_WITH_MAX_SUM_IMPLS = KernelImpls("torch eager", _loss_with_max_sum_xloss, _loss_with_max_sum_torch)
 
 
 def __getattr__(name):
