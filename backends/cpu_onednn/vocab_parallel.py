@@ -35,7 +35,7 @@ from .layout import threads_for
 
 
 def online_max_sum(a, backend) -> None:
-    """Fill the outputs of a validated :class:`~xloss.kernel_args.OnlineMaxSumArgs`."""
+    """Fill the outputs of a validated :class:`~xloss.kernels.flce.args.OnlineMaxSumArgs`."""
     bt = a.input.shape[0]
     masked, tcol = _targets(a)
     if bt == 0:
@@ -127,7 +127,7 @@ def _tiles(a, gemm, chunk_bytes, tcol, zt) -> None:
 
 
 def loss_with_max_sum(a, backend) -> None:
-    """Fill the outputs of a validated :class:`~xloss.kernel_args.LossWithMaxSumArgs`."""
+    """Fill the outputs of a validated :class:`~xloss.kernels.flce.args.LossWithMaxSumArgs`."""
     with np.errstate(divide="ignore", invalid="ignore"):
         np.log(a.sum_exp_logits, out=a.loss_out)
         np.subtract(a.loss_out, a.predicted_logits, out=a.loss_out)

@@ -52,6 +52,7 @@ import torch
 from .. import registry
 from ..backend import Backend
 from ..errors import BackendUnavailableError, UnsupportedRequestError, XLossError, XLossTypeError, XLossValueError
+from ..kernels.flce import torch_ops
 from ..validation import real_number
 from . import _checks as checks
 from . import flce_native, ops
@@ -95,7 +96,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(x, w, b, target, class_weight, args):
-        return ops.call(ops.fused_linear_cross_entropy, x, w, b, target, class_weight, *args)
+        return ops.call(torch_ops.fused_linear_cross_entropy, x, w, b, target, class_weight, *args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -133,8 +134,9 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             grads = tuple(checks.scaled(t, g) if wanted else None for t, wanted in zip((dx, dw, db), want))
         else:
             detach = (lambda t: None if t is None else t.detach())
-            out = ops.call(ops.fused_linear_cross_entropy_backward, grad.detach(), detach(x), detach(w), detach(b),
-                           target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db, *args)
+            out = ops.call(torch_ops.fused_linear_cross_entropy_backward, grad.detach(), detach(x), detach(w),
+                           detach(b), target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db,
+                           *args)
             grads = tuple(t if wanted else None for t, wanted in zip(out, want))
         if checks._functorch_active():
             grads = tuple(None if t is None else checks.first_order_result(_WHAT, t, ref)
@@ -166,7 +168,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             if t_x is None:
                 return (torch.zeros_like(like),) + (None,) * 9
             ones = torch.ones(target.shape, dtype=like.dtype)
-            grads = ops.call(ops.fused_linear_cross_entropy_backward, ones, x.detach(), w.detach(),
+            grads = ops.call(torch_ops.fused_linear_cross_entropy_backward, ones, x.detach(), w.detach(),
                              None if b is None else b.detach(), target, class_weight, row_max, sum_exp, target_mask,
                              masked_target, dx, dw, db, *args)
             cdt = torch.float64 if like.dtype == torch.float64 else torch.float32
@@ -320,7 +322,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     if any(want):
         out = _FusedLinearCrossEntropy.call(*operands, args)
     else:
-        out = ops.call(ops.fused_linear_cross_entropy, *operands, *args)
+        out = ops.call(torch_ops.fused_linear_cross_entropy, *operands, *args)
     loss = out[0].reshape(target.shape) if reduction == "none" else out[0]
     if not (return_z_loss or return_token_accuracy):
         return loss

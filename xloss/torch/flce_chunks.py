@@ -32,9 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import api, registry
+from .. import registry
 from ..errors import UnsupportedRequestError
 from ..kernel_args import Request
+from ..kernels.flce import api
 from .chunking import spans
 from .distributed import Collectives
 

@@ -36,9 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import api, registry
+from .. import registry
 from ..errors import UnsupportedRequestError
 from ..kernel_args import Request
+from ..kernels.flce import api
 from .chunking import spans
 from .flce_chunks import _NUMPY_NAME, RowStats, Shard, Targets
 
