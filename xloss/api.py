@@ -8,7 +8,7 @@ from . import dispatch, validation
 from .containers import from_numpy, kind_of
 
 __all__ = [
-    "focal_loss", "focal_loss_grad", "focal_loss_with_grad", "bce_grad", "nll_loss_grad",
+    "focal_loss", "focal_loss_grad", "focal_loss_with_grad", "bce_grad",
     "fused_linear_cross_entropy_grad", "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum",
     "OnlineMaxSum", "LossWithMaxSum",
 ]
@@ -52,15 +52,6 @@ def bce_grad(x, y, grad=1.0, *, weight=None, reduction="mean", eps=1e-12, eps_mo
     a = validation.bce_args(x, y, grad, weight=weight, reduction=reduction, eps=eps, eps_mode=eps_mode, out=out)
     dispatch.run(a, backend, out)
     return out if out is not None else from_numpy(a.out, kind_of(x))
-
-
-def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_index=-100, total_weight=None,
-                  backend=None, out=None):
-    """Backward of NLL loss w.r.t. the log-probabilities ``self`` ((N, C) or (C)); PyTorch semantics."""
-    a = validation.nll_args(grad, self, target, weight=weight, reduction=reduction, ignore_index=ignore_index,
-                            total_weight=total_weight, out=out)
-    dispatch.run(a, backend, out)
-    return out if out is not None else from_numpy(a.out, kind_of(self))
 
 
 def fused_linear_cross_entropy_grad(grad, input, weight, target_mask, masked_target, *, logits_max=None,

@@ -115,25 +115,6 @@ def _bce_torch(w: Workload, i, torch, compile_):
         g, i["x"], i["y"], i["weight"], 1), PYTORCH, "binary_cross_entropy_backward")], []
 
 
-# -- NLL gradient ------------------------------------------------------------------------------------
-
-
-def _nll_xloss(w: Workload, b):
-    i = w.inputs
-    out = np.empty_like(i["self"])
-    return [("", lambda: api.nll_loss_grad(1.0, i["self"], i["target"], backend=b)),
-            (" out=", lambda: api.nll_loss_grad(1.0, i["self"], i["target"], backend=b, out=out))]
-
-
-def _nll_torch(w: Workload, i, torch, compile_):
-    g = torch.tensor(1.0, dtype=i["self"].dtype)
-    tw = torch.tensor(float((w.inputs["target"] != -100).sum()), dtype=i["self"].dtype)
-    out = np.empty_like(w.inputs["self"])
-    return [Candidate("torch aten backward", lambda: torch.ops.aten.nll_loss_backward(
-                g, i["self"], i["target"], None, 1, -100, tw), PYTORCH, "nll_loss_backward"),
-            Candidate("memset of the output", lambda: out.fill(0), FLOOR, "the floor for out=")], []
-
-
 # -- fused linear cross-entropy gradient ----------------------------------------------------------------
 
 
@@ -211,7 +192,6 @@ def _loss_with_max_sum_torch(w: Workload, i, torch, compile_):
 
 FOCAL_IMPLS = KernelImpls("torch eager (A.1)", _focal_xloss, _focal_torch)
 BCE_IMPLS = KernelImpls("torch aten backward", _bce_xloss, _bce_torch)
-NLL_IMPLS = KernelImpls("torch aten backward", _nll_xloss, _nll_torch)
 FLCE_IMPLS = KernelImpls("torch materialised", _flce_xloss, _flce_torch)
 ONLINE_MAX_SUM_IMPLS = KernelImpls("torch eager", _online_max_sum_xloss, _online_max_sum_torch)
 LOSS_WITH_MAX_SUM_IMPLS = KernelImpls("torch eager", _loss_with_max_sum_xloss, _loss_with_max_sum_torch)

@@ -134,16 +134,6 @@ def bce(mode: str, size: str, dtype: str, rng) -> Workload:
     return Workload("bce_grad", mode, size, dtype, {"x": x, "y": y, "weight": w}, bytes_moved=4 * n * dt.itemsize)
 
 
-def nll(mode: str, size: str, dtype: str, rng) -> Workload:
-    dt = xdt.FLOAT_DTYPES[dtype]
-    n, c = parse_dims(size, 2)
-    logp = np.full((n, c), -math.log(c), dtype=dt)  # the backward never reads its values
-    t = rng.integers(0, c, n)
-    t[::17] = -100
-    return Workload("nll_loss_grad", mode, size, dtype, {"self": logp, "target": t},
-                    bytes_moved=n * c * dt.itemsize + n * 8)
-
-
 def flce(mode: str, size: str, dtype: str, rng) -> Workload:
     dt = xdt.FLOAT_DTYPES[dtype]
     bt, h, v = parse_dims(size, 3)

@@ -22,7 +22,6 @@ MiB of arrays).
 from __future__ import annotations
 
 import functools
-import importlib
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,7 +145,7 @@ def __getattr__(name: str):
     names: a descriptor module lists those it holds in ``LARGE_TABLES``."""
     if not name.startswith("__"):
         for spec in KERNELS.values():
-            module = importlib.import_module(spec.descriptor.partition(":")[0])
+            module = spec.resolve(spec.descriptor.partition(":")[0])  # a link may be relative to its family
             if name in getattr(module, "LARGE_TABLES", ()):
                 return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -170,25 +170,6 @@ BCE_GRAD = KernelSpec(
     bench_dims=1,
     bench_sizes=("8M", "1M"),
 )
-NLL_GRAD = KernelSpec(
-    name="nll_loss_grad",
-    axes=MappingProxyType({"ndim": (1, 2), "weight": (False, True), "target_dtype": ("int64", "int32", "uint8")}),
-    primary=None,
-    reduces=True,
-    aliases=("nll",),
-    functions=("nll_loss_grad",),
-    args="xloss.kernel_args:NLLArgs",
-    validator="xloss.validation:nll_args",
-    reference="xloss.reference.nll",
-    descriptor="xloss.conformance.nll:DESCRIPTOR",
-    torch="xloss.torch.nll:nll_loss",
-    workload="xloss.bench.workloads:nll",
-    bench="xloss.bench.impls:NLL_IMPLS",
-    bench_weight=(0.7, 1.0),
-    order=30,
-    bench_dims=2,
-    bench_sizes=("32768x1000", "8192x1000"),
-)
 FLCE_GRAD = KernelSpec(
     name="fused_linear_cross_entropy_grad",
     axes=MappingProxyType({
@@ -261,5 +242,5 @@ LOSS_WITH_MAX_SUM = KernelSpec(
     bench_sizes=("2048x32000", "256x4000"),
 )
 
-register(FOCAL, BCE_GRAD, NLL_GRAD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
+register(FOCAL, BCE_GRAD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
 _discover()
