@@ -17,7 +17,7 @@ from ._common import as_f64
 
 def _indices(target):
     """The targets as a flat int64 array. Pure math: the API validates them first (each in [0, C) or
-    ``ignore_index``, :func:`xloss.validation.class_indices`); an out-of-range one fails NumPy's indexing."""
+    ``ignore_index``, :func:`xloss.kernels.nll.validate.class_indices`); an out-of-range one fails NumPy's indexing."""
     return np.asarray(target).reshape(-1).astype(np.int64)
 
 

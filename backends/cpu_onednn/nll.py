@@ -60,7 +60,7 @@ def row_values(a) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run(a, backend=None) -> None:
-    """Fill ``a.out`` of a validated :class:`xloss.kernel_args.NLLArgs`."""
+    """Fill ``a.out`` of a validated :class:`xloss.kernels.nll.args.NLLArgs`."""
     if a.out.size == 0:
         return
     t, values = row_values(a)

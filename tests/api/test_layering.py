@@ -223,11 +223,6 @@ ALLOWED_LAYER_IMPORTS = {
     "torch.flce_native -> backends.cpu_onednn.flce_rows",  # S10: the row passes come from the backend's flce_route
     # not in the step plan: export.CONVENTIONS names the on-target modules (plan §10-9: a Backend.on_target)
     "conformance.export -> backends.ascend_aclnn.ontarget", "conformance.export -> backends.ft78ne_shim.ontarget",
-    # S8: the central rows' "module:attr" links go, families register their own rows
-    "kernels -> reference.nll", "kernels -> conformance.nll", "kernels -> torch.nll",
-    # S8: xloss.torch imports the family torch modules through the registered rows, not by name
-    "torch -> torch.bce", "torch -> torch.flce", "torch -> torch.hf", "torch -> torch.liger_compat",
-    "torch -> torch.nll",
 }
 
 ALLOWED_PRIVATE = {

@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
-from .. import api, registry
+from .. import registry
 from ..containers import from_numpy
 from ..errors import XLossError
 from ..kernels import KERNELS
@@ -56,28 +54,6 @@ class KernelImpls:
     baseline: str
     xloss: Callable
     torch: Callable
-
-
-# -- NLL gradient ------------------------------------------------------------------------------------
-
-
-def _nll_xloss(w: Workload, b):
-    i = w.inputs
-    out = np.empty_like(i["self"])
-    return [("", lambda: api.nll_loss_grad(1.0, i["self"], i["target"], backend=b)),
-            (" out=", lambda: api.nll_loss_grad(1.0, i["self"], i["target"], backend=b, out=out))]
-
-
-def _nll_torch(w: Workload, i, torch, compile_):
-    g = torch.tensor(1.0, dtype=i["self"].dtype)
-    tw = torch.tensor(float((w.inputs["target"] != -100).sum()), dtype=i["self"].dtype)
-    out = np.empty_like(w.inputs["self"])
-    return [Candidate("torch aten backward", lambda: torch.ops.aten.nll_loss_backward(
-                g, i["self"], i["target"], None, 1, -100, tw), PYTORCH, "nll_loss_backward"),
-            Candidate("memset of the output", lambda: out.fill(0), FLOOR, "the floor for out=")], []
-
-
-NLL_IMPLS = KernelImpls("torch aten backward", _nll_xloss, _nll_torch)
 
 
 def __getattr__(name):

@@ -3,7 +3,6 @@ work it implies (bytes that must move, or FLOPs for the GEMM-bound FLCE)."""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -114,13 +113,3 @@ def build(kernel: str, mode: str, size: str, dtype: str, seed: int = 0) -> Workl
     if kernel not in KERNEL_TABLE:
         raise ValueError(f"unknown kernel {kernel!r}")
     return KERNEL_TABLE[kernel].load("workload")(mode, size, dtype, np.random.default_rng(seed))
-
-
-def nll(mode: str, size: str, dtype: str, rng) -> Workload:
-    dt = xdt.FLOAT_DTYPES[dtype]
-    n, c = parse_dims(size, 2)
-    logp = np.full((n, c), -math.log(c), dtype=dt)  # the backward never reads its values
-    t = rng.integers(0, c, n)
-    t[::17] = -100
-    return Workload("nll_loss_grad", mode, size, dtype, {"self": logp, "target": t},
-                    bytes_moved=n * c * dt.itemsize + n * 8)

@@ -9,14 +9,42 @@ built from these.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .. import registry
 from ..backend import Backend, KernelCaps
 from ..dtypes import FLOAT_DTYPES
 from ..kernels import KERNELS
 from .descriptor import Case, Comparison, ErrorCase, KernelDescriptor, compare
 
+
+class _Descriptors(Mapping):
+    """kernel -> its descriptor, loaded from the kernel table on first use: a family's descriptor
+    module imports this package, so loading them while it is imported would find that module half made."""
+
+    def __init__(self):
+        self._loaded: dict[str, KernelDescriptor] | None = None
+
+    def _all(self) -> dict[str, KernelDescriptor]:
+        if self._loaded is None:
+            self._loaded = {name: row.load("descriptor") for name, row in KERNELS.items()}
+        return self._loaded
+
+    def __getitem__(self, kernel):
+        return self._all()[kernel]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+    def __repr__(self):
+        return repr(self._all())
+
+
 #: kernel -> its descriptor, from the kernel table (each row names its descriptor)
-DESCRIPTORS: dict[str, KernelDescriptor] = {name: row.load("descriptor") for name, row in KERNELS.items()}
+DESCRIPTORS: Mapping[str, KernelDescriptor] = _Descriptors()
 
 
 class _Captured(Exception):

@@ -62,7 +62,7 @@ class KernelSpec:
     bench: object  # the bench candidates (``xloss.bench.impls.KernelImpls``)
     bench_dims: int  # dimensions of a bench size: N; N x C; BT x H x V
     bench_sizes: tuple[str, str]  # (default size, --quick size)
-    api: object = "xloss.api"  # the module holding ``functions`` and ``exports``
+    api: object = None  # the module holding ``functions`` and ``exports`` (the family's ``.api``)
     exports: tuple[str, ...] = ()  # more public names the row adds to ``xloss`` (result types)
     order: int = 1000  # where the row sorts in ``KERNELS`` (listings, check and bench order)
     package: str | None = None  # the family package relative links resolve in
@@ -127,24 +127,4 @@ def _discover() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
 
 
-NLL_GRAD = KernelSpec(
-    name="nll_loss_grad",
-    axes=MappingProxyType({"ndim": (1, 2), "weight": (False, True), "target_dtype": ("int64", "int32", "uint8")}),
-    primary=None,
-    reduces=True,
-    aliases=("nll",),
-    functions=("nll_loss_grad",),
-    args="xloss.kernel_args:NLLArgs",
-    validator="xloss.validation:nll_args",
-    reference="xloss.reference.nll",
-    descriptor="xloss.conformance.nll:DESCRIPTOR",
-    torch="xloss.torch.nll:nll_loss",
-    workload="xloss.bench.workloads:nll",
-    bench="xloss.bench.impls:NLL_IMPLS",
-    bench_weight=(0.7, 1.0),
-    order=30,
-    bench_dims=2,
-    bench_sizes=("32768x1000", "8192x1000"),
-)
-register(NLL_GRAD)
 _discover()

@@ -18,23 +18,12 @@ RetinaNet/FCOS); :func:`mmdet_sigmoid_focal_loss` has mmdetection's semantics.
 
 from ..kernels import KERNELS as _KERNELS
 from . import ops  # noqa: F401  (the custom-op registry the families' ops join)
-from .bce import BCELoss, binary_cross_entropy
 from .chunking import default_chunk_size, default_vocab_chunk_size
 from .distributed import shard_vocab, vocab_shard_range
-from .flce import FusedLinearCrossEntropyLoss, FusedLinearCrossEntropyOutput, fused_linear_cross_entropy
-from .hf import apply_to_causal_lm, remove_from_causal_lm
-from .liger_compat import LigerCompatFusedLinearCrossEntropyLoss
-from .nll import NLLLoss, nll_loss
 
 #: what each kernel family adds here (its row's ``torch_exports``); loading them registers the families' ops
 _FAMILY_EXPORTS = {link.rpartition(":")[2]: row.resolve(link)
                    for row in _KERNELS.values() for link in row.torch_exports}
 globals().update(_FAMILY_EXPORTS)
 
-__all__ = [
-    "apply_to_causal_lm", "remove_from_causal_lm",
-    "BCELoss", "FusedLinearCrossEntropyLoss", "FusedLinearCrossEntropyOutput", "LigerCompatFusedLinearCrossEntropyLoss",
-    "NLLLoss", "binary_cross_entropy",
-    "default_chunk_size", "default_vocab_chunk_size", "fused_linear_cross_entropy", "nll_loss", "shard_vocab",
-    "vocab_shard_range", *_FAMILY_EXPORTS,
-]
+__all__ = ["default_chunk_size", "default_vocab_chunk_size", "shard_vocab", "vocab_shard_range", *_FAMILY_EXPORTS]

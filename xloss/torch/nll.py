@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.nll import torch_ops as nll_ops
 from . import _checks as checks
 from . import ops
 
@@ -24,7 +25,7 @@ class _NLLLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(x, target, weight, ignore_index, reduction, backend):
-        return ops.call(ops.nll_loss_forward, x, target, weight, ignore_index, reduction)
+        return ops.call(nll_ops.nll_loss_forward, x, target, weight, ignore_index, reduction)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -42,7 +43,7 @@ class _NLLLoss(torch.autograd.Function):
             return (None,) * 6
         x, target, weight, total_weight = ctx.saved_tensors
         # detached: under torch.func the op must not see tensors tracked at the transform's level
-        dx = ops.call(ops.nll_loss_backward, grad.detach(), x.detach(), target, weight, total_weight, *ctx.params)
+        dx = ops.call(nll_ops.nll_loss_backward, grad.detach(), x.detach(), target, weight, total_weight, *ctx.params)
         return checks.first_order_result(_WHAT, dx, x), None, None, None, None, None
 
     @staticmethod
@@ -53,13 +54,13 @@ class _NLLLoss(torch.autograd.Function):
         ignore_index, reduction, _ = ctx.params
         if t_x is None:
             return None, None
-        return ops.call(ops.nll_loss_forward, t_x, target, weight, ignore_index, reduction)[0], None
+        return ops.call(nll_ops.nll_loss_forward, t_x, target, weight, ignore_index, reduction)[0], None
 
 
 def _nll_2d(input, target, weight, ignore_index, reduction, key):
     if checks.wants_derivative(input):
         return _NLLLoss.call(input, target, weight, ignore_index, reduction, key)[0]
-    return ops.call(ops.nll_loss_forward, input, target, weight, ignore_index, reduction)[0]
+    return ops.call(nll_ops.nll_loss_forward, input, target, weight, ignore_index, reduction)[0]
 
 
 def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean", *, backend=None):

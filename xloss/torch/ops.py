@@ -24,12 +24,11 @@ with a message naming the device (:func:`xloss.torch._checks.device_of`).
 from __future__ import annotations
 
 import torch
-from torch.library import custom_op
 
-from .. import api
 from ..backend import Backend
 from ..errors import XLossTypeError, XLossValueError
 from . import _checks as checks
+from ._checks import check_class_indices  # noqa: F401 (for the families' ops: _checks is private)
 
 # -- Backend instances as op arguments ------------------------------------------------------
 
@@ -72,51 +71,6 @@ def scalar_or(grad: torch.Tensor):
     return grad if g is None else g
 
 
-# -- negative log-likelihood ----------------------------------------------------------------
-
-@custom_op("xloss::nll_loss_forward", mutates_args=())
-def nll_loss_forward(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
-                     reduction: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(loss, total_weight)`` for (N, C) or (C) input; total_weight (float64, 0-d) is the sum of
-    the weights of the rows not ignored, the divisor of ``mean``. Checks the class indices."""
-    classes = input.shape[-1]
-    checks.check_class_indices(target, classes, ignore_index)
-    cdt = compute_dtype(input.dtype)
-    x2 = input.reshape(1, -1) if input.ndim == 1 else input
-    t = target.reshape(-1).to(torch.int64)
-    valid = t != ignore_index
-    safe = torch.where(valid, t, 0)
-    w_t = valid.to(cdt) if weight is None else torch.where(valid, weight.to(cdt)[safe], 0.0)
-    picked = x2.gather(1, safe[:, None]).squeeze(1).to(cdt)
-    per_row = torch.where(valid, -w_t * picked, 0.0)
-    total_weight = w_t.sum(dtype=torch.float64)
-    if reduction == "none":
-        return per_row.reshape(target.shape).to(input.dtype), total_weight
-    total = per_row.sum(dtype=torch.float64)
-    if reduction == "mean":
-        total = total / total_weight if float(total_weight) else total * float("nan")
-    return total.to(input.dtype), total_weight
-
-
-@nll_loss_forward.register_fake
-def _(input, target, weight, ignore_index, reduction):
-    loss = input.new_empty(target.shape if reduction == "none" else ())
-    return loss, input.new_empty((), dtype=torch.float64)
-
-
-@custom_op("xloss::nll_loss_backward", mutates_args=())
-def nll_loss_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
-                      total_weight: torch.Tensor, ignore_index: int, reduction: str,
-                      backend: str | None) -> torch.Tensor:
-    return api.nll_loss_grad(scalar_or(grad), input, target, weight=weight, reduction=reduction,
-                             ignore_index=ignore_index, total_weight=float(total_weight), backend=backend_of(backend))
-
-
-@nll_loss_backward.register_fake
-def _(grad, input, target, weight, total_weight, ignore_index, reduction, backend):
-    return torch.empty_like(input)
-
-
 #: Every xloss op, by name (what a device backend registers kernels for): filled by :func:`register_op`.
 OPS: dict = {}
 _BODIES: dict = {}  # op -> the Python function it was made from
@@ -131,9 +85,6 @@ def register_op(*ops) -> None:
         OPS[op._name] = op
         _BODIES[op] = op._init_fn
         _TENSOR_AT[op] = tuple(i for i, a in enumerate(op._opoverload._schema.arguments) if "Tensor" in str(a.type))
-
-
-register_op(nll_loss_forward, nll_loss_backward)
 
 
 def call(op, *args):

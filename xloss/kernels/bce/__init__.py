@@ -23,6 +23,7 @@ ROW = KernelSpec(
     reference="xloss.reference.bce",
     descriptor=".conformance:DESCRIPTOR",
     torch="xloss.torch.bce:binary_cross_entropy",
+    torch_exports=("xloss.torch.bce:binary_cross_entropy", "xloss.torch.bce:BCELoss"),
     workload=".bench:workload",
     bench=".bench:IMPLS",
     api=".api",

@@ -1,19 +1,19 @@
-"""The public kernel functions: validate, pick the backend, run, hand back in the caller's container."""
+"""The public function of the NLL-loss backward (``xloss.nll_loss_grad``)."""
 
 from __future__ import annotations
 
-from . import dispatch, validation
-from .containers import from_numpy, kind_of
+from xloss import dispatch
+from xloss.containers import from_numpy, kind_of
 
-__all__ = [
-    "nll_loss_grad",
-]
+from .validate import nll_args
+
+__all__ = ["nll_loss_grad"]
 
 
 def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_index=-100, total_weight=None,
                   backend=None, out=None):
     """Backward of NLL loss w.r.t. the log-probabilities ``self`` ((N, C) or (C)); PyTorch semantics."""
-    a = validation.nll_args(grad, self, target, weight=weight, reduction=reduction, ignore_index=ignore_index,
-                            total_weight=total_weight, out=out)
+    a = nll_args(grad, self, target, weight=weight, reduction=reduction, ignore_index=ignore_index,
+                 total_weight=total_weight, out=out)
     dispatch.run(a, backend, out)
     return out if out is not None else from_numpy(a.out, kind_of(self))

@@ -1,0 +1,57 @@
+"""The NLL loss as ``torch.library`` custom ops (``xloss::nll_loss_forward`` / ``xloss::nll_loss_backward``),
+registered with :func:`xloss.torch.ops.register_op`; :mod:`xloss.torch.nll` calls them."""
+
+from __future__ import annotations
+
+import torch
+from torch.library import custom_op
+
+from xloss.torch.ops import backend_of, check_class_indices, compute_dtype, register_op, scalar_or
+
+from . import api
+
+
+@custom_op("xloss::nll_loss_forward", mutates_args=())
+def nll_loss_forward(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+                     reduction: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, total_weight)`` for (N, C) or (C) input; total_weight (float64, 0-d) is the sum of
+    the weights of the rows not ignored, the divisor of ``mean``. Checks the class indices."""
+    classes = input.shape[-1]
+    check_class_indices(target, classes, ignore_index)
+    cdt = compute_dtype(input.dtype)
+    x2 = input.reshape(1, -1) if input.ndim == 1 else input
+    t = target.reshape(-1).to(torch.int64)
+    valid = t != ignore_index
+    safe = torch.where(valid, t, 0)
+    w_t = valid.to(cdt) if weight is None else torch.where(valid, weight.to(cdt)[safe], 0.0)
+    picked = x2.gather(1, safe[:, None]).squeeze(1).to(cdt)
+    per_row = torch.where(valid, -w_t * picked, 0.0)
+    total_weight = w_t.sum(dtype=torch.float64)
+    if reduction == "none":
+        return per_row.reshape(target.shape).to(input.dtype), total_weight
+    total = per_row.sum(dtype=torch.float64)
+    if reduction == "mean":
+        total = total / total_weight if float(total_weight) else total * float("nan")
+    return total.to(input.dtype), total_weight
+
+
+@nll_loss_forward.register_fake
+def _(input, target, weight, ignore_index, reduction):
+    loss = input.new_empty(target.shape if reduction == "none" else ())
+    return loss, input.new_empty((), dtype=torch.float64)
+
+
+@custom_op("xloss::nll_loss_backward", mutates_args=())
+def nll_loss_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+                      total_weight: torch.Tensor, ignore_index: int, reduction: str,
+                      backend: str | None) -> torch.Tensor:
+    return api.nll_loss_grad(scalar_or(grad), input, target, weight=weight, reduction=reduction,
+                             ignore_index=ignore_index, total_weight=float(total_weight), backend=backend_of(backend))
+
+
+@nll_loss_backward.register_fake
+def _(grad, input, target, weight, total_weight, ignore_index, reduction, backend):
+    return torch.empty_like(input)
+
+
+register_op(nll_loss_forward, nll_loss_backward)
