@@ -104,3 +104,31 @@ def test_the_backends_listing_names_every_kernel(capsys):
     out = capsys.readouterr().out
     for name in KERNELS:
         assert name in out
+
+
+def _family_modules() -> list[str]:
+    import pkgutil
+
+    import xloss.kernels
+
+    return sorted(m.name for m in pkgutil.walk_packages(xloss.kernels.__path__, "xloss.kernels.")
+                  if not m.ispkg)
+
+
+def test_every_family_module_imports_first_in_a_fresh_interpreter():
+    """A family module imports generic packages (conformance, bench) that read the rows; none of them
+    may load a family module at its own import, or importing that family module first is circular."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    modules = [m for m in _family_modules() if pytest.importorskip("torch") or not m.endswith("torch_ops")]
+    assert {"xloss.kernels.focal.conformance", "xloss.kernels.flce.training"} <= set(modules)
+
+    def first(module):
+        out = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300)
+        return module, out.returncode, out.stderr[-600:]
+
+    with ThreadPoolExecutor(4) as pool:
+        failed = [f"{m}: {err}" for m, rc, err in pool.map(first, modules) if rc != 0]
+    assert not failed, "\n".join(failed)

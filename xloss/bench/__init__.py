@@ -124,8 +124,9 @@ class Progress:
 
 
 def _modes(kernel: str, quick: bool):
-    if kernel in workloads.STEPS:
-        return workloads.STEPS[kernel].modes
+    step = workloads.steps().get(kernel)
+    if step is not None:
+        return step.modes
     return workloads.KERNEL_TABLE[kernel].bench_modes[quick]
 
 
@@ -192,8 +193,9 @@ def run(config: BenchConfig, progress: bool = True, on_cell=None) -> dict:
             say = (lambda text, key=f"{kernel} {mode} {size}": bar.show(f"{key}: {text}", transient=True)) \
                 if bar else None
             try:
-                if kernel in workloads.STEPS:
-                    cell = workloads.STEPS[kernel].run(mode, size, cfg, torch, budget, max_call, say,
+                step = workloads.steps().get(kernel)
+                if step is not None:
+                    cell = step.run(mode, size, cfg, torch, budget, max_call, say,
                                                        MIN_SAMPLE_S[cfg.quick], CELL_FLOOR_S)
                 else:
                     cell = _kernel_cell(kernel, mode, size, cfg, torch, bw, peak, budget, max_call, say)
