@@ -213,6 +213,14 @@ class Backend:
         """The method that runs kernel ``name``, or None."""
         return getattr(self, name, None) if name in KERNELS else None
 
+    def flce_row_passes(self):
+        """The per-row passes (statistics; G in place) that ``xloss.torch``'s FLCE may run on this
+        backend's behalf between PyTorch GEMMs, or None (then it calls this backend's FLCE kernels).
+        An object with ``row_stats`` and ``gradient_in_place`` as in ``backends/cpu_onednn/flce_rows.py``,
+        run under the backend's own options (the ``cpu`` backend's thread count, launch lock and
+        SIGINT hold)."""
+        return None
+
     def run(self, args) -> None:
         """Check ``args`` against the capabilities and run the matching kernel."""
         req = args.request()

@@ -205,6 +205,27 @@ class CpuBackend(Backend):
         with self._thread_count():
             k(a, self)
 
+    def flce_row_passes(self):
+        return _FlceRowPasses(self)
+
     def flce_chunk_bytes(self) -> int:
         """The FLCE tile budget: the option, else the kernel's default."""
         return self._chunk_bytes or kernels()["flce"].DEFAULT_CHUNK_BYTES
+
+
+class _FlceRowPasses:
+    """``flce_rows``' passes for ``xloss.torch``'s FLCE, launched as this backend's kernels are: with
+    its thread count, under the launch lock where the threading layer needs it, SIGINT held."""
+
+    def __init__(self, backend: CpuBackend):
+        kernels()  # shares torch's OpenMP runtime before Numba's threading layer loads
+        self._rows = importlib.import_module(".flce_rows", __package__)
+        self._backend = backend
+
+    def row_stats(self, *args) -> None:
+        with self._backend._thread_count():
+            self._rows.row_stats(*args)
+
+    def gradient_in_place(self, *args) -> None:
+        with self._backend._thread_count():
+            self._rows.gradient_in_place(*args)

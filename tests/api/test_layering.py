@@ -220,7 +220,6 @@ def short(module):
 ALLOWED_CYCLES: set = set()
 
 ALLOWED_LAYER_IMPORTS = {
-    "torch.flce_native -> backends.cpu_onednn.flce_rows",  # S10: the row passes come from the backend's flce_route
     # not in the step plan: export.CONVENTIONS names the on-target modules (plan §10-9: a Backend.on_target)
     "conformance.export -> backends.ascend_aclnn.ontarget", "conformance.export -> backends.ft78ne_shim.ontarget",
 }

@@ -490,3 +490,35 @@ def test_second_order_gradients_raise_a_clear_error():
         with pytest.raises(UnsupportedRequestError, match="second-order gradients"):
             torch.autograd.grad(loss, leaves, create_graph=True)
         assert all(g is not None for g in torch.autograd.grad(loss, leaves))  # first order still works
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_row_passes_run_under_the_cpu_backends_own_options(dtype, monkeypatch):
+    """The torch path's Numba row passes are launched by the backend object the caller passed: its
+    thread count (Numba's per-thread setting, read inside the pass) and its launch context, once per
+    pass; the result equals the default backend's bit for bit (each row is one task)."""
+    numba = pytest.importorskip("numba")
+    if dtype == torch.bfloat16 and not flce_native.native_gemm(dtype):
+        pytest.skip("no native bf16 GEMM here: bf16 takes the float32 passes")
+    one = xloss.backend("cpu", threads=1)
+    seen = []
+    real = type(one)._thread_count
+
+    def counting(self):
+        seen.append(self)
+        return real(self)
+
+    monkeypatch.setattr(type(one), "_thread_count", counting)
+    rows = flce_native.row_passes(one)
+    inner = rows._rows.row_stats
+    monkeypatch.setattr(rows._rows, "row_stats", lambda *a: (seen.append(numba.get_num_threads()), inner(*a)))
+    monkeypatch.setattr(flce_native, "row_passes", lambda backend=None: rows if backend is one else None)
+    x, w, _, t = problem(40, 16, 50, seed=3, dtype=dtype)
+    got = xt.fused_linear_cross_entropy(x.requires_grad_(), w, t, backend=one)
+    got.backward()
+    assert seen.count(one) >= 2 and 1 in seen  # statistics and G, each under threads=1
+    monkeypatch.undo()
+    x2 = x.detach().clone().requires_grad_()
+    ref = xt.fused_linear_cross_entropy(x2, w, t, backend="cpu")
+    ref.backward()
+    assert torch.equal(got, ref) and torch.equal(x.grad, x2.grad)

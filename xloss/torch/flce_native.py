@@ -36,9 +36,9 @@ ragged tail chunk would cost a pass over the weight for little work), chunks of
 logits buffer is allocated once per call.
 
 On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
-``cpu`` backend's Numba row passes (``xloss.backends.cpu_onednn.flce_rows``) where Numba is
-installed — one sweep over the 2-byte logits each — and as PyTorch ops otherwise (and when a
-bias gradient is wanted, whose column sums the row passes do not form).
+backend's row passes (``Backend.flce_row_passes``: the ``cpu`` backend's Numba passes, launched
+under its options) — one sweep over the 2-byte logits each — and as PyTorch ops otherwise (and
+when a bias gradient is wanted, whose column sums the row passes do not form).
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import registry
+from ..backend import Backend
 from .chunking import even_spans, spans
 from .flce_chunks import NO_INDEX, RowStats, Shard, Targets, targets_of, token_loss, token_scale
 
@@ -59,18 +61,16 @@ DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 go
 # leaving tokens out saves nothing and a ragged row count costs time (see run, NativePass.tokens).
 COMPUTE_BOUND_ROWS = 256
 GEMM_ROWS = 16
-_ROW_PASSES = []  # the Numba row passes, loaded once (None where Numba is missing)
 
 
-def row_passes():
-    """The ``cpu`` backend's bf16 row passes, or None where they cannot be loaded."""
-    if not _ROW_PASSES:
-        try:
-            from ..backends.cpu_onednn import flce_rows
-        except Exception:  # Numba missing or broken: the PyTorch ops serve instead
-            flce_rows = None
-        _ROW_PASSES.append(flce_rows)
-    return _ROW_PASSES[0]
+def row_passes(backend=None):
+    """The row passes ``backend`` offers (a name, a Backend, or None for the default's), or None where
+    it offers none or they cannot be loaded (Numba missing or broken): the PyTorch ops serve then."""
+    try:
+        b = backend if isinstance(backend, Backend) else registry.backend(backend or registry.DEFAULT_ORDER[0])
+        return b.flce_row_passes()
+    except Exception:
+        return None
 
 
 def _np(t: torch.Tensor):
@@ -137,7 +137,8 @@ class NativePass:
         self.b = None if sh.b is None else sh.b.to(self.odt)
         self.cw = sh.class_weight  # float32, (K,) or None
         # the row passes round G to z's storage: bf16 logits (native) or float32 ones (float32 operands)
-        self.rows = row_passes() if (self.dt == torch.bfloat16 and self.native) or self.dt == torch.float32 else None
+        self.rows = row_passes(sh.backend) if (self.dt == torch.bfloat16 and self.native) or self.dt == torch.float32 \
+            else None
         if self.rows is not None:
             import numpy as np
 
