@@ -227,9 +227,6 @@ ALLOWED_LAYER_IMPORTS = {
 ALLOWED_PRIVATE = {
     "torch.flce -> registry._available", "torch.hf -> torch.flce._cpu_backend",  # S10: ask the resolved backend
     "torch.flce_max_sum -> torch.flce_chunks._NUMPY_NAME",  # S12: the torch FLCE rebuild (one dtype-name map)
-    # not in the step plan: _checks.functorch_active wants a public name
-    "torch.flce -> torch._checks._functorch_active", "torch.focal -> torch._checks._functorch_active",
-    "torch.ops -> torch._checks._functorch_active",
 }
 
 

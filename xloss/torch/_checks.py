@@ -155,7 +155,7 @@ def scaled(t: torch.Tensor, g: float) -> torch.Tensor:
     return t if g == 1.0 else t * g
 
 
-def _functorch_active() -> bool:
+def functorch_active() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
@@ -215,7 +215,7 @@ def first_order_result(what: str, grad_input: torch.Tensor, inputs: torch.Tensor
     """``grad_input`` as the backward's result. Under a torch.func transform it goes through a
     guard whose derivative raises, so ``grad(grad(f))`` fails clearly instead of treating the
     kernel's gradient as a constant."""
-    if _functorch_active():
+    if functorch_active():
         return _SecondOrderGuard.apply(grad_input, inputs, what)
     return grad_input
 
@@ -273,7 +273,7 @@ def first_order_only(what: str):
         def checked(ctx, *grads):
             # torch.func.grad runs every backward with grad mode on, to first order too: there the
             # guard of first_order_result raises only if the gradient is differentiated again.
-            if torch.is_grad_enabled() and not _functorch_active():
+            if torch.is_grad_enabled() and not functorch_active():
                 raise XLossValueError(_second_order_message(what))
             return backward(ctx, *grads)
 

@@ -110,7 +110,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         # the operands are needed to recompute (reduction "none"; 16-bit scaled by a non-power of two)
         # and, under torch.func, by the second-order guard
         recompute = not precomputed or (native and x.dtype in flce_native.HALF)
-        keep = recompute or checks._functorch_active()
+        keep = recompute or checks.functorch_active()
         saved = (x if keep else None, w if keep else None, b if keep else None, target, class_weight,
                  *((row_max, sum_exp, target_mask, masked_target) if recompute else (None,) * 4),
                  *((dx, dw, db) if precomputed else (None, None, None)))
@@ -119,7 +119,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, *_):
-        if torch.is_grad_enabled() and not checks._functorch_active():
+        if torch.is_grad_enabled() and not checks.functorch_active():
             raise _second_order_error()
         if grad is None:
             return (None,) * 6
@@ -127,7 +127,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         args = ctx.args
         want = args[_WANT]
         precomputed = args[0] != "none"
-        eager = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or checks._functorch_active())
+        eager = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or checks.functorch_active())
         g = checks.scalar_value(grad) if (precomputed and eager) else None
         if g is not None and (not args[_NATIVE] or dx.dtype not in flce_native.HALF
                               or flce_native.exact_scale(dx.dtype, g)):
@@ -138,7 +138,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
                            detach(b), target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db,
                            *args)
             grads = tuple(t if wanted else None for t, wanted in zip(out, want))
-        if checks._functorch_active():
+        if checks.functorch_active():
             grads = tuple(None if t is None else checks.first_order_result(_WHAT, t, ref)
                           for t, ref in zip(grads, (x, w, b)))
         return grads + (None, None, None)

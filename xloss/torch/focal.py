@@ -61,7 +61,7 @@ class _SigmoidFocalLoss(torch.autograd.Function):
         ctx.params = (alpha, gamma, reduction)
         if ctx.needs_input_grad[1]:  # torchvision's targets may require grad: keep what d/dtargets needs
             ctx.save_for_backward(output[1], x, targets, weight)
-        elif checks._functorch_active():  # the second-order guard needs x
+        elif checks.functorch_active():  # the second-order guard needs x
             ctx.save_for_backward(output[1], x)
         else:
             ctx.save_for_backward(output[1])
@@ -72,7 +72,7 @@ class _SigmoidFocalLoss(torch.autograd.Function):
         if grad is None:  # no gradient reached the loss (grads are not materialised)
             return (None,) * 7
         dx, *rest = ctx.saved_tensors
-        eager_cpu = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or checks._functorch_active())
+        eager_cpu = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or checks.functorch_active())
         g = checks.scalar_value(grad) if eager_cpu else None
         gx = checks.scaled(dx, g) if g is not None else dx * grad  # eager: no pass over memory for an upstream 1
         if rest:

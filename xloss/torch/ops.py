@@ -92,7 +92,7 @@ def call(op, *args):
     (its body runs directly: about 0.1-0.3 ms less per call, which small losses notice). Traced
     (torch.compile, export), torch.func, dispatch-mode (fake tensors), tensor-subclass and
     other-device calls go through the op."""
-    if (torch.compiler.is_compiling() or checks._functorch_active() or torch._C._len_torch_dispatch_stack()
+    if (torch.compiler.is_compiling() or checks.functorch_active() or torch._C._len_torch_dispatch_stack()
             or any(args[i] is not None and (type(args[i]) not in _PLAIN or args[i].device.type != "cpu")
                    for i in _TENSOR_AT[op])):
         return op(*args)
