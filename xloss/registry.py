@@ -165,7 +165,8 @@ def rebuild(name: str, options: dict) -> Backend:
 install_rebuild(rebuild)  # the name pickles keep: xloss.registry.rebuild
 
 
-def _available(b: Backend) -> tuple[bool, str]:
+def available(b: Backend) -> tuple[bool, str]:
+    """``b.availability()``, with a probe that raises read as unavailable (and why)."""
     try:
         return b.availability()
     except Exception as exc:  # availability probes must never take xloss down
@@ -192,7 +193,7 @@ def resolve(choice, req: Request) -> Backend:
             except (BackendNotFoundError, BackendUnavailableError) as exc:
                 refusals.append(f"{name}: {exc}")
                 continue
-            ok, why = _available(b)
+            ok, why = available(b)
             reason = why if not ok else b.refusal(req)
             if reason is None:
                 if refusals_unavailable:
@@ -204,7 +205,7 @@ def resolve(choice, req: Request) -> Backend:
         raise UnsupportedRequestError(f"no default backend can run {req.kernel}: " + "; ".join(refusals))
     else:
         raise XLossTypeError(f"backend must be a name, a Backend or None, got {type(choice).__name__}")
-    ok, why = _available(b)
+    ok, why = available(b)
     if not ok:
         raise BackendUnavailableError(f"backend {b.name!r} is not available here: {why}")
     b.check(req)
@@ -246,7 +247,7 @@ def list_backends() -> list[BackendInfo]:
         except Exception as exc:
             out.append(BackendInfo(name, False, str(exc), "", {}, {}))
             continue
-        ok, why = _available(b)
+        ok, why = available(b)
         try:
             info = dict(b.info())
         except Exception as exc:

@@ -225,7 +225,6 @@ ALLOWED_LAYER_IMPORTS = {
 }
 
 ALLOWED_PRIVATE = {
-    "torch.flce -> registry._available", "torch.hf -> torch.flce._cpu_backend",  # S10: ask the resolved backend
     "torch.flce_max_sum -> torch.flce_chunks._NUMPY_NAME",  # S12: the torch FLCE rebuild (one dtype-name map)
 }
 

@@ -522,3 +522,31 @@ def test_the_row_passes_run_under_the_cpu_backends_own_options(dtype, monkeypatc
     ref = xt.fused_linear_cross_entropy(x2, w, t, backend="cpu")
     ref.backward()
     assert torch.equal(got, ref) and torch.equal(x.grad, x2.grad)
+
+
+def test_the_gemm_route_is_the_backends_offer_not_its_name():
+    """A backend of any name that offers row passes takes the PyTorch-GEMM route (it needs no FLCE kernel
+    then); one that offers none is driven through its kernels, which it must declare."""
+    pytest.importorskip("numba")
+    from xloss.torch.flce import gemm_route
+
+    cpu = xloss.backend("cpu")
+
+    class RowsOnly(xloss.Backend):
+        def capabilities(self):
+            return {}
+
+        def flce_row_passes(self):
+            return cpu.flce_row_passes()
+
+    class NoRows(RowsOnly):
+        flce_row_passes = xloss.Backend.flce_row_passes
+
+    rows_only, no_rows = RowsOnly(name="rows-only"), NoRows(name="no-rows")
+    assert gemm_route(rows_only) and not gemm_route(no_rows) and gemm_route(None) and gemm_route("cpu")
+    assert not gemm_route("reference")
+    x, w, _, t = problem(30, 8, 40, seed=4, dtype=torch.float32)
+    got = xt.fused_linear_cross_entropy(x, w, t, backend=rows_only)
+    assert torch.equal(got, xt.fused_linear_cross_entropy(x, w, t, backend="cpu"))
+    with pytest.raises(xloss.UnsupportedRequestError, match="no-rows"):  # its kernel computes the gradient
+        xt.fused_linear_cross_entropy(x.requires_grad_(), w, t, backend=no_rows)

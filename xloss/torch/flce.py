@@ -43,7 +43,7 @@ The arithmetic, the class weights and label smoothing are in :mod:`.flce_chunks`
 sizes in :mod:`.chunking`; the collectives in :mod:`.distributed`.
 """
 
-import functools
+import weakref
 import zlib
 from typing import NamedTuple
 
@@ -379,7 +379,7 @@ def _checked(input, weight, target, bias, ignore_index, reduction, label_smoothi
     accum = _accum_name(accum_dtype, input.dtype)
     resolve_sizes(chunk_size, vocab_chunk_size, hidden, max(rows, 1))  # their own checks (the sizes come later)
     scaling = bool(use_token_scaling)
-    native = _cpu_backend(backend) and (input.dtype in flce_native.DTYPES
+    native = gemm_route(backend) and (input.dtype in flce_native.DTYPES
                                         or bool(cap or z_scale or scaling or accum == "float64"))
     if not native and (cap or z_scale or scaling or (accum == "float64" and input.dtype != torch.float64)):
         raise UnsupportedRequestError(
@@ -419,26 +419,43 @@ def _accum_name(accum_dtype, dtype: torch.dtype) -> str | None:
     return None  # float32 or narrower: the float32 (float64) accumulators already are at least that
 
 
-def _cpu_backend(backend) -> bool:
-    """flce_native serves the ``cpu`` backend (and the default): its products are PyTorch's GEMMs anyway,
-    its row passes Numba's. Where ``cpu`` cannot run (Numba missing, or switched off by the environment)
-    the default goes to the registry's choice (which warns) and ``cpu`` named raises, saying why."""
-    if not (backend is None or backend == "cpu" or getattr(backend, "name", None) == "cpu"):
-        return False
-    if torch.compiler.is_compiling():  # the registry takes locks Dynamo cannot trace; eager calls have checked
-        return True
-    ok, why = registry._available(backend) if isinstance(backend, Backend) else _registered_cpu_usable()
-    if ok or backend is None:
-        return ok
-    raise BackendUnavailableError(f"backend 'cpu' is not available here: {why}")
+def gemm_route(backend) -> bool:
+    """Whether a call takes :mod:`.flce_native` (logits from PyTorch's GEMMs, with the backend's row passes
+    between them): where the backend it resolves to offers row passes (``Backend.flce_row_passes``; the
+    ``cpu`` backend does); otherwise the backend's FLCE kernels serve. ``None`` resolves as the registry
+    does (the first of its default order that can run here, which warns if it is not the first); a named
+    backend that offers row passes but cannot run here raises, saying why."""
+    if isinstance(backend, Backend):
+        made_by = getattr(backend, "_xloss_made_by", None)
+        if made_by is None or made_by[1]:  # an instance of its own: under torch.compile, backend_key refuses it
+            return not torch.compiler.is_compiling() and _offers_row_passes(backend, backend.name)
+        backend = made_by[0]
+    return _named_route(backend)
 
 
-@functools.cache
-def _registered_cpu_usable() -> tuple[bool, str]:
-    """The registry's ``cpu`` backend's availability (fixed for the process: Numba reads its settings once)."""
-    if "cpu" not in registry.backend_names():
-        return False, "it is not registered"
-    return registry._available(registry.backend("cpu"))
+@torch._dynamo.assume_constant_result  # fixed per backend: torch.compile reads it once, untraced
+def _named_route(name: str | None) -> bool:
+    if name is not None:
+        return _offers_row_passes(registry.backend(name), name)
+    for candidate in registry.DEFAULT_ORDER:
+        if candidate in registry.backend_names():
+            b = registry.backend(candidate)
+            if registry.available(b)[0]:
+                return _offers_row_passes(b, candidate)
+    return False
+
+
+_ROUTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> (offers, available, why)
+
+
+def _offers_row_passes(b: Backend, name: str) -> bool:
+    known = _ROUTES.get(b)
+    if known is None:  # availability is fixed for a backend object (Numba reads its settings once)
+        known = _ROUTES[b] = (type(b).flce_row_passes is not Backend.flce_row_passes, *registry.available(b))
+    offers, ok, why = known
+    if offers and not ok:
+        raise BackendUnavailableError(f"backend {name!r} is not available here: {why}")
+    return offers and ok
 
 
 class FusedLinearCrossEntropyLoss(torch.nn.Module):

@@ -28,7 +28,7 @@ import types
 import torch
 
 from ..errors import XLossTypeError, XLossValueError
-from .flce import _cpu_backend, fused_linear_cross_entropy
+from .flce import fused_linear_cross_entropy, gemm_route
 
 _STOCK = "_xloss_stock_forward"
 # config attributes that change the logits after lm_head: the fused loss would differ from stock
@@ -56,7 +56,7 @@ def _check_config(model, backend):
     cap = getattr(cfg, _SOFTCAP, None)
     if cap in (None, 0, 0.0):
         return None
-    if not _cpu_backend(backend):
+    if not gemm_route(backend):
         raise XLossValueError(f"{type(model).__name__} sets config.{_SOFTCAP}={cap!r}: the soft-capped fused loss "
                               "runs on the cpu backend (backend='cpu' or None), not on backend "
                               f"{getattr(backend, 'name', backend)!r}")
