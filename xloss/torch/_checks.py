@@ -80,6 +80,17 @@ def float_tensor(obj, name: str, backend=None) -> torch.Tensor:
     return t
 
 
+def autocast_float32(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t`` as float32 where CPU autocast is on and ``t`` is a 16-bit float CPU tensor, else ``t``: the
+    float32 policy torch's own losses follow under autocast (``binary_cross_entropy(_with_logits)``,
+    ``nll_loss``, ``cross_entropy`` return float32 there). The cast is differentiable, so the gradient
+    comes back in ``t``'s dtype, rounded once."""
+    if (t is not None and t.dtype in (torch.float16, torch.bfloat16) and t.device.type == "cpu"
+            and torch.is_autocast_enabled("cpu")):
+        return t.float()
+    return t
+
+
 def index_tensor(obj, name: str, backend=None) -> torch.Tensor:
     t = tensor(obj, name, backend)
     if t.dtype not in INDEX_DTYPES:

@@ -92,6 +92,8 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
     eps = real_number(eps, "eps")
     if eps < 0:
         raise checks.XLossValueError(f"eps must be >= 0; got {eps}")
+    # under CPU autocast: float32, as torch's binary_cross_entropy gives
+    input, target, weight = (checks.autocast_float32(t) for t in (input, target, weight))
     # the [0, 1] check needs the data: it runs inside the op (no graph break under torch.compile)
     if not checks.wants_derivative(input):
         return ops.call(bce_ops.binary_cross_entropy, input, target, weight, reduction)

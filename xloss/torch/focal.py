@@ -114,7 +114,7 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0,
     """Focal loss of RetinaNet (torchvision.ops.sigmoid_focal_loss), forward and backward on an xloss backend.
 
     ``inputs``: logits of any shape, float16/bfloat16/float32/float64 (computed in float32 or
-    wider, returned in the inputs' dtype). ``targets``: same shape, binary or soft in [0, 1]
+    wider, returned in the inputs' dtype; float32 under CPU autocast, as torchvision's formula). ``targets``: same shape, binary or soft in [0, 1]
     (any float, int or bool dtype). As in torchvision, targets may require grad: their
     gradient is computed with torch operations (the kernel gives d/dinputs).
     ``alpha < 0`` disables the class weighting. ``weight``: optional per-element weight
@@ -134,6 +134,8 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0,
         weight = checks.same_device(checks.float_tensor(weight, "weight", backend), "weight", inputs, "inputs")
         checks.no_grad_required(weight, "weight", "sigmoid_focal_loss gives no gradient w.r.t. the weight")
     reduction = checks.reduction_torchvision(reduction)
+    # under CPU autocast: float32, as torchvision's formula (binary_cross_entropy_with_logits) gives
+    inputs, targets, weight = (checks.autocast_float32(t) for t in (inputs, targets, weight))
     key = ops.backend_key(backend)
     if not checks.wants_derivative(inputs, targets):
         return ops.call(torch_ops.sigmoid_focal_loss, inputs, targets, weight, alpha, gamma, reduction, key)

@@ -88,6 +88,7 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: st
                                          f"got {checks.shape_str(weight.shape)}")
         checks.no_grad_required(weight, "weight", "nll_loss gives no gradient w.r.t. the class weights")
     reduction = checks.reduction(reduction)
+    input, weight = checks.autocast_float32(input), checks.autocast_float32(weight)  # as torch's, under autocast
     key = ops.backend_key(backend)
     if input.ndim <= 2:
         return _nll_2d(input, target, weight, ignore_index, reduction, key)
