@@ -48,7 +48,7 @@ def real_number(value, name: str) -> float:
             raise XLossTypeError(f"{name} must be a real number or a one-element array, got shape "
                                  f"{shape_text(arr.shape)} of dtype {arr.dtype}")
         v = float(arr.astype(np.float64).reshape(-1)[0])
-    if not math.isfinite(v):
+    if not -math.inf < v < math.inf:  # isfinite, as comparisons: torch.compile(dynamic=True) guards on them
         raise XLossValueError(f"{name} must be finite, got {v}")
     return v
 

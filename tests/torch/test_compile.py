@@ -289,3 +289,34 @@ def test_flce_torch_export_records_the_op():
     exported = torch.export.export(model, (x, t))
     assert any("xloss.fused_linear_cross_entropy" in str(n.target) for n in exported.graph.nodes)
     assert torch.equal(exported.module()(x, t), model(x, t))
+
+
+def _one_op(op):
+    """One loss in a graph, its float argument ``s`` an input of the graph (dynamic=True makes it a SymFloat)."""
+    def step(x, y, t, w, s):
+        if op == "focal":
+            return xt.sigmoid_focal_loss(x, y, s, 2.0, "sum")
+        if op == "bce":
+            return xt.binary_cross_entropy(torch.sigmoid(x), y, eps=s * 1e-11)
+        if op == "nll":
+            return xt.nll_loss(torch.log_softmax(x, 1), t) * s
+        return xt.fused_linear_cross_entropy(x, w, t, label_smoothing=s)
+    return step
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("op", ["focal", "bce", "nll", "flce"])
+def test_every_op_compiles_fullgraph_static_and_dynamic(op, dynamic):
+    """fullgraph=True with dynamic shapes and scalars too: the argument checks must not break the
+    graph when a float argument is symbolic (a SymFloat)."""
+    _, _, y, t = _data(3)
+    x, w = torch.randn(8, 5, dtype=F64), torch.randn(7, 5, dtype=F64)  # logits (N, C=5); FLCE: H=5, V=7
+    step = _one_op(op)
+    xe = x.clone().requires_grad_()
+    want = step(xe, y, t, w, 0.25)
+    want.backward()
+    xc = x.clone().requires_grad_()
+    got = torch.compile(step, backend="eager", fullgraph=True, dynamic=dynamic)(xc, y, t, w, 0.25)
+    got.backward()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+    torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-12, atol=0)

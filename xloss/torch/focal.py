@@ -114,9 +114,10 @@ def sigmoid_focal_loss(inputs, targets, alpha: float = 0.25, gamma: float = 2.0,
     """Focal loss of RetinaNet (torchvision.ops.sigmoid_focal_loss), forward and backward on an xloss backend.
 
     ``inputs``: logits of any shape, float16/bfloat16/float32/float64 (computed in float32 or
-    wider, returned in the inputs' dtype; float32 under CPU autocast, as torchvision's formula). ``targets``: same shape, binary or soft in [0, 1]
-    (any float, int or bool dtype). As in torchvision, targets may require grad: their
-    gradient is computed with torch operations (the kernel gives d/dinputs).
+    wider, returned in the inputs' dtype; float32 under CPU autocast, as torchvision's formula).
+    ``targets``: same shape, binary or soft in [0, 1] (any float, int or bool dtype). As in
+    torchvision, targets may require grad: their gradient is computed with torch operations (the
+    kernel gives d/dinputs).
     ``alpha < 0`` disables the class weighting. ``weight``: optional per-element weight
     broadcastable to ``inputs`` (constant). ``reduction``: ``"none" | "mean" | "sum"``
     (anything else: ``ValueError("Invalid value for arg 'reduction' ...")`` as torchvision).
