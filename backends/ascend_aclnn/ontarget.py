@@ -129,6 +129,11 @@ def _symbols(backend: AscendBackend) -> list[str]:
     return sorted(fn for op in OPERATORS for fn in (op, op + "GetWorkspaceSize") if lib.has(fn))
 
 
+def chip_code(backend: str) -> int:
+    """The runner's chip code for ``backend`` (the Ascend runner has one)."""
+    return 0
+
+
 def recorder(name: str, options: dict, recording):
     """The export's backend and the facts the judge needs (the port's operators)."""
     decl = AscendBackend(options.get("lib"), layout=options.get("layout", "contiguous"))

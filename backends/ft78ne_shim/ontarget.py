@@ -161,6 +161,11 @@ def declaring_backend(chip: str, options: dict) -> DspBackend:
     return DspBackend(chip, **options)
 
 
+def chip_code(backend: str) -> int:
+    """The runner's chip code for ``backend`` (ft78ne or mt7004)."""
+    return abi.CHIPS[backend]
+
+
 def recorder(chip: str, options: dict, recording) -> tuple[OnTargetBackend, dict]:
     """The export's backend, and what the manifest must hold to rebuild its declarations."""
     decl = declaring_backend(chip, options)

@@ -219,10 +219,7 @@ def short(module):
 
 ALLOWED_CYCLES: set = set()
 
-ALLOWED_LAYER_IMPORTS = {
-    # not in the step plan: export.CONVENTIONS names the on-target modules (plan §10-9: a Backend.on_target)
-    "conformance.export -> backends.ascend_aclnn.ontarget", "conformance.export -> backends.ft78ne_shim.ontarget",
-}
+ALLOWED_LAYER_IMPORTS: set = set()
 
 ALLOWED_PRIVATE = {
     "torch.flce_max_sum -> torch.flce_chunks._NUMPY_NAME",  # S12: the torch FLCE rebuild (one dtype-name map)

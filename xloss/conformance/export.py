@@ -7,12 +7,14 @@ makes (:mod:`.export_format`); it writes ``DIR/cases.bin`` (for the runner), ``D
 file (``--replay FILE``) it records just the saved cases, so one failure can be iterated on.
 
 Each convention's knowledge (how its adapter's calls are recorded and played back, and its
-runner) lives with its backend: ``CONVENTIONS`` names the module.
+runner) lives with its backend, in the module its package names in the ``xloss.on_target``
+entry-point group (a port's own package may add one); the module's ``chip_code(backend)`` is the
+runner's chip code.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
 import sys
 import time
 from pathlib import Path
@@ -21,10 +23,8 @@ from ..errors import XLossError
 from . import process_state
 from .export_format import FORMAT, Recording, write_manifest
 
-#: backend name -> (module with recorder/player/write_runner, chip code of the runner)
-CONVENTIONS = {"ascend": ("xloss.backends.ascend_aclnn.ontarget", 0),
-               "ft78ne": ("xloss.backends.ft78ne_shim.ontarget", 0),
-               "mt7004": ("xloss.backends.ft78ne_shim.ontarget", 1)}
+#: the entry-point group naming each backend's on-target module (recorder, player, write_runner, chip_code)
+GROUP = "xloss.on_target"
 
 
 #: what an export (and the runner built in it) writes: an earlier export may be overwritten, nothing else
@@ -36,10 +36,12 @@ class ExportError(XLossError):
 
 
 def convention(backend: str):
-    if backend not in CONVENTIONS:
-        raise ExportError(f"--export/--judge support the backends {', '.join(CONVENTIONS)}; got {backend!r}")
-    module, chip = CONVENTIONS[backend]
-    return importlib.import_module(module), chip
+    """``backend``'s on-target module and its runner's chip code."""
+    found = {ep.name: ep for ep in importlib.metadata.entry_points(group=GROUP)}
+    if backend not in found:
+        raise ExportError(f"--export/--judge support the backends {', '.join(sorted(found))}; got {backend!r}")
+    module = found[backend].load()
+    return module, module.chip_code(backend)
 
 
 def prepare(folder) -> Path:
