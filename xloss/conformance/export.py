@@ -23,7 +23,8 @@ from ..errors import XLossError
 from . import process_state
 from .export_format import FORMAT, Recording, write_manifest
 
-#: the entry-point group naming each backend's on-target module (recorder, player, write_runner, chip_code)
+#: the entry-point group naming each backend's on-target module (recorder, player, write_runner,
+#: WORKSPACE_GUARD, chip_code)
 GROUP = "xloss.on_target"
 
 
