@@ -67,10 +67,9 @@ def target_kind(y: np.ndarray) -> str:
 def __getattr__(name):
     """The kernels' Args types live in their families (``xloss.kernels.<family>``); the names stay
     readable here for code written against this module."""
-    from .kernels import KERNELS
+    from .kernels import linked_named
 
-    for row in KERNELS.values():
-        found = row.load("args")
-        if getattr(found, "__name__", None) == name:
-            return found
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    found = linked_named("args", name)
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return found

@@ -174,16 +174,15 @@ def output(out, name: str, shape, dtype, inputs) -> np.ndarray:
     return arr
 
 
-# -- kernels ----------------------------------------------------------------------------
+# -- the names that moved ----------------------------------------------------------------
 
 
 def __getattr__(name):
     """The kernels' validators live in their families (``xloss.kernels.<family>``); the names stay
     readable here for code written against this module."""
-    from .kernels import KERNELS
+    from .kernels import linked_named
 
-    for row in KERNELS.values():
-        found = row.load("validator")
-        if getattr(found, "__name__", None) == name:
-            return found
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    found = linked_named("validator", name)
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return found

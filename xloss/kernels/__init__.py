@@ -120,6 +120,16 @@ def kernel_named(name: str) -> KernelSpec | None:
     return KERNELS[full] if full else None
 
 
+def linked_named(link: str, name: str):
+    """The object some row's ``link`` (``"args"``, ``"validator"``) leads to whose ``__name__`` is ``name``,
+    or None: the old module paths of names that moved into the families read through it."""
+    for row in KERNELS.values():
+        found = row.load(link)
+        if getattr(found, "__name__", None) == name:
+            return found
+    return None
+
+
 def _discover() -> None:
     """Import every family package here: each registers its rows."""
     for info in pkgutil.iter_modules(__path__):  # noqa: F821 (a package's __path__)
