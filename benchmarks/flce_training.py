@@ -37,9 +37,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+from peak_memory import track_peak_memory
 
 import xloss.torch as xt
-from xloss.torch.memory import track_peak_memory
 
 SHAPES = {"bf16": (2048, 1024, 32000, torch.bfloat16), "fp32": (2048, 1024, 32000, torch.float32),
           "skinny_fp32": (4, 1024, 262144, torch.float32), "skinny_bf16": (4, 1024, 262144, torch.bfloat16),

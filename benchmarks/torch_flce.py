@@ -9,7 +9,7 @@ Time: both variants run in one process, warm, interleaved (baseline, xloss, base
 so that load from other processes on a shared machine hits both alike; the report gives
 each variant's median and the median of the per-pair ratios. Memory: the largest net
 allocation during one forward+backward above what was live before (inputs and weights),
-counted allocation by allocation (:mod:`xloss.torch.memory`: PyTorch's allocator events
+counted allocation by allocation (``peak_memory.py`` beside this script: PyTorch's allocator events
 plus NumPy's tracemalloc peak; gradients included, since both variants must produce them).
 ``--rss`` adds the peak resident set of a fresh process per variant minus its resident set
 after the setup (Linux VmHWM, reset after the setup) — a cruder, allocator-independent
@@ -27,10 +27,10 @@ import time
 
 import torch
 import torch.nn.functional as F
+from peak_memory import track_peak_memory
 
 import xloss
 import xloss.torch as xt
-from xloss.torch.memory import track_peak_memory
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -28,13 +28,18 @@ import contextlib
 import datetime
 import math
 import socket
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import xloss.torch as xt
-from xloss.torch.memory import track_peak_memory
+
+# the checkout's measuring tool (benchmarks/peak_memory.py), not part of the installed package
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from peak_memory import track_peak_memory  # noqa: E402
 
 
 class TinyLM(nn.Module):

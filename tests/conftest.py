@@ -2,9 +2,15 @@
 
 import os
 import signal
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# The repository's measuring tools (benchmarks/peak_memory.py) are not installed with the package.
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.append(str(BENCHMARKS))
 
 settings.register_profile(
     "default",

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
+from peak_memory import track_peak_memory
 
 import xloss
 import xloss.torch as xt
 from xloss.conformance import backends_declaring as backends_for
-from xloss.torch.memory import track_peak_memory
 
 F64 = torch.float64
 LOSS_DTYPE = {torch.bfloat16: torch.float32, torch.float16: torch.float32}  # 16-bit operands: float32 losses

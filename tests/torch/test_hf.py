@@ -125,7 +125,7 @@ def test_training_step_never_holds_the_logits():
     """Peak memory of forward+backward (second call; 32-token chunks): the patched step stays
     below the stock one by at least one (tokens x vocabulary) float32 matrix (stock holds the
     logits, their gradient and the softmax)."""
-    from xloss.torch.memory import track_peak_memory
+    from peak_memory import track_peak_memory
 
     vocab, shape = 8192, (4, 64)
     cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=vocab, n_positions=64, resid_pdrop=0.0,

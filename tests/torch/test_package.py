@@ -24,8 +24,7 @@ def test_public_names():
 def test_peak_memory_counts_known_allocations():
     import numpy as np
     import torch
-
-    from xloss.torch.memory import track_peak_memory
+    from peak_memory import track_peak_memory
 
     with track_peak_memory() as peak:
         a = torch.empty(1000, 1000, dtype=torch.float32)  # 4 MB

@@ -4,8 +4,9 @@ PyTorch's CPU allocations are read from the profiler's memory events (every allo
 free through c10's allocator, including the temporaries inside an op); NumPy's from
 :mod:`tracemalloc` (NumPy reports its array data to it). The two peaks are taken separately
 and added, which bounds the true combined peak from above; for code that allocates through
-only one of them the number is exact. Used by the tests (deterministic bounds), the
-benchmarks and the training example.
+only one of them the number is exact. A measuring tool of this repository, not of the installed
+package: the benchmarks import it as a sibling, the tests through ``tests/conftest.py`` and the
+examples from the checkout's ``benchmarks/`` folder.
 """
 
 from __future__ import annotations
