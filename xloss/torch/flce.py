@@ -50,18 +50,16 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, w, b, target, class_weight, o = inputs
-        loss, _, _, row_max, sum_exp, dx, dw, db, target_mask, masked_target = output
         ctx.mark_non_differentiable(*output[1:])
         ctx.set_materialize_grads(False)
-        ctx.o, ctx.loss_dtype = o, loss.dtype
+        ctx.o, ctx.loss_dtype = o, output[0].dtype
         pre = o.reduction != "none" and (o.want_dx or o.want_dw or o.want_db)
         # the operands: to recompute ("none"; 16-bit native scaled by a non-power of two), and for
         # torch.func's second-order guard
         recompute = not pre or (o.native and x.dtype in flce_native.HALF)
         keep = recompute or checks.functorch_active()
-        saved = (x if keep else None, w if keep else None, b if keep else None, target, class_weight,
-                 *((row_max, sum_exp, target_mask, masked_target) if recompute else (None,) * 4),
-                 *((dx, dw, db) if pre else (None, None, None)))
+        saved = (*((x, w, b) if keep else (None,) * 3), target, class_weight,  # the backward op's order
+                 *(output[3:5] + output[8:] if recompute else (None,) * 4), *(output[5:8] if pre else (None,) * 3))
         ctx.save_for_backward(*saved)
         ctx.save_for_forward(*saved)  # references only; jvp reads them
 
@@ -70,67 +68,53 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         if torch.is_grad_enabled() and not checks.functorch_active():
             raise UnsupportedRequestError(
                 "fused_linear_cross_entropy does not support second-order gradients (backward with "
-                "create_graph=True): its backward is not itself differentiable. Compute this loss's "
-                "gradients with create_graph=False, or use F.cross_entropy(F.linear(...)) for double backward")
+                "create_graph=True): use F.cross_entropy(F.linear(...)) for double backward")
         if grad is None:
             return (None,) * 6
-        x, w, b, target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db = ctx.saved_tensors
-        o = ctx.o
-        want = (o.want_dx, o.want_dw, o.want_db)
+        o, saved = ctx.o, ctx.saved_tensors
+        want, (dx, dw, db) = (o.want_dx, o.want_dw, o.want_db), saved[9:]
         eager = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or checks.functorch_active())
         g = checks.scalar_value(grad) if (o.reduction != "none" and eager) else None
         if g is not None and (not o.native or dx.dtype not in flce_native.HALF or flce_native.exact_scale(dx.dtype, g)):
             grads = tuple(checks.scaled(t, g) if wanted else None for t, wanted in zip((dx, dw, db), want))
         else:
-            out = ops.call(torch_ops.fused_linear_cross_entropy_backward, grad.detach(),
-                           *(None if t is None else t.detach() for t in (x, w, b)), target, class_weight, row_max,
-                           sum_exp, target_mask, masked_target, dx, dw, db, *o)
-            grads = tuple(t if wanted else None for t, wanted in zip(out, want))
+            grads = tuple(t if wanted else None for t, wanted in zip(_backward_op(grad.detach(), saved, o), want))
         if checks.functorch_active():
             grads = tuple(None if t is None else checks.first_order_result(_WHAT, t, ref)
-                          for t, ref in zip(grads, (x, w, b)))
+                          for t, ref in zip(grads, saved[:3]))
         return grads + (None, None, None)
 
     @staticmethod
     def jvp_rule(ctx, t_x, t_w, t_b, *_):
-        """Forward mode. A scalar reduction: ``<dx, t_x> + <dw, t_w> + <db, t_b>`` with the forward's
-        gradients. ``"none"``: ``<dx_i, t_x_i>`` per token from the backward op with upstream ones (a
-        tangent on weight or bias would need a per-token contraction over the vocabulary)."""
-        x, w, b, target, class_weight, row_max, sum_exp, target_mask, masked_target, dx, dw, db = ctx.saved_tensors
-        o = ctx.o
+        """Forward mode: ``<dx, t_x> + <dw, t_w> + <db, t_b>`` with the forward's gradients; for ``"none"``
+        ``<dx_i, t_x_i>`` per token from the backward op with upstream ones."""
+        o, saved = ctx.o, ctx.saved_tensors
         if o.group is not None:
             raise UnsupportedRequestError("fused_linear_cross_entropy has no forward-mode derivative (jvp) with "
-                                          "process_group: the weight shard's part would need an all-reduce; use "
-                                          "reverse mode (backward, torch.func.grad/vjp)")
+                                          "process_group (it would need an all-reduce); use reverse mode")
         if o.reduction == "none" and (t_w is not None or t_b is not None):
             raise UnsupportedRequestError("fused_linear_cross_entropy with reduction='none' has a forward-mode "
-                                          "derivative (jvp) w.r.t. input only; a tangent on weight or bias needs the "
-                                          "(tokens x vocabulary) contraction the fused kernels avoid: use "
-                                          "reduction='sum'/'mean', or reverse mode (torch.func.vjp/jacrev)")
+                                          "derivative (jvp) w.r.t. input only (weight's would need the tokens x "
+                                          "vocabulary contraction): use reduction='sum'/'mean', or reverse mode")
+        target = saved[3]
         like = target.new_empty(target.shape if o.reduction == "none" else (), dtype=ctx.loss_dtype)
         cdt = torch.float64 if like.dtype == torch.float64 else torch.float32
         if o.reduction == "none":
             if t_x is None:
                 return (torch.zeros_like(like),) + (None,) * 9
-            ones = torch.ones(target.shape, dtype=like.dtype)
-            grads = ops.call(torch_ops.fused_linear_cross_entropy_backward, ones, x.detach(), w.detach(),
-                             None if b is None else b.detach(), target, class_weight, row_max, sum_exp, target_mask,
-                             masked_target, dx, dw, db, *o)
-            tangent = (grads[0].to(cdt) * t_x.to(cdt)).sum(-1)
+            dx = _backward_op(torch.ones(target.shape, dtype=like.dtype), saved, o)[0]
+            tangent = (dx.to(cdt) * t_x.to(cdt)).sum(-1)
         else:
             tangent = torch.zeros((), dtype=cdt)
-            for grad, t in zip((dx, dw, db), (t_x, t_w, t_b)):
+            for grad, t in zip(saved[9:], (t_x, t_w, t_b)):
                 if t is not None:
                     tangent = tangent + (grad.to(cdt) * t.to(cdt)).sum()
         return (tangent.to(like.dtype),) + (None,) * 9
 
 
-def _autocast_dtype(t: torch.Tensor):
-    """The dtype ``F.linear`` would compute ``t``'s product in under ``torch.autocast``, or None."""
-    if t.device.type != "cpu" or not torch.is_autocast_enabled("cpu") or t.dtype == torch.float64:
-        return None
-    dt = torch.get_autocast_dtype("cpu")
-    return None if dt == t.dtype else dt
+def _backward_op(grad, saved, o):
+    x, w, b = (None if t is None else t.detach() for t in saved[:3])
+    return ops.call(torch_ops.fused_linear_cross_entropy_backward, grad, x, w, b, *saved[3:], *o)
 
 
 def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: int = -100, reduction: str = "mean",
@@ -140,51 +124,43 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
                                use_token_scaling: bool = False):
     """``F.cross_entropy(input @ weight.T + bias, target, ...)`` in memory bounded by the chunk.
 
-    ``input`` (..., H) and ``weight`` (V, H) of one dtype (float16/bfloat16/float32/float64; every sum in
-    float32 or wider), ``bias`` (V) optional, ``target`` (...) class indices (probability targets are
-    refused). ``reduction``, ``ignore_index``, ``label_smoothing`` and ``class_weight`` (K; PyTorch's
-    ``weight=``) as in PyTorch; ``mean`` divides by the summed class weight of the batch's tokens not
-    ignored. The loss is float32 for 16-bit operands, else ``input``'s dtype; the gradients are in the
-    operands' dtypes. Under ``torch.autocast("cpu")`` the operands are cast as ``F.linear`` casts them.
+    ``input`` (..., H) and ``weight`` (V, H) of one float dtype (every sum in float32 or wider), ``bias``
+    (V) optional, ``target`` (...) class indices. ``reduction``, ``ignore_index``, ``label_smoothing``,
+    ``class_weight`` (K, PyTorch's ``weight=``) as in PyTorch. The loss is float32 for 16-bit operands,
+    else ``input``'s dtype; the gradients are in the operands' dtypes. Under ``torch.autocast("cpu")``
+    the operands are cast as ``F.linear`` casts them.
 
-    Liger-Kernel's options (on the ``cpu`` backend's PyTorch-GEMM path; token accuracy everywhere):
-    ``softcap`` (logits -> ``softcap * tanh(logits / softcap)``; None/0: off); ``lse_square_scale``
-    (z-loss ``scale * logsumexp**2`` per token not ignored, not class-weighted, ``mean`` over the token
-    count); ``return_z_loss``/``return_token_accuracy`` (return a :class:`FusedLinearCrossEntropyOutput`;
-    the loss includes the z-loss; accuracy: the first maximum is the target, float32, no gradient);
-    ``use_token_scaling`` (each token's loss times its target's probability, a constant); ``accum_dtype``
-    (only ``torch.float64`` widens the weight/bias gradient accumulators).
+    Liger-Kernel's options (the ``cpu`` backend's path; token accuracy on every backend): ``softcap``
+    (logits -> ``softcap * tanh(logits / softcap)``), ``lse_square_scale`` (z-loss ``scale * lse**2`` per
+    token not ignored, not class-weighted), ``return_z_loss``/``return_token_accuracy`` (a
+    :class:`FusedLinearCrossEntropyOutput`; accuracy: the first maximum is the target, float32),
+    ``use_token_scaling`` (each token's loss times its target's probability, a constant), ``accum_dtype``
+    (``torch.float64`` widens the weight/bias gradient accumulators).
 
-    Route: a backend offering row passes (``cpu``, the default) runs PyTorch's GEMMs here with its passes
-    between them (:mod:`.flce_native`; no GEMM work for ignored tokens from 256 tokens on, 16-bit products
-    on native 16-bit GEMMs); any other backend runs its FLCE kernels, and its vocabulary-parallel kernels
-    for the statistics where it has them (:mod:`.flce_max_sum`).
+    A backend offering row passes (``cpu``, the default) runs PyTorch's GEMMs here with its passes between
+    them (:mod:`.flce_native`: no GEMM work for ignored tokens); another runs its FLCE kernels, and its
+    vocabulary-parallel kernels for the statistics where it has them (:mod:`.flce_max_sum`). Tokens go
+    ``chunk_size`` at a time (:func:`xloss.torch.chunking.default_chunk_size`), ``vocab_chunk_size`` rows of
+    ``weight`` per kernel call.
 
-    Memory: ``chunk_size`` tokens at a time (:func:`xloss.torch.chunking.default_chunk_size`), and
-    ``vocab_chunk_size`` rows of ``weight`` per kernel call.
-
-    ``process_group``: vocabulary parallelism (eager mode only). ``weight`` (and ``bias``) are this
-    rank's contiguous shard, in rank order (:func:`xloss.torch.shard_vocab`); ``input``, ``target`` and
-    ``class_weight`` are the same on every rank. Every rank gets the full loss and input gradient, and its
-    shard's weight gradient. The first collective compares what must agree and carries any rank's
-    argument error: a disagreement, an error, or overlapping/gapped shards raise the same error on every
-    rank. None: no vocabulary parallelism; ``torch.distributed.group.WORLD``: the default group.
+    ``process_group``: vocabulary parallelism (eager mode only; :func:`xloss.torch.shard_vocab`). ``weight``
+    and ``bias`` are this rank's contiguous shard, in rank order; ``input``, ``target`` and ``class_weight``
+    the same on every rank, which gets the full loss and input gradient and its shard's weight gradient.
+    The first collective compares what must agree and carries any rank's argument error: a disagreement,
+    an error or overlapping/gapped shards raise the same error on every rank.
     """
     kw = dict(class_weight=class_weight, vocab_chunk_size=vocab_chunk_size, process_group=process_group,
               softcap=softcap, lse_square_scale=lse_square_scale, return_z_loss=return_z_loss,
               accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
               use_token_scaling=use_token_scaling)
     input = checks.float_tensor(input, "input")
-    cast = _autocast_dtype(input)
-    if cast is not None:  # as F.linear under autocast: operands in the autocast dtype (differentiably)
+    if torch.is_autocast_enabled("cpu"):  # as F.linear: the operands in the autocast dtype, differentiably
+        cast = torch.get_autocast_dtype("cpu")
         with torch.autocast("cpu", enabled=False):
-            weight = checks.float_tensor(weight, "weight")
-            return fused_linear_cross_entropy(
-                input.to(cast), weight.to(cast) if weight.dtype != torch.float64 else weight, target,
-                None if bias is None else checks.float_tensor(bias, "bias").to(cast), ignore_index, reduction,
-                label_smoothing, chunk_size, backend, **kw)
-    if torch.is_autocast_enabled("cpu"):  # float64, or already the autocast dtype: no casts, no autocast inside
-        with torch.autocast("cpu", enabled=False):
+            if input.device.type == "cpu" and input.dtype not in (cast, torch.float64):
+                weight = checks.float_tensor(weight, "weight")
+                input, weight = input.to(cast), weight.to(cast) if weight.dtype != torch.float64 else weight
+                bias = None if bias is None else checks.float_tensor(bias, "bias").to(cast)
             return fused_linear_cross_entropy(input, weight, target, bias, ignore_index, reduction, label_smoothing,
                                               chunk_size, backend, **kw)
     if process_group is not None and torch.compiler.is_compiling():
@@ -193,9 +169,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     coll = Collectives(process_group)
     try:  # with a process group, an argument error reaches every rank through the first collective
         weight, bias, target, class_weight, o = _checked(input, weight, target, bias, ignore_index, reduction,
-                                                         label_smoothing, chunk_size, backend, class_weight,
-                                                         vocab_chunk_size, softcap, lse_square_scale, accum_dtype,
-                                                         return_token_accuracy, use_token_scaling)
+                                                         label_smoothing, chunk_size, backend, **kw)
     except XLossError as exc:
         if not coll.active:
             raise
@@ -226,19 +200,14 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
                     ops.backend_key(backend))
     operands = (input.reshape(-1, hidden).contiguous(), weight.contiguous(),
                 None if bias is None else bias.contiguous(), target.reshape(-1).to(torch.int64), class_weight)
-    if any(want):
-        out = _FusedLinearCrossEntropy.call(*operands, o)
-    else:
-        out = ops.call(torch_ops.fused_linear_cross_entropy, *operands, *o)
+    out = (_FusedLinearCrossEntropy.call(*operands, o) if any(want)
+           else ops.call(torch_ops.fused_linear_cross_entropy, *operands, *o))
     loss = out[0].reshape(target.shape) if o.reduction == "none" else out[0]
     if not (return_z_loss or return_token_accuracy):
         return loss
-    z_loss = acc = None
-    if return_z_loss:  # without z-loss, zeros (NaN for the mean over no tokens, as the loss)
-        z_loss = out[1].reshape(loss.shape) if o.z_scale else loss.detach() * 0.0
-    if return_token_accuracy:
-        acc = out[2].reshape(loss.shape)
-    return FusedLinearCrossEntropyOutput(loss, z_loss, acc)
+    # without z-loss, zeros (NaN for the mean over no tokens, as the loss)
+    z_loss = (out[1].reshape(loss.shape) if o.z_scale else loss.detach() * 0.0) if return_z_loss else None
+    return FusedLinearCrossEntropyOutput(loss, z_loss, out[2].reshape(loss.shape) if return_token_accuracy else None)
 
 
 def _checksum(t: torch.Tensor) -> int:
@@ -247,8 +216,9 @@ def _checksum(t: torch.Tensor) -> int:
     return zlib.crc32(wide.numpy().tobytes(), zlib.crc32(repr(tuple(t.shape)).encode()))
 
 
-def _checked(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend, class_weight,
-             vocab_chunk_size, softcap, lse_square_scale, accum_dtype, accuracy, use_token_scaling):
+def _checked(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend, *,
+             class_weight, vocab_chunk_size, softcap, lse_square_scale, accum_dtype, return_token_accuracy,
+             use_token_scaling, **_):
     """Every check that needs only this rank's arguments: (weight, bias, target, class_weight, options
     without the vocabulary layout, sizes, wanted gradients and backend)."""
     if input.ndim < 1:
@@ -304,42 +274,34 @@ def _checked(input, weight, target, bias, ignore_index, reduction, label_smoothi
             raise XLossValueError(f"class_weight must have shape (V,), one per class of the (global) vocabulary; "
                                   f"got {checks.shape_str(class_weight.shape)}")
         class_weight = class_weight.to(torch.float64 if input.dtype == torch.float64 else torch.float32).contiguous()
-    o = FlceOptions(reduction, ignore_index, ls, cap, z_scale, 0, 0, 0, 0, None, native, accum, bool(accuracy), scaling)
-    return weight, bias, target, class_weight, o
+    return weight, bias, target, class_weight, FlceOptions(reduction, ignore_index, ls, cap, z_scale, 0, 0, 0, 0, None,
+                                                           native, accum, bool(return_token_accuracy), scaling)
 
 
 def gemm_route(backend) -> bool:
-    """Whether a call takes :mod:`.flce_native` (PyTorch's GEMMs with the backend's row passes between
-    them): where the backend it resolves to offers row passes (``Backend.flce_row_passes``). None resolves
-    as the registry does; a named backend that offers them but cannot run here raises, saying why."""
-    if isinstance(backend, Backend):
-        made_by = getattr(backend, "_xloss_made_by", None)
-        if made_by is None or made_by[1]:  # an instance of its own: under torch.compile, backend_key refuses it
-            return not torch.compiler.is_compiling() and _offers_row_passes(backend, backend.name)
-        backend = made_by[0]
-    return _named_route(backend)
+    """Whether a call takes :mod:`.flce_native`: the backend it resolves to (None: as the registry resolves)
+    offers row passes (``Backend.flce_row_passes``). One that offers them but cannot run here raises."""
+    made_by = getattr(backend, "_xloss_made_by", (backend, None))
+    if isinstance(backend, Backend) and (made_by[1] is None or made_by[1]):  # an instance of its own
+        return not torch.compiler.is_compiling() and _offers_row_passes(backend, backend.name)
+    return _named_route(made_by[0])
 
 
 @torch._dynamo.assume_constant_result  # fixed per backend: torch.compile reads it once, untraced
 def _named_route(name: str | None) -> bool:
-    if name is not None:
-        return _offers_row_passes(registry.backend(name), name)
-    for candidate in registry.DEFAULT_ORDER:
-        if candidate in registry.backend_names():
-            b = registry.backend(candidate)
-            if registry.available(b)[0]:
-                return _offers_row_passes(b, candidate)
-    return False
+    if name is None:  # the registry's default: the first of its order that can run here
+        name = next((n for n in registry.DEFAULT_ORDER if n in registry.backend_names()
+                     and registry.available(registry.backend(n))[0]), None)
+    return name is not None and _offers_row_passes(registry.backend(name), name)
 
 
 _ROUTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> (offers, available, why)
 
 
 def _offers_row_passes(b: Backend, name: str) -> bool:
-    known = _ROUTES.get(b)
-    if known is None:  # availability is fixed for a backend object (Numba reads its settings once)
-        known = _ROUTES[b] = (type(b).flce_row_passes is not Backend.flce_row_passes, *registry.available(b))
-    offers, ok, why = known
+    if b not in _ROUTES:  # availability is fixed for a backend object (Numba reads its settings once)
+        _ROUTES[b] = (type(b).flce_row_passes is not Backend.flce_row_passes, *registry.available(b))
+    offers, ok, why = _ROUTES[b]
     if offers and not ok:
         raise BackendUnavailableError(f"backend {name!r} is not available here: {why}")
     return offers and ok

@@ -1,19 +1,15 @@
 """The FLCE options, and the bodies of its two custom ops (``torch.ops.xloss.fused_linear_cross_entropy``
-and ``..._backward``): everything that needs the data runs here, inside the op, where torch.compile
-does not trace.
+and ``..._backward``), which torch.compile does not trace.
 
 A scalar reduction with a gradient wanted ("precomputed"): the forward computes the gradients for
-upstream 1 and the backward scales them (16-bit operands on the native route with a scale that is not a
-power of two recompute, so G is rounded once). Otherwise the forward keeps each token's row max and sum
-of exponentials and the backward recomputes. The route, taken once per op call: ``native`` (the
-backend's row passes between PyTorch GEMMs, :mod:`.flce_native`), else the backend's
+upstream 1 and the backward scales them (or, 16-bit native with a scale not a power of two, recomputes,
+so G is rounded once); otherwise the backward recomputes from each token's row max and sum of
+exponentials. The route, taken once per op call: ``native`` (:mod:`.flce_native`), else the backend's
 vocabulary-parallel kernels (:func:`.flce_max_sum.route`), else PyTorch's GEMMs (:mod:`.flce_chunks`).
 
-The forward's outputs, shapes fixed by the arguments: ``loss`` (() or (BT,), z-loss included),
-``z_loss``, ``accuracy`` (float32), ``row_max``, ``sum_exp``, ``dx``, ``dw``, ``db``, ``target_mask``,
-``masked_target`` (the forward's, for the backward's gradient kernel); empty (0,) where not computed.
-``mean`` divides the cross entropy by the summed class weight of the tokens not ignored, the z-loss and
-the accuracy by their count; ``sum`` still averages the accuracy.
+Forward outputs: ``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db, target_mask, masked_target)``,
+empty (0,) where not computed. ``mean`` divides the cross entropy by the summed class weight of the
+tokens not ignored, the z-loss and the accuracy by their count; ``sum`` still averages the accuracy.
 """
 
 from __future__ import annotations
@@ -78,24 +74,22 @@ def _shard(x, w, b, target, cw, o: FlceOptions) -> chunks.Shard:
 
 
 def _divisors(sh: chunks.Shard, o: FlceOptions) -> tuple[float, float]:
-    """(cross entropy's divisor, the z-loss's and accuracy's): for ``mean`` the summed class weight and
-    the count of the tokens not ignored; else 1 and the count."""
-    need_count = o.reduction == "mean" or o.z_scale or o.accuracy
-    count = float((sh.target != sh.ignore_index).sum()) if need_count else 0.0
+    """(cross entropy's divisor, the z-loss's and accuracy's)."""
+    count = float((sh.target != sh.ignore_index).sum()) if o.reduction == "mean" or o.z_scale or o.accuracy else 0.0
     if o.reduction != "mean":
         return 1.0, count
     return (chunks.denominator(sh) if sh.class_weight is not None else count), count
 
 
-def _upstream(sh: chunks.Shard, scale: float) -> torch.Tensor:
-    return torch.zeros(sh.x.shape[0], dtype=sh.cdt).masked_fill_(sh.target != sh.ignore_index, scale)
-
-
 def _upstreams(sh, o: FlceOptions, g: float):
     """Per-token upstream gradients of a scalar reduction scaled by ``g``: (cross entropy, z-loss or None)."""
     denom, count = _divisors(sh, o)
-    z_denom = count if o.reduction == "mean" else 1.0
-    return _upstream(sh, g * _inverse(denom)), _upstream(sh, g * _inverse(z_denom)) if o.z_scale else None
+    valid = sh.target != sh.ignore_index
+
+    def upstream(d):
+        return torch.zeros(sh.x.shape[0], dtype=sh.cdt).masked_fill_(valid, g * _inverse(d))
+
+    return upstream(denom), upstream(count if o.reduction == "mean" else 1.0) if o.z_scale else None
 
 
 def _inverse(d: float) -> float:
