@@ -143,11 +143,12 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     ``chunk_size`` at a time (:func:`xloss.torch.chunking.default_chunk_size`), ``vocab_chunk_size`` rows of
     ``weight`` per kernel call.
 
-    ``process_group``: vocabulary parallelism (eager mode only; :func:`xloss.torch.shard_vocab`). ``weight``
-    and ``bias`` are this rank's contiguous shard, in rank order; ``input``, ``target`` and ``class_weight``
-    the same on every rank, which gets the full loss and input gradient and its shard's weight gradient.
-    The first collective compares what must agree and carries any rank's argument error: a disagreement,
-    an error or overlapping/gapped shards raise the same error on every rank.
+    ``process_group``: vocabulary parallelism (:func:`xloss.torch.shard_vocab`). ``weight`` and ``bias``
+    are this rank's contiguous shard, in rank order; ``input``, ``target`` and ``class_weight`` the same on
+    every rank, which gets the full loss and input gradient and its shard's weight gradient. The first
+    collective compares what must agree and carries any rank's argument error: a disagreement, an error or
+    overlapping/gapped shards raise the same error on every rank. It runs eagerly: under torch.compile a
+    graph break, which ``fullgraph=True`` refuses with a message saying so.
     """
     kw = dict(class_weight=class_weight, vocab_chunk_size=vocab_chunk_size, process_group=process_group,
               softcap=softcap, lse_square_scale=lse_square_scale, return_z_loss=return_z_loss,
@@ -163,9 +164,8 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
                 bias = None if bias is None else checks.float_tensor(bias, "bias").to(cast)
             return fused_linear_cross_entropy(input, weight, target, bias, ignore_index, reduction, label_smoothing,
                                               chunk_size, backend, **kw)
-    if process_group is not None and torch.compiler.is_compiling():
-        raise UnsupportedRequestError("fused_linear_cross_entropy with process_group runs in eager mode only "
-                                      "(its collectives run inside the op); call it outside torch.compile")
+    if process_group is not None and torch.compiler.is_compiling():  # a graph break: see _EAGER
+        return _eager(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend, **kw)
     coll = Collectives(process_group)
     try:  # with a process group, an argument error reaches every rank through the first collective
         weight, bias, target, class_weight, o = _checked(input, weight, target, bias, ignore_index, reduction,
@@ -208,6 +208,12 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     # without z-loss, zeros (NaN for the mean over no tokens, as the loss)
     z_loss = (out[1].reshape(loss.shape) if o.z_scale else loss.detach() * 0.0) if return_z_loss else None
     return FusedLinearCrossEntropyOutput(loss, z_loss, out[2].reshape(loss.shape) if return_token_accuracy else None)
+
+
+_EAGER = ("fused_linear_cross_entropy with process_group runs eagerly, outside the graph (its first collective "
+          "compares every rank's settings in Python); under torch.compile(fullgraph=True) call it outside the "
+          "compiled function")
+_eager = torch.compiler.disable(fused_linear_cross_entropy, reason=_EAGER)
 
 
 def _checksum(t: torch.Tensor) -> int:

@@ -35,17 +35,15 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def view(t: torch.Tensor):
-    """A tensor as the NumPy array a kernel's Args hold: contiguous, sharing its memory."""
+    """A tensor as a kernel's Args hold it: a contiguous NumPy array sharing its memory."""
     return to_numpy(t.detach().contiguous(), "operand")
 
 
 def kernel_of(b, name: str):
-    """The method of ``b`` (resolved and checked for the call already) that runs kernel ``name``."""
-    fn = b.kernel(name)
-    if fn is None:
-        raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {name} but does not implement it "
-                                      f"(no method {name})")
-    return fn
+    """The method of ``b`` (resolved and checked for the op call already) that runs kernel ``name``."""
+    if b.kernel(name) is None:
+        raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {name} but has no method {name}")
+    return b.kernel(name)
 
 
 @dataclass
@@ -218,20 +216,17 @@ class Grads:
     def kernel(self, mode: str, numel: int):
         """(kernel, the smoothing it applies): the label smoothing where there are no class weights
         and the backend declares it, else 0 (and the remainder R here)."""
-        if mode not in self._kernels:
-            sh = self.sh
-            tries = (sh.label_smoothing, 0.0) if sh.label_smoothing and sh.class_weight is None else (0.0,)
-            for ls in tries:
-                req = Request("fused_linear_cross_entropy_grad", dtype_name(sh.x.dtype), None,
-                              {"mode": mode, "mask": "bool", "label_smoothing": bool(ls)}, numel)
-                try:
-                    b = registry.resolve(sh.backend, req)
-                except UnsupportedRequestError:
-                    if ls == tries[-1]:
-                        raise
-                    continue
-                self._kernels[mode] = (kernel_of(b, req.kernel), ls)
+        sh = self.sh
+        for ls in (sh.label_smoothing, 0.0) if sh.label_smoothing and sh.class_weight is None else (0.0,):
+            if mode in self._kernels:
                 break
+            req = Request("fused_linear_cross_entropy_grad", dtype_name(sh.x.dtype), None,
+                          {"mode": mode, "mask": "bool", "label_smoothing": bool(ls)}, numel)
+            try:
+                self._kernels[mode] = (kernel_of(registry.resolve(sh.backend, req), req.kernel), ls)
+            except UnsupportedRequestError:
+                if not ls:
+                    raise
         return self._kernels[mode]
 
     def add_chunk(self, t0: int, t1: int, tg: Targets, g: torch.Tensor, st: RowStats) -> None:
