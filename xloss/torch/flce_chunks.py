@@ -11,6 +11,10 @@ The kernel computes ``k_i (p_ij - ls'/K - (1-ls') [j == t])``: without class wei
 is exact; otherwise (or where the backend has no smoothing) ``k = g a, ls' = 0`` and the remainder
 ``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is added here. Tokens go in chunks, the vocabulary in
 blocks, each block a kernel call with its own target mask and local targets.
+
+The kernels are called with Args built here, not through the public API: the backend is resolved and
+checked once per op call, and these modules keep the Args' invariants themselves (contiguous views,
+compute-dtype statistics, fresh outputs, local targets in [0, V)).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import torch
 from .. import registry
 from ..containers import to_numpy
 from ..errors import UnsupportedRequestError
-from ..kernel_args import FLCEArgs, Request
+from ..kernel_args import Request
+from ..kernels.flce.args import FLCEArgs
 from .chunking import spans
 from .distributed import Collectives
 

@@ -18,7 +18,8 @@ import torch
 
 from .. import registry
 from ..errors import UnsupportedRequestError
-from ..kernel_args import LossWithMaxSumArgs, OnlineMaxSumArgs, Request
+from ..kernel_args import Request
+from ..kernels.flce.args import LossWithMaxSumArgs, OnlineMaxSumArgs
 from .chunking import spans
 from .flce_chunks import RowStats, Shard, Targets, dtype_name, kernel_of, view
 
