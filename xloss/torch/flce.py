@@ -124,31 +124,28 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
                                use_token_scaling: bool = False):
     """``F.cross_entropy(input @ weight.T + bias, target, ...)`` in memory bounded by the chunk.
 
-    ``input`` (..., H) and ``weight`` (V, H) of one float dtype (every sum in float32 or wider), ``bias``
-    (V) optional, ``target`` (...) class indices. ``reduction``, ``ignore_index``, ``label_smoothing``,
-    ``class_weight`` (K, PyTorch's ``weight=``) as in PyTorch. The loss is float32 for 16-bit operands,
-    else ``input``'s dtype; the gradients are in the operands' dtypes. Under ``torch.autocast("cpu")``
-    the operands are cast as ``F.linear`` casts them.
+    ``input`` (..., H), ``weight`` (V, H), ``bias`` (V) of one float dtype (sums in float32 or wider),
+    ``target`` (...) class indices; ``reduction``, ``ignore_index``, ``label_smoothing``, ``class_weight``
+    (PyTorch's ``weight=``) as in PyTorch. The loss is float32 for 16-bit operands, else ``input``'s dtype.
+    Under ``torch.autocast("cpu")`` the operands are cast as ``F.linear`` casts them. Tokens go
+    ``chunk_size`` at a time (:mod:`xloss.torch.chunking`), ``vocab_chunk_size`` weight rows per kernel call.
 
-    Liger-Kernel's options (the ``cpu`` backend's path; token accuracy on every backend): ``softcap``
-    (logits -> ``softcap * tanh(logits / softcap)``), ``lse_square_scale`` (z-loss ``scale * lse**2`` per
-    token not ignored, not class-weighted), ``return_z_loss``/``return_token_accuracy`` (a
-    :class:`FusedLinearCrossEntropyOutput`; accuracy: the first maximum is the target, float32),
-    ``use_token_scaling`` (each token's loss times its target's probability, a constant), ``accum_dtype``
-    (``torch.float64`` widens the weight/bias gradient accumulators).
+    Liger-Kernel's options (the ``cpu`` backend's path; token accuracy everywhere): ``softcap`` (logits ->
+    ``softcap * tanh(logits / softcap)``), ``lse_square_scale`` (z-loss ``scale * lse**2`` per token not
+    ignored), ``return_z_loss``/``return_token_accuracy`` (a :class:`FusedLinearCrossEntropyOutput`;
+    accuracy: the first maximum is the target), ``use_token_scaling`` (each token's loss times its
+    target's probability, a constant), ``accum_dtype`` (``torch.float64`` widens the weight/bias gradient
+    accumulators).
 
     A backend offering row passes (``cpu``, the default) runs PyTorch's GEMMs here with its passes between
     them (:mod:`.flce_native`: no GEMM work for ignored tokens); another runs its FLCE kernels, and its
-    vocabulary-parallel kernels for the statistics where it has them (:mod:`.flce_max_sum`). Tokens go
-    ``chunk_size`` at a time (:func:`xloss.torch.chunking.default_chunk_size`), ``vocab_chunk_size`` rows of
-    ``weight`` per kernel call.
+    vocabulary-parallel kernels for the statistics where it has them (:mod:`.flce_max_sum`).
 
-    ``process_group``: vocabulary parallelism (:func:`xloss.torch.shard_vocab`). ``weight`` and ``bias``
-    are this rank's contiguous shard, in rank order; ``input``, ``target`` and ``class_weight`` the same on
-    every rank, which gets the full loss and input gradient and its shard's weight gradient. The first
-    collective compares what must agree and carries any rank's argument error: a disagreement, an error or
-    overlapping/gapped shards raise the same error on every rank. It runs eagerly: under torch.compile a
-    graph break, which ``fullgraph=True`` refuses with a message saying so.
+    ``process_group``: vocabulary parallelism. ``weight`` and ``bias`` are this rank's contiguous shard, in
+    rank order (:func:`xloss.torch.shard_vocab`); every rank gets the full loss and input gradient. The
+    first collective compares what must agree and carries any rank's argument error, so a disagreement or
+    an error raises the same error on every rank. It runs eagerly: under torch.compile a graph break, which
+    ``fullgraph=True`` refuses with a message saying so.
     """
     kw = dict(class_weight=class_weight, vocab_chunk_size=vocab_chunk_size, process_group=process_group,
               softcap=softcap, lse_square_scale=lse_square_scale, return_z_loss=return_z_loss,

@@ -53,7 +53,7 @@ def kernel_of(b, name: str):
 
 @dataclass
 class Shard:
-    """One op call's operands (this rank's vocabulary rows) and its options (read through: ``sh.vocab``)."""
+    """One op call's operands (this rank's vocabulary rows) and its options, read through (``sh.vocab``)."""
 
     x: torch.Tensor  # (BT, H), contiguous
     w: torch.Tensor  # (V_r, H), contiguous, x's dtype
@@ -64,24 +64,15 @@ class Shard:
     coll: Collectives
     backend: object  # a Backend, a name or None
 
+    def __post_init__(self):
+        self.cdt = torch.float64 if self.x.dtype == torch.float64 else torch.float32  # the compute dtype
+        self.rows = self.w.shape[0]
+        self.accum = _ACCUM.get(self.opts.accum)  # the weight/bias gradient accumulators' dtype, or None
+        cw = self.class_weight
+        self.w_sum = float(self.opts.vocab) if cw is None else float(cw.sum(dtype=torch.float64))
+
     def __getattr__(self, name):
         return getattr(self.opts, name)
-
-    @property
-    def accum(self) -> torch.dtype | None:
-        return _ACCUM.get(self.opts.accum)
-
-    @property
-    def cdt(self) -> torch.dtype:
-        return torch.float64 if self.x.dtype == torch.float64 else torch.float32
-
-    @property
-    def rows(self) -> int:
-        return self.w.shape[0]
-
-    @property
-    def w_sum(self) -> float:
-        return float(self.vocab) if self.class_weight is None else float(self.class_weight.sum(dtype=torch.float64))
 
 
 @dataclass

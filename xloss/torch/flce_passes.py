@@ -81,9 +81,8 @@ def _divisors(sh: chunks.Shard, o: FlceOptions) -> tuple[float, float]:
     return (chunks.denominator(sh) if sh.class_weight is not None else count), count
 
 
-def _upstreams(sh, o: FlceOptions, g: float):
+def _upstreams(sh, o: FlceOptions, g: float, denom: float, count: float):
     """Per-token upstream gradients of a scalar reduction scaled by ``g``: (cross entropy, z-loss or None)."""
-    denom, count = _divisors(sh, o)
     valid = sh.target != sh.ignore_index
 
     def upstream(d):
@@ -110,7 +109,7 @@ def forward(x, w, b, target, cw, o: FlceOptions):
     denom, count = _divisors(sh, o)
     grads, target_mask, masked_target = (None, None, None), None, None
     if o.native:
-        g_all, gz_all = _upstreams(sh, o, 1.0) if pre else (None, None)
+        g_all, gz_all = _upstreams(sh, o, 1.0, denom, count) if pre else (None, None)
         per, (row_max, sum_exp), made = flce_native.run(sh, o.want if pre else (False,) * 3, g_all, None, gz_all)
         losses, zl, correct = per.loss, per.z, per.correct
         grads = made if pre else grads
@@ -163,7 +162,7 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_ta
         raise UnsupportedRequestError("fused_linear_cross_entropy backward: the operands were not saved")
     sh = _shard(x, w, b, target, cw, o)
     if o.precomputed:  # 16-bit, g not a power of two: recompute with g folded in, so G is rounded once
-        g_all, gz_all = _upstreams(sh, o, g)
+        g_all, gz_all = _upstreams(sh, o, g, *_divisors(sh, o))
     else:
         g_all = grad.reshape(-1).to(sh.cdt)  # (ignored tokens are masked chunk by chunk)
         gz_all = g_all if o.z_scale else None
