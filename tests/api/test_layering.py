@@ -221,9 +221,7 @@ ALLOWED_CYCLES: set = set()
 
 ALLOWED_LAYER_IMPORTS: set = set()
 
-ALLOWED_PRIVATE = {
-    "torch.flce_max_sum -> torch.flce_chunks._NUMPY_NAME",  # S12: the torch FLCE rebuild (one dtype-name map)
-}
+ALLOWED_PRIVATE: set = set()
 
 
 # -- the tests --------------------------------------------------------------------------------------

@@ -355,3 +355,29 @@ def test_the_megatron_flow_compiles_in_one_graph():
     full = x.double() @ w.double().T
     assert torch.allclose(eager[0].double(), torch.logsumexp(full, 1) - full.gather(1, t[:, None])[:, 0], atol=1e-5)
     assert {"fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum"} <= set(ops.OPS)
+
+
+def test_process_group_under_torch_compile_is_a_graph_break_that_fullgraph_refuses_saying_so():
+    """The vocabulary-parallel call runs eagerly (its first collective compares the ranks' settings in
+    Python): under torch.compile a graph break, with the same result and gradients as eager; with
+    fullgraph=True dynamo refuses it, and the explanation (not only the debug context) says why."""
+    x, w, t, _ = make_case(4, bt=9, h=4, v=11)
+
+    def rank_fn(rank, group):
+        ws = xt.shard_vocab(w, group)
+
+        def loss(x, ws):
+            return xt.fused_linear_cross_entropy(x, ws, t, reduction="sum", process_group=group, backend="reference")
+
+        with pytest.raises(torch._dynamo.exc.Unsupported, match="process_group runs eagerly"):
+            torch.compile(loss, fullgraph=True, backend="eager")(x, ws)
+        results = []
+        for fn in (torch.compile(loss, backend="eager"), loss):
+            xr, wr = x.clone().requires_grad_(), ws.clone().requires_grad_()
+            out = fn(xr, wr)
+            out.backward()
+            results.append((out.detach(), xr.grad, wr.grad))
+        return results
+
+    for (compiled, eager) in run_ranks(2, rank_fn):
+        assert all(torch.equal(a, b) for a, b in zip(compiled, eager))

@@ -12,8 +12,8 @@ from xloss.torch.ops import backend_of, compute_dtype, register_op
 from . import api
 
 # -- fused linear cross entropy ------------------------------------------------------------
-# The settings cross flattened (flce_passes.Params, then the wanted gradients): op arguments
-# are primitive values. The bodies are in flce_passes.
+# The settings cross flattened (flce_passes.FlceOptions, in field order): op arguments are
+# primitive values. The bodies are in flce_passes.
 
 
 @custom_op("xloss::fused_linear_cross_entropy", mutates_args=())
@@ -27,9 +27,9 @@ def fused_linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor
                                                              torch.Tensor, torch.Tensor]:
     """``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db, target_mask, masked_target)``
     (:func:`xloss.torch.flce_passes.forward`)."""
-    p = passes.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
-                      native, accum, accuracy, token_scaling)
-    return passes.forward(x, w, b, target, class_weight, p, (want_dx, want_dw, want_db), backend_of(backend))
+    o = passes.FlceOptions(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab,
+                           group, native, accum, accuracy, token_scaling, want_dx, want_dw, want_db, backend)
+    return passes.forward(x, w, b, target, class_weight, o)
 
 
 @fused_linear_cross_entropy.register_fake
@@ -64,10 +64,10 @@ def fused_linear_cross_entropy_backward(grad: torch.Tensor, x: torch.Tensor | No
     """``(dx, dw, db)``, empty where not wanted (:func:`xloss.torch.flce_passes.backward`). The
     forward's row statistics (and target mask and masked target) are given where the backward
     recomputes, its gradients where it scales them (scalar reductions)."""
-    p = passes.Params(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab, group,
-                      native, accum, accuracy, token_scaling)
+    o = passes.FlceOptions(reduction, ignore_index, label_smoothing, softcap, z_scale, chunk, block, start, vocab,
+                           group, native, accum, accuracy, token_scaling, want_dx, want_dw, want_db, backend)
     return passes.backward(grad, x, w, b, target, class_weight, row_max, sum_exp, target_mask, masked_target,
-                           dx, dw, db, p, (want_dx, want_dw, want_db), backend_of(backend))
+                           dx, dw, db, o)
 
 
 @fused_linear_cross_entropy_backward.register_fake
