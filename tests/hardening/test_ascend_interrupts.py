@@ -9,7 +9,6 @@ import atexit
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -110,18 +109,23 @@ def test_sigint_storm_leaks_nothing(tmp_path):
     assert m.group(5) == "True"  # and the backend still gives the undisturbed results
 
 
-def test_new_backend_objects_share_the_runtime():
+def test_new_backend_objects_share_the_runtime(monkeypatch):
+    """A new backend object loads no library and runs no init: counted, not timed (a wall-clock bound
+    fails on a busy machine and says nothing about what was repeated)."""
+    from xloss.backends.ascend_aclnn import runtime
+
     path = ascend_aclnn.emulator_library_path()
     first = ascend_aclnn.make_backend(lib=path)
     x = np.linspace(-2, 2, 8).astype(np.float32)
     xloss.focal_loss(x, (x > 0).astype(np.float32), backend=first)  # initialised: its exit callback registered
     callbacks = atexit._ncallbacks()
-    start = time.perf_counter()
+    loads = []
+    real_library = runtime.CLibrary
+    monkeypatch.setattr(runtime, "CLibrary", lambda *a, **k: loads.append(a) or real_library(*a, **k))
     backends = [ascend_aclnn.make_backend(lib=path) for _ in range(200)]
-    per_object = (time.perf_counter() - start) / 200
     assert all(b.rt is first.rt for b in backends)
     for b in backends[:20]:
         xloss.focal_loss(x, (x > 0).astype(np.float32), backend=b)
     assert atexit._ncallbacks() == callbacks, "exit callbacks pile up per backend object"
-    assert per_object < 0.005, f"{per_object * 1e3:.2f} ms per backend object"
+    assert loads == [], f"{len(loads)} library loads for 200 backend objects over one library"
     assert first.checked().rt is first.rt  # the checked twin too
