@@ -26,6 +26,7 @@ from ...backend import Backend
 from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossTypeError, XLossValueError
 from . import bce, flce, focal, nll, vocab_parallel
+from . import bce_with_logits as _bce_with_logits
 from .operators import OPERATORS, declare
 from .runtime import GUARD_BYTES, LAYOUTS, AclRuntime, Session
 
@@ -184,6 +185,9 @@ class AscendBackend(Backend):
 
     def fused_cross_entropy_loss_with_max_sum(self, a):
         vocab_parallel.loss_with_max_sum(self, a)
+
+    def bce_with_logits(self, a):
+        _bce_with_logits.run(self, a)
 
 
 class _DlInfo(ctypes.Structure):

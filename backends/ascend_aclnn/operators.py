@@ -111,3 +111,14 @@ def declare(has) -> tuple[dict, str | None]:
         if c is not None:
             caps[row.kernel] = c
     return caps, abi
+
+
+# -- binary cross entropy with logits (issue #30) -----------------------------------------------------
+BCE_WITH_LOGITS = "aclnnBinaryCrossEntropyWithLogits"
+BCE_WITH_LOGITS_BACKWARD = "aclnnBinaryCrossEntropyWithLogitsBackward"
+OPERATORS += (BCE_WITH_LOGITS, BCE_WITH_LOGITS_BACKWARD)
+# ops-nn loss/sigmoid_cross_entropy_with_logits_v2 and ..._grad_v2 (op_api): FLOAT, FLOAT16, BF16 (Atlas A2/A3)
+TABLE += (Declaration("bce_with_logits", FLOATS,
+                      modes={"forward": (BCE_WITH_LOGITS,), "grad": (BCE_WITH_LOGITS_BACKWARD,),
+                             "forward+grad": (BCE_WITH_LOGITS, BCE_WITH_LOGITS_BACKWARD)},
+                      notes="forward+grad runs both operators in one device session"),)

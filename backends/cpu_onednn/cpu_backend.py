@@ -32,6 +32,10 @@ _CAPS = {
         notes="logits a vocabulary tile at a time (flce_chunk_bytes), statistics merged online in float32"),
     "fused_cross_entropy_loss_with_max_sum": KernelCaps.declare("fused_cross_entropy_loss_with_max_sum",
                                                                 dtypes=_ALL_DTYPES),
+    # binary cross entropy with logits (issue #30)
+    "bce_with_logits": KernelCaps.declare(
+        "bce_with_logits", dtypes=_ALL_DTYPES,
+        notes="half types widen to float32 in-kernel; sums accumulate in float64 per block"),
 }
 
 #: kernel -> (module, function): ``function(args, backend)`` writes the kernel's outputs
@@ -42,6 +46,8 @@ _IMPLEMENTATIONS = {
     "fused_linear_cross_entropy_grad": ("flce", "run"),
     "fused_linear_online_max_sum": ("vocab_parallel", "online_max_sum"),
     "fused_cross_entropy_loss_with_max_sum": ("vocab_parallel", "loss_with_max_sum"),
+    # binary cross entropy with logits (issue #30)
+    "bce_with_logits": ("bce_with_logits", "run"),
 }
 
 _load_lock = threading.Lock()

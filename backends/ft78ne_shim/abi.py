@@ -151,3 +151,10 @@ def code_table(**options) -> dict[str, dict[str, int]]:
         for op in ops:
             table[op] = {r: i for i, r in enumerate(names)}
     return table
+
+
+# -- binary cross entropy with logits (issue #30): the manual's two per-element pages ---------------------
+SCE_LOGITS = "sigmoidcrossentropywithlogits"
+SCE_LOGITS_GRAD = "sigmoidcrossentropywithlogitsgrad"
+OPS += (SCE_LOGITS, SCE_LOGITS_GRAD)
+VENDOR_OPS += (SCE_LOGITS, SCE_LOGITS_GRAD)

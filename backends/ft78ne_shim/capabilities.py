@@ -78,3 +78,17 @@ def require_symbols(lib, ext: bool, paths: list[str], suffix: str, req) -> None:
             raise BackendUnavailableError(
                 f"{':'.join(paths)} exports {name} but not {abi.EXT_MARKER}() returning {abi.EXT_ABI}: "
                 f"{op} is xloss's own layout (no vendor page), called only in libraries that declare it")
+
+
+# -- binary cross entropy with logits (issue #30) -------------------------------------------------------------
+# The manual's sigmoidcrossentropywithlogits[grad]: the per-element loss and sigmoid(x) - y, nothing more.
+# Reductions and the upstream gradient are the adapter's (float16 through fp_ on float32 copies where the
+# library has it: one rounding); no weight or pos_weight can be expressed (they enter inside the formula).
+TABLE += (Declaration("bce_with_logits",
+                      modes={"forward": (abi.SCE_LOGITS,), "grad": (abi.SCE_LOGITS_GRAD,),
+                             "forward+grad": (abi.SCE_LOGITS, abi.SCE_LOGITS_GRAD)},
+                      variants={"weight": False, "pos_weight": False},
+                      notes="sigmoidcrossentropywithlogits[grad]: per-element loss and sigmoid(x) - y; no weight or "
+                            "pos_weight in the DSP signature; reductions and the upstream gradient applied by the "
+                            "adapter"),)
+DECLARATIONS = {d.kernel: d for d in TABLE}

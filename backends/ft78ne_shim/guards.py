@@ -87,6 +87,9 @@ def extents(op: str, es: int, v: dict, codes: dict) -> dict:
     def upstream(n, red):
         return 0 if n == 0 else (n * es if red == codes["none"] else es)
 
+    if op in ("sigmoidcrossentropywithlogits", "sigmoidcrossentropywithlogitsgrad"):  # every buffer: length elements
+        return {name: max(v["length"], 0) * es for name in ARGS[op][:3]}
+
     if op in ("binarycrossentropygrad", "sigmoidfocalloss", "sigmoidfocallossgrad"):
         n, red = max(v["input_size"], 0), v["reduction"]
         out = {"input_x": n * es, "input_y": n * es}
@@ -245,3 +248,12 @@ def checked_call(backend, fname: str, fn, args, ffi, es: int, codes: dict, priva
     for arr, body in copy_back:
         flat = arr.reshape(-1).view(np.uint8)
         flat[...] = body[:flat.size]
+
+
+# -- binary cross entropy with logits (issue #30): the manual's per-element pages, no reduction --------------
+ARGS.update({
+    "sigmoidcrossentropywithlogits": ("input0", "input1", "output", "length", "core_mask"),
+    "sigmoidcrossentropywithlogitsgrad": ("Input0", "Input1", "output", "length", "core_mask"),
+})
+OP_OUTPUTS.update({op: frozenset({"output"}) for op in ("sigmoidcrossentropywithlogits",
+                                                       "sigmoidcrossentropywithlogitsgrad")})

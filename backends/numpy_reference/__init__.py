@@ -31,6 +31,7 @@ class ReferenceBackend(Backend):
             "fused_linear_online_max_sum": KernelCaps.declare("fused_linear_online_max_sum", dtypes=_ALL),
             "fused_cross_entropy_loss_with_max_sum": KernelCaps.declare("fused_cross_entropy_loss_with_max_sum",
                                                                         dtypes=_ALL),
+            "bce_with_logits": KernelCaps.declare("bce_with_logits", dtypes=_ALL),
         }
 
     def focal_loss(self, a):
@@ -73,6 +74,15 @@ class ReferenceBackend(Backend):
         _store(a.loss_out, loss)
         if a.softmax_out is not None:
             _store(a.softmax_out, softmax)
+
+    def bce_with_logits(self, a):
+        from ...reference import bce_logits
+
+        kw = dict(weight=a.weight, pos_weight=a.pos_weight, reduction=a.reduction)
+        if a.loss_out is not None:
+            _store(a.loss_out, bce_logits.bce_with_logits_loss(a.x, a.y, **kw))
+        if a.grad_out is not None:
+            _store(a.grad_out, bce_logits.bce_with_logits_grad(a.x, a.y, a.grad, **kw))
 
 
 def make_backend(**options) -> ReferenceBackend:

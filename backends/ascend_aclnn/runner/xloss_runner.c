@@ -24,6 +24,8 @@
 #include "acl/acl.h"
 #include "aclnn/acl_meta.h"
 #include "aclnnop/aclnn_binary_cross_entropy_backward.h"
+#include "aclnnop/aclnn_binary_cross_entropy_with_logits.h"
+#include "aclnnop/aclnn_binary_cross_entropy_with_logits_backward.h"
 #include "aclnnop/aclnn_fused_cross_entropy_loss_with_max_sum.h"
 #include "aclnnop/aclnn_fused_linear_cross_entropy_loss_grad.h"
 #include "aclnnop/aclnn_fused_linear_online_max_sum.h"

@@ -141,6 +141,24 @@ FT78NE_API void hp_nlllossgrad_p(half *logits, half *loss_grad, int *labels, hal
                                                                 float *sum_exp_logits, float *softmax, half *input_grad,
                                                                 half *weight_grad, int softmax_defined, int accumulate);
 
+/* ---- sigmoidcrossentropywithlogits and sigmoidcrossentropywithlogitsgrad (vendor manual) ------------
+ * Per element, no weight, reduction or upstream gradient: output[i] = -[y ln p + (1-y) ln(1-p)] with
+ * p = sigmoid(input0[i]), y = input1[i] (the loss), and output[i] = sigmoid(Input0[i]) - Input1[i] (the
+ * gradient). FT78NE: float (the forward page's int8 i8_ forms are not emulated); MT7004: float and half.
+ * The forward page's stored copy is cut off inside fp_..._p: hp_sigmoidcrossentropywithlogits_p is
+ * ASSUMED to follow the other forms. */
+FT78NE_API void fp_sigmoidcrossentropywithlogits_s(float *input0, float *input1, float *output, int length,
+                                                   int core_mask);
+FT78NE_API void hp_sigmoidcrossentropywithlogits_s(half *input0, half *input1, half *output, int length, int core_mask);
+FT78NE_API void fp_sigmoidcrossentropywithlogits_p(float *input0, float *input1, float *output, int length);
+FT78NE_API void hp_sigmoidcrossentropywithlogits_p(half *input0, half *input1, half *output, int length);
+FT78NE_API void fp_sigmoidcrossentropywithlogitsgrad_s(float *Input0, float *Input1, float *output, int length,
+                                                       int core_mask);
+FT78NE_API void hp_sigmoidcrossentropywithlogitsgrad_s(half *Input0, half *Input1, half *output, int length,
+                                                       int core_mask);
+FT78NE_API void fp_sigmoidcrossentropywithlogitsgrad_p(float *Input0, float *Input1, float *output, int length);
+FT78NE_API void hp_sigmoidcrossentropywithlogitsgrad_p(half *Input0, half *Input1, half *output, int length);
+
 /* ---- OURS: the extension marker --------------------------------------------------------
  * A library that implements the OURS layouts above exports this and returns XLOSS_FT78NE_EXT_ABI.
  * Without it xloss never calls sigmoidfocalloss(grad) or fusedlinearcrossentropylossgrad, whatever

@@ -231,3 +231,40 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- binary cross entropy with logits (issue #30): its own libraries ------------------------------------------
+# port_common.c with port_bce_with_logits.c only, so the seven-operator ports above are unchanged.
+BCE_WITH_LOGITS_SOURCES = [HERE / "port_common.c", HERE / "port_bce_with_logits.c"]
+BCE_WITH_LOGITS_VARIANTS: dict[str, tuple[str, ...]] = {
+    "bcel_correct": (),
+    "bcel_naive_softplus": ("BUG_BCEL_NAIVE_SOFTPLUS",),  # log(1 + exp(-x)) as written: overflows below -88
+    "bcel_pos_weight_negative": ("BUG_BCEL_POS_WEIGHT_NEGATIVE",),  # pos_weight on the (1 - y) term
+    "bcel_half_accumulate": ("BUG_BCEL_HALF_ACCUMULATE",),  # the forward's sum in the 16-bit output dtype
+    "bcel_mean_by_rows": ("BUG_BCEL_MEAN_BY_ROWS",),  # the backward's mean over the leading dimension
+}
+
+
+def build_bce_with_logits(out_dir, variants=None) -> dict[str, Path]:
+    """The BCE-with-logits port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+    out_dir = Path(out_dir)
+    obj_dir = out_dir / "obj"
+    obj_dir.mkdir(parents=True, exist_ok=True)
+    runtime = runtime_library(out_dir, False)
+    out = {}
+    for v in variants or BCE_WITH_LOGITS_VARIANTS:
+        objs = []
+        for src in BCE_WITH_LOGITS_SOURCES:
+            sw = tuple(s for s in BCE_WITH_LOGITS_VARIANTS[v] if s in src.read_text())
+            obj = _object_path(obj_dir, src, sw)
+            if not obj.exists():
+                _compile(src, obj, sw, [])
+            objs.append(obj)
+        lib = out_dir / library_name(v)
+        cmd = [_cc(), *map(str, objs), "-o", str(lib), f"-L{runtime.parent}", "-lxloss_aclrt",
+               f"-Wl,-rpath,{runtime.parent}", *LDFLAGS]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise RuntimeError(f"linking {lib.name} failed:\n{res.stderr}")
+        out[v] = lib
+    return out

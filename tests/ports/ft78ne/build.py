@@ -171,3 +171,37 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- binary cross entropy with logits (issue #30): its own libraries ------------------------------------------
+# port_common.c with sigmoid_ce.c only, so the seven-operator ports above are unchanged.
+BCE_WITH_LOGITS_SOURCES = ("port_common.c", "sigmoid_ce.c")
+BCE_WITH_LOGITS_VARIANTS: dict[str, tuple[str, ...]] = {
+    "sce_correct": (),
+    "sce_literal_log": ("BUG_SCE_LITERAL_LOG",),  # the page's ln p and ln(1 - p) as printed
+    "sce_split_by_eight": ("BUG_SCE_SPLIT_BY_EIGHT",),  # forward slices cut for 8 cores whatever the mask
+    "sce_grad_literal": ("BUG_SCE_GRAD_LITERAL",),  # sigmoid(x) - y by subtraction
+    "sce_grad_one_sided": ("BUG_SCE_GRAD_ONE_SIDED",),  # e^x / (1 + e^x) for every x
+}
+
+
+def build_bce_with_logits(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
+    """The BCE-with-logits port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    build_shim(out_dir, cc=cc)
+    shim_link = [f"-L{out_dir}", "-lxloss_ft78ne_private", f"-Wl,-rpath,{out_dir.resolve()}"]
+    out = {}
+    for v in variants or BCE_WITH_LOGITS_VARIANTS:
+        objs = []
+        for s in BCE_WITH_LOGITS_SOURCES:
+            defines = [d for d in BCE_WITH_LOGITS_VARIANTS[v] if d in (HERE / s).read_text()]
+            obj = out_dir / (Path(s).stem + "".join("." + d for d in defines) + ".o")
+            if not obj.exists():
+                _run(_cc(cc) + list(CFLAGS) + [f"-I{INCLUDE}", f"-I{HERE.parent}", "-c"] + [f"-D{d}" for d in defines]
+                     + [str(HERE / s), "-o", str(obj)])
+            objs.append(str(obj))
+        lib = out_dir / library_name(v)
+        _run(_cc(cc) + list(CFLAGS) + ["-shared"] + objs + ["-o", str(lib)] + shim_link + ["-lm"])
+        out[v] = lib
+    return out

@@ -1,0 +1,168 @@
+"""Binary cross entropy with logits: loss, gradient, or both, in one parallel pass over x and y.
+
+Per element (``pw`` = pos_weight, 1 if absent; ``lw = 1 + (pw - 1) y``; ``e = exp(-|x|)``;
+``p``/``s`` = ``sigmoid(x)``/``sigmoid(-x)`` from ``1/(1+e)`` and ``e/(1+e)``):
+``loss = w (x(1-y) + lw log1p(e))`` for x > 0, ``w (-x y pw + lw log1p(e))`` otherwise (the stable
+``max(x,0) - x y + log1p(e^-|x|)`` with torch's pos_weight form, no cancellation), and
+``dx = w ((1-y) p - pw y s)``. The weight and the pos_weight are walked as described in
+:mod:`.layout`, each by its own (rep, period): a stretch is where both layouts are uniform.
+Compute type: float64 for float64 data, float32 otherwise; sums are float32 over :data:`_SUB`
+elements, then float64 per fixed block. Four kernels, as :mod:`.focal`: every loss stored or only
+per-block sums, with or without the gradient (``store_loss`` is a compile-time constant of each).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .access import load, storage_view, store
+from .intrinsics import inline_me, like, radd
+from .layout import BLOCK as _BLOCK
+from .layout import broadcast_plan, n_blocks, ones_block, stretch, threads_for
+from .vecmath import vexp, vlog1p_unit
+
+_INL = dict(error_model="numpy")
+_KERNEL = dict(parallel=True, cache=True, error_model="numpy")
+_SUB = 64  # elements per compute-type partial sum: keeps the loop at full SIMD width
+
+
+@njit(**_INL)
+def _parts(xv, yv, pw, want_grad):
+    """(loss, dloss/dx) of one element before the weight, in xv's float type (dx is 0 unless
+    ``want_grad``, a compile-time constant)."""
+    inline_me()
+    one = like(1.0, xv)
+    zero = like(0.0, xv)
+    e = vexp(-abs(xv))
+    rcp = one / (one + e)  # sigmoid(|x|)
+    omy = one - yv
+    ypw = yv * pw
+    lw = one + (pw - one) * yv
+    linear = xv * omy if xv > zero else -xv * ypw
+    loss = linear + lw * vlog1p_unit(e, rcp)
+    dx = zero
+    if want_grad:
+        small = e * rcp  # sigmoid(-|x|)
+        pos = xv >= zero
+        p = rcp if pos else small
+        s = small if pos else rcp
+        dx = omy * p - ypw * s
+    return loss, dx
+
+
+@njit(**_INL)
+def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, grad_out, want_grad):
+    """Elements i0 .. i0+m-1: weight ``w[wo + j] * wk``, pos_weight ``pw[po + j] * pk``, upstream
+    gradient ``g[go + j] * gk``. Returns the sum of the weighted losses."""
+    inline_me()
+    acc = 0.0
+    zero = like(0.0, wk)
+    for j0 in range(0, m, _SUB):
+        sub = zero
+        for j in range(j0, min(m, j0 + _SUB)):
+            i = i0 + j
+            lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, want_grad)
+            wv = load(w, wo + j) * wk
+            lv = wv * lv
+            sub = radd(sub, lv)
+            if store_loss:
+                store(loss_out, i, lv)
+            if want_grad:
+                store(grad_out, i, dv * wv * (load(g, go + j) * gk))
+        acc += np.float64(sub)
+    return acc
+
+
+@njit(inline="always", error_model="numpy")  # IR-inlined: its prange must land in the kernel
+def _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, loss_out, store_loss,
+            grad_out, partials, want_grad):
+    """Walk the fixed blocks in parallel; within a block, the stretches where both layouts are uniform."""
+    n = x.size
+    x0 = load(x, 0)
+    one = like(1.0, x0)
+    gk = like(g_scale, x0)
+    for b in prange(partials.size):
+        end_block = min(n, (b + 1) * _BLOCK)
+        pos = b * _BLOCK
+        acc = 0.0
+        while pos < end_block:
+            w_end, wo, wi = stretch(pos, end_block, w_rep, w_period)
+            p_end, po, pi = stretch(pos, end_block, p_rep, p_period)
+            end = min(w_end, p_end)
+            wsrc, wk = (w, one) if wi < 0 else (ones, load(w, wi))
+            psrc, pk = (pw, one) if pi < 0 else (ones, load(pw, pi))
+            if wi >= 0:
+                wo = 0
+            if pi >= 0:
+                po = 0
+            go = pos if g_full else 0
+            acc += _run(x, y, pos, end - pos, wsrc, wo, wk, psrc, po, pk, g, go, gk, loss_out, store_loss,
+                        grad_out, want_grad)
+            pos = end
+        partials[b] = acc
+
+
+# Arrays are flat and share one storage type (see .access); ``w``/``pw``/``ones``/``g`` follow the walk
+# of .layout (``g`` is ``ones`` when the upstream gradient is the scalar ``g_scale``); ``partials`` has
+# one float64 slot per block.
+
+@njit(**_KERNEL)
+def logits_forward(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, loss_out, partials):
+    _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, ones, False, 1.0, loss_out, True, loss_out,
+            partials, False)
+
+
+@njit(**_KERNEL)
+def logits_forward_total(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, unused, partials):
+    _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, ones, False, 1.0, unused, False, unused,
+            partials, False)
+
+
+@njit(**_KERNEL)
+def logits_both(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, loss_out, grad_out,
+                partials):
+    _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, loss_out, True, grad_out,
+            partials, True)
+
+
+@njit(**_KERNEL)
+def logits_both_total(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, unused, grad_out,
+                      partials):
+    _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, unused, False, grad_out,
+            partials, True)
+
+
+def run(a, backend=None) -> None:
+    """Fill ``a.loss_out`` / ``a.grad_out`` of a validated
+    :class:`xloss.kernels.bce_with_logits.args.BCEWithLogitsArgs`."""
+    n = a.x.size
+    mean = a.reduction == "mean"
+    if n == 0:
+        if a.loss_out is not None and a.reduction != "none":
+            a.loss_out[...] = np.nan if mean else 0.0  # mean of nothing is NaN, as torch
+        return
+    ones = ones_block(a.x.dtype)
+    w = broadcast_plan(a.weight, a.x.shape, ones)
+    pw = broadcast_plan(a.pos_weight, a.x.shape, ones)
+    partials = np.empty(n_blocks(n))
+    store_loss = a.reduction == "none" and a.loss_out is not None
+    scratch = np.empty(1, dtype=storage_view(ones).dtype)  # stands in for an output that is not written
+    loss_out = storage_view(a.loss_out).reshape(-1) if store_loss else scratch
+    common = (storage_view(a.x).reshape(-1), storage_view(a.y).reshape(-1), w.values, w.rep, w.period,
+              pw.values, pw.rep, pw.period, ones)
+    if a.grad_out is None:
+        kernel, args = (logits_forward if store_loss else logits_forward_total), (*common, loss_out, partials)
+    else:
+        if isinstance(a.grad, np.ndarray):
+            g, g_full, g_scale = storage_view(a.grad).reshape(-1), True, 1.0
+        else:
+            g, g_full, g_scale = ones, False, a.grad / n if mean else a.grad
+        kernel = logits_both if store_loss else logits_both_total
+        args = (*common, g, g_full, g_scale, loss_out, storage_view(a.grad_out).reshape(-1), partials)
+    with threads_for(n):
+        kernel(*args)
+    if a.loss_out is not None and not store_loss:
+        total = partials.sum()  # fixed order: independent of the thread count
+        with np.errstate(over="ignore"):  # a half-type sum may overflow to inf, as it should
+            a.loss_out[...] = total / n if mean else total
