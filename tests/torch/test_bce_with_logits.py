@@ -5,10 +5,6 @@ implementation, the module, CPU autocast, ``torch.compile(fullgraph=True)``, tor
 from __future__ import annotations
 
 import functools
-import importlib.util
-import sys
-import types
-import unittest
 
 import pytest
 import torch
@@ -22,12 +18,7 @@ DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 @functools.cache
 def _op_db_samples():
-    """PyTorch's OpInfo entry for binary_cross_entropy_with_logits. torch's test helpers import expecttest only
-    for a TestCase base class; where it is not installed a stand-in supplies unittest's (nothing here uses it)."""
-    if "expecttest" not in sys.modules and importlib.util.find_spec("expecttest") is None:
-        stand_in = types.ModuleType("expecttest")
-        stand_in.TestCase = unittest.TestCase
-        sys.modules["expecttest"] = stand_in
+    """PyTorch's OpInfo entry for binary_cross_entropy_with_logits (its module needs expecttest: test extra)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     (info,) = [o for o in op_db if o.name == "nn.functional.binary_cross_entropy_with_logits"]
