@@ -434,6 +434,29 @@ def test_half_label_smoothing_class_weight_and_ignore_index(dtype):
             assert_within_ulps(a.grad, e, 1, f"{reduction} {name} grad", floor=e.abs().max().item() * 2**-14)
 
 
+@pytest.mark.parametrize("dtype", sorted(HALF))
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_sixteen_bit_logits_are_never_rounded_to_sixteen_bits(dtype, reduction):
+    # issue #29's case: logits up to ~20. Rounded to bf16 (8 bits) before the softmax they cost the loss
+    # 3e-2; kept in float32 the loss is float64's within float32 rounding (the reference backend's order),
+    # and each gradient is within one rounding of the products of G rounded once
+    dt = HALF[dtype]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 256, generator=g).to(dt)
+    w = (torch.randn(1000, 256, generator=g) * 0.2).to(dt)
+    t = torch.randint(0, 1000, (64,), generator=g)
+    t[::9] = -100
+    upstream = torch.linspace(0.5, 1.5, 64, dtype=F64) if reduction == "none" else torch.tensor(1.0, dtype=F64)
+    leaves = [a.detach().clone().requires_grad_() for a in (x, w)]
+    loss = xt.fused_linear_cross_entropy(*leaves, t, reduction=reduction, backend="cpu")
+    loss.backward(upstream.float())
+    exp_loss, exp = half_reference(x, w, None, t, upstream, reduction=reduction)
+    assert exp_loss.abs().max() > 10  # (logits large enough for bf16 rounding to show)
+    close(loss.detach(), exp_loss, 1e-6, "loss")
+    for name, a, e in zip(("input", "weight"), leaves, exp):
+        assert_within_ulps(a.grad, e, 1, f"{name} grad", floor=e.abs().max().item() * 2**-14)
+
+
 def test_half_takes_the_numba_row_passes_where_numba_is_installed():
     pytest.importorskip("numba")
     assert flce_native.row_passes() is not None
