@@ -1,6 +1,7 @@
 """Row passes over a chunk of bfloat16 or float32 logits for ``xloss.torch``'s FLCE with the cpu
-backend (:mod:`xloss.torch.flce_native`): one pass for the statistics, one that turns the logits
-into G in place (rounded once to the storage type). Each reads a row (bf16 widened exactly to
+backend (:mod:`.flce_engine`): one pass for the statistics, one that turns the logits into G in place
+(rounded once to the storage type) or, from float32 logits, rounded once into 16-bit storage
+(:func:`gradient_narrow`). Each reads a row (bf16 widened exactly to
 float32) while it is in cache, so a pass costs one sweep over the chunk instead of the five to
 seven float32 sweeps of the same arithmetic in PyTorch ops.
 

@@ -457,6 +457,50 @@ def test_sixteen_bit_logits_are_never_rounded_to_sixteen_bits(dtype, reduction):
         assert_within_ulps(a.grad, e, 1, f"{name} grad", floor=e.abs().max().item() * 2**-14)
 
 
+def _opinfo_like_samples(dt, seed):
+    """The class-index samples of PyTorch's OpInfo ``linear_cross_entropy`` with 2-D inputs (its
+    sample_inputs_linear feature sizes and option sets, values uniform in [-2, 2), class weights in
+    [0.5, 2)), for one seed. (OpInfo's expecttest-based harness is not a test dependency here.)"""
+    g = torch.Generator().manual_seed(seed)
+
+    def make(*shape, low=-2.0, high=2.0):
+        return (torch.rand(shape, generator=g, dtype=F64) * (high - low) + low).to(dt)
+
+    settings = [{}, {"reduction": "sum"}, {"reduction": "none"}, {"ignore_index": 1}, {"bias": True},
+                *({"weight": True, "reduction": r} for r in REDUCTIONS),
+                {"bias": True, "weight": True, "reduction": "sum"}]
+    shapes = [((h, v), batch) for h, v in ((3, 4), (8, 8)) for batch in ((8,), (1,))]
+    for (h, v), batch in shapes:
+        for kw in settings:
+            x, w = make(*batch, h), make(v, h)
+            t = torch.randint(0, v, batch, generator=g)
+            if kw.get("ignore_index") == 1 and bool((t == 1).all()):
+                t.view(-1)[0] = 0
+            b = make(v) if kw.get("bias") else None
+            cw = make(v, low=0.5, high=2.0) if kw.get("weight") else None
+            yield x, w, t, b, cw, kw.get("reduction", "mean"), kw.get("ignore_index", -100)
+
+
+@pytest.mark.parametrize("dtype", sorted(HALF))
+def test_opinfo_linear_cross_entropy_samples_under_pytorchs_rule(dtype):
+    # PyTorch's rule for an alternative implementation: no farther from float64 than torch's own result
+    # (here: elementwise, allowing the float32 rounding of our float32 loss), over its 16-bit samples
+    dt = HALF[dtype]
+    failures = []
+    for seed in range(4):
+        for i, (x, w, t, b, cw, reduction, ignore) in enumerate(_opinfo_like_samples(dt, seed)):
+            kw = dict(reduction=reduction, ignore_index=ignore)
+            exact = F.linear_cross_entropy(x.to(F64), w.to(F64), t, linear_bias=None if b is None else b.to(F64),
+                                           weight=None if cw is None else cw.to(F64), **kw)
+            theirs = F.linear_cross_entropy(x, w, t, linear_bias=b, weight=cw, **kw).to(F64)
+            ours = xt.fused_linear_cross_entropy(x, w, t, b, class_weight=None if cw is None else cw.float(),
+                                                 backend="cpu", **kw).to(F64)
+            slack = torch.finfo(torch.float32).eps * exact.abs()
+            if ((ours - exact).abs() > (theirs - exact).abs() + slack).any():
+                failures.append((seed, i, (ours - exact).abs().max().item(), (theirs - exact).abs().max().item()))
+    assert not failures, failures
+
+
 def test_half_takes_the_numba_row_passes_where_numba_is_installed():
     pytest.importorskip("numba")
     assert flce_native.row_passes() is not None
