@@ -210,7 +210,7 @@ class CpuBackend(Backend):
         under this backend's options, and the whole batch on PyTorch's GEMMs."""
         kernels()  # shares torch's OpenMP runtime before Numba's threading layer loads
         engine = importlib.import_module(".flce_engine", __package__)
-        return engine.Engine(self, importlib.import_module(".flce_rows", __package__))
+        return engine.Engine(self, importlib.import_module(".flce_rows", __package__), self._thread_count)
 
     def flce_chunk_bytes(self) -> int:
         """The FLCE tile budget: the option, else the kernel's default."""

@@ -72,12 +72,14 @@ class Engine:
     passes (:mod:`.flce_rows`), launched as this backend's kernels are — its thread count, the launch
     lock where the threading layer needs it, SIGINT held — and :meth:`run`, the whole batch."""
 
-    def __init__(self, backend, rows_module):
+    def __init__(self, backend, rows_module, launch):
+        """``launch()``: the context the backend runs its kernels in (``CpuBackend._thread_count``)."""
         self._backend = backend
         self._rows = rows_module
+        self._launch_context = launch
 
     def _launch(self, name: str, *args) -> None:
-        with self._backend._thread_count():
+        with self._launch_context():
             getattr(self._rows, name)(*args)
 
     def row_stats(self, *args) -> None:
