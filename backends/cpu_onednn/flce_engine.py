@@ -147,9 +147,9 @@ class NativePass:
         dx_dt = self.dt if (self.native and not sh.coll.active) else self.cdt
         dw_dt = self.dt if (self.native and self.one_chunk and acc == self.cdt) else acc
         # the chunks write every dx row they cover and the first one writes dw: no fill unless rows are left out
-        self.gr = NativeGrads((torch.empty if 0 < n == bt else torch.zeros)(bt, h, dtype=dx_dt) if wx else None,
-                              (torch.empty if n else torch.zeros)(sh.rows, h, dtype=dw_dt) if ww else None,
-                              torch.zeros(sh.rows, dtype=acc) if wb else None)
+        self._new_dx = (lambda: (torch.empty if 0 < n == bt else torch.zeros)(bt, h, dtype=dx_dt)) if wx else None
+        self._new_dw = (lambda: (torch.empty if n else torch.zeros)(sh.rows, h, dtype=dw_dt)) if ww else None
+        self.gr = NativeGrads(None, None, torch.zeros(sh.rows, dtype=acc) if wb else None)
         self._z = None  # the chunks' logits buffer, allocated once (a fresh large tensor per chunk costs page faults)
         # the weight (and bias) in the GEMMs' dtype: a view when native, one widened copy otherwise
         self.w = sh.w.to(self.odt)
@@ -300,10 +300,20 @@ class NativePass:
             padded[:m][~valid] = 0
         return padded
 
+    def grads(self) -> NativeGrads:
+        """The accumulators, dx and dW allocated on first use: after the first chunk's logits, whose
+        transients (a float32 weight tile and its product) then never coexist with them."""
+        gr = self.gr
+        if self._new_dx is not None and gr.dx is None:
+            gr.dx = self._new_dx()
+        if self._new_dw is not None and gr.dw is None:
+            gr.dw = self._new_dw()
+        return gr
+
     def products(self, zp: torch.Tensor, m: int, x_c: torch.Tensor, rows, first: bool) -> None:
         """dx[rows] and this chunk's part of dW from G (the first ``m`` rows of ``zp``, the padding rows
         zero); ``first``: the first chunk (writes dW)."""
-        gr = self.gr
+        gr = self.grads()
         if gr.dx is not None:
             if isinstance(rows, slice) and m == zp.shape[0]:
                 gemm.product_into(gr.dx[rows], zp, self.w, first=True)
@@ -350,7 +360,7 @@ class NativePass:
 
     def finish(self):
         """(dx, dw, db) in the operand dtype: the float32 parts summed over the ranks and rounded once."""
-        gr, sh = self.gr, self.sh
+        gr, sh = self.grads(), self.sh
         if gr.dx is not None and sh.coll.active:
             sh.coll.sum_(gr.dx)
         return tuple(None if t is None else t.to(self.dt) for t in (gr.dx, gr.dw, gr.db))

@@ -121,6 +121,7 @@ def logits_f32(out, x32, w16, b=None, cols: int | None = None) -> None:
         w32 = w16[c0:c1].float()
         b32 = None if b is None else b[c0:c1].float()
         _linear_f32(out[:, c0:c1], x32, w32, b32, torch)
+        del w32, b32  # (before the next tile's: one float32 tile at a time)
 
 
 def _linear_f32(out, x32, w32, b32, torch) -> None:
