@@ -212,26 +212,13 @@ class CpuBackend(Backend):
             k(a, self)
 
     def flce_row_passes(self):
-        return _FlceRowPasses(self)
+        """The FLCE engine of ``xloss.torch`` (:class:`.flce_engine.Engine`): its row passes, launched
+        under this backend's options, and the whole batch on PyTorch's GEMMs."""
+        kernels()  # shares torch's OpenMP runtime before Numba's threading layer loads
+        engine = importlib.import_module(".flce_engine", __package__)
+        return engine.Engine(self, importlib.import_module(".flce_rows", __package__), self._thread_count)
 
     def flce_chunk_bytes(self) -> int:
         """The FLCE tile budget: the option, else the kernel's default."""
         return self._chunk_bytes or kernels()["flce"].DEFAULT_CHUNK_BYTES
 
-
-class _FlceRowPasses:
-    """``flce_rows``' passes for ``xloss.torch``'s FLCE, launched as this backend's kernels are: with
-    its thread count, under the launch lock where the threading layer needs it, SIGINT held."""
-
-    def __init__(self, backend: CpuBackend):
-        kernels()  # shares torch's OpenMP runtime before Numba's threading layer loads
-        self._rows = importlib.import_module(".flce_rows", __package__)
-        self._backend = backend
-
-    def row_stats(self, *args) -> None:
-        with self._backend._thread_count():
-            self._rows.row_stats(*args)
-
-    def gradient_in_place(self, *args) -> None:
-        with self._backend._thread_count():
-            self._rows.gradient_in_place(*args)

@@ -3,16 +3,13 @@
 Used by :mod:`.flce` when the inputs are bfloat16, the BLAS provider is PyTorch's and the CPU
 has native bf16 GEMMs (AVX512-BF16 or AMX: about 2.5× float32 on the reference AMD machine).
 PyTorch's CPU bf16 products accumulate in float32 but can only return bf16 (there is no float32
-output for bf16 operands on CPU), so a product that must stay float32 — a partial sum across
-tiles, or the logits the softmax is taken of — is taken as two bf16 GEMMs:
+output for bf16 operands on CPU), so a partial sum that must stay float32 is taken as two bf16
+GEMMs, ``hi + lo`` (:func:`.gemm.product_into`: about 16 significant bits, far below the bf16
+rounding of the final result). The logits the softmax is taken of are float32 products of the
+widened operands (:func:`.gemm.logits_f32`, as ``xloss.torch``'s engine takes them): never rounded
+to 16 bits. Per tile of G (rows × column chunk):
 
-    hi = round(A @ B),   lo = round(A @ B - hi)   (``addmm`` with beta = -1: the subtraction
-                                                   happens inside the float32 accumulator)
-
-``hi + lo`` carries about 16 significant bits (relative error ~2**-17, far below the bf16
-rounding of the final result). Per tile of G (rows × column chunk):
-
-1. logits ``hi + lo`` in float32 (recompute mode), or the given softmax;
+1. logits in float32 (recompute mode), or the given softmax;
 2. the Numba pass of :mod:`.flce` turns the tile into G in float32; G is rounded once to bf16
    (as the Ascend kernel rounds it before its products);
 3. ``weight_grad[cols] = G.T @ input``: one GEMM when the tile spans every token (the usual
@@ -27,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import gemm as _gemm
 from .access import convert_into, storage_view, writeable
 from .layout import threads_for
 
@@ -53,6 +51,7 @@ def run(a, gemm, rows: int, cols: int, ig_out: np.ndarray, wg_out: np.ndarray, p
         return torch.from_numpy(writeable(storage_view(arr))).view(bf)
 
     x16, w16 = t16(a.input), t16(a.weight)
+    x32 = x16.float() if a.mode == "recompute" else None  # (the input widened once: exact)
     ig32 = torch.empty(bt, h)  # float32 accumulator for the input gradient
     wg16 = t16(wg_out)
     one_col_chunk, one_row_tile = cols >= v, rows >= bt
@@ -76,12 +75,7 @@ def run(a, gemm, rows: int, cols: int, ig_out: np.ndarray, wg_out: np.ndarray, p
             tile = tile_np[:nr * nc].reshape(nr, nc)
             xr = x16[r0:r0 + nr]
             if a.mode == "recompute":
-                hi = torch.mm(xr, wc.T)
-                lo = torch.addmm(hi, xr, wc.T, beta=-1)
-                t32 = tile32[:nr * nc].view(nr, nc)
-                t32.copy_(hi).add_(lo)  # float32 logits, ~16 significant bits (float32 add: not add(out=),
-                #                         which would add in bf16 and only then widen)
-                del hi, lo
+                _gemm.logits_f32(tile32[:nr * nc].view(nr, nc), x32[r0:r0 + nr], wc)
                 with threads_for(tile.size):
                     recompute_pass(tile, r0, c0, writeable(a.logits_max), writeable(a.sum_exp_logits), grad,
                                    mask, packed, mt, smooth, hit)
@@ -103,12 +97,7 @@ def run(a, gemm, rows: int, cols: int, ig_out: np.ndarray, wg_out: np.ndarray, p
 def _accumulate(acc32, a16, b16, first: bool, exact: bool) -> None:
     """``acc32 (=|+=) a16 @ b16`` in float32; ``exact``: this is the only term, one GEMM suffices
     (its bf16 result is what the output will be rounded to anyway)."""
-    import torch
-
-    hi = torch.mm(a16, b16)
-    if first:
-        acc32.copy_(hi)
+    if exact:
+        acc32.copy_(a16 @ b16) if first else acc32.add_(a16 @ b16)
     else:
-        acc32.add_(hi)
-    if not exact:
-        acc32.add_(torch.addmm(hi, a16, b16, beta=-1))
+        _gemm.product_into(acc32, a16, b16, first)

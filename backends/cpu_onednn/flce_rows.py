@@ -1,6 +1,7 @@
 """Row passes over a chunk of bfloat16 or float32 logits for ``xloss.torch``'s FLCE with the cpu
-backend (:mod:`xloss.torch.flce_native`): one pass for the statistics, one that turns the logits
-into G in place (rounded once to the storage type). Each reads a row (bf16 widened exactly to
+backend (:mod:`.flce_engine`): one pass for the statistics, one that turns the logits into G in place
+(rounded once to the storage type) or, from float32 logits, rounded once into 16-bit storage
+(:func:`gradient_narrow`). Each reads a row (bf16 widened exactly to
 float32) while it is in cache, so a pass costs one sweep over the chunk instead of the five to
 seven float32 sweeps of the same arithmetic in PyTorch ops.
 
@@ -65,3 +66,37 @@ def gradient_in_place(z, m, inv_s, ga, g_share, hit_scale, tcol, cw):
         if t >= 0:
             wt = cw[t] if weighted else np.float32(1.0)
             store(row, t, vexp(lt - mr) * k - sh * wt - hit_scale[r])
+
+
+_NARROW_BLOCK = 512  # columns per block: read into a float32 scratch, then written out narrowed
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def gradient_narrow(z, out, m, inv_s, ga, g_share, hit_scale, tcol, cw):
+    """:func:`gradient_in_place`'s G of the float32 logits ``z``, rounded once into ``out`` (uint16 bf16
+    bits or int16 float16 bits, (rows, >= V)). ``out``'s row r may be the first half of z's row r, the
+    same memory (16-bit logits never exist: G takes the storage of the float32 logits it replaces):
+    each block of a row is read whole before it is written, and its 16-bit values land on columns of
+    that row already read."""
+    rows, v = z.shape
+    weighted = cw.size > 0
+    for r in prange(rows):
+        row = z[r]
+        dst = out[r]
+        tmp = np.empty(_NARROW_BLOCK, np.float32)
+        mr, k, sh = m[r], ga[r] * inv_s[r], g_share[r]
+        t = tcol[r]
+        lt = row[max(t, 0)] if v else np.float32(0.0)
+        for j0 in range(0, v, _NARROW_BLOCK):
+            n = min(_NARROW_BLOCK, v - j0)
+            if weighted:
+                for j in range(n):
+                    tmp[j] = vexp(row[np.uint64(j0 + j)] - mr) * k - sh * cw[np.uint64(j0 + j)]
+            else:
+                for j in range(n):
+                    tmp[j] = vexp(row[np.uint64(j0 + j)] - mr) * k - sh
+            for j in range(n):
+                store(dst, np.uint64(j0 + j), tmp[j])
+        if t >= 0:
+            wt = cw[t] if weighted else np.float32(1.0)
+            store(dst, t, vexp(lt - mr) * k - sh * wt - hit_scale[r])

@@ -14,11 +14,11 @@ grows with the chunk, and at ``chunk = H`` the whole call peaks near 2× the wei
 instead of 3 × BT × V floats. The number of chunks is kept and their sizes evened out
 (:func:`even_spans`), so the actual chunk is often a little smaller.
 
-16-bit operands on the native path (:mod:`.flce_native`) hold a chunk's logits in the operand
-dtype and turn them into G in place, two bytes per logit: the default chunk is then as many
-tokens as fit 2**26 logits (128 MiB), so that typical batches are one chunk and the weight
+16-bit operands on the native path (:mod:`.flce_native`) hold a chunk's logits in float32 (never
+rounded to 16 bits) and round G once into the first half of that storage: the default chunk is as
+many tokens as fit 2**26 logits (256 MiB), so that typical batches are one chunk and the weight
 gradient comes from one GEMM (rounded once; more chunks cost a second GEMM per chunk to carry
-each partial in float32).
+each partial in float32, and a float32 weight-gradient accumulator).
 
 Vocabulary block (``vocab_chunk_size``). The backend kernel is called per (chunk, block)
 with that block's rows of ``weight``: the kernel's outputs (``chunk × H`` and

@@ -1,92 +1,44 @@
-"""The fused linear-cross-entropy with the ``cpu`` backend: PyTorch's GEMMs and fused row passes.
+"""The fused linear-cross-entropy on a backend's PyTorch-GEMM route: a thin adapter.
 
-float32 operands: the three products in float32 (one GEMM per chunk over the shard's whole
-vocabulary), the statistics and G in one row pass each, the weight gradient accumulated in place
-— the three GEMMs of autograd through materialised logits plus two sweeps of the chunk's logits.
-For 16-bit operands (bfloat16, float16):
-
-Where the CPU has native 16-bit GEMMs (oneDNN's bfloat16 kernels on AVX512-BF16/AMX, about 2.5×
-float32 on the reference AMD machine) the three products run in the operand dtype; otherwise (float16
-on CPUs without AVX512-FP16/AMX-FP16, where PyTorch's float16 ``mm`` is a scalar loop) the operands
-are widened to float32 — the products of 16-bit values are exact in float32 either way and both
-accumulate in float32. The numerics, per token chunk of the batch:
-
-* logits ``z = x W.T (+ b)``: one GEMM over this shard's vocabulary, rounded once to the operand
-  dtype on the native path (as the stock ``F.linear`` in bfloat16 rounds them), float32 when widened;
-* row max, sum of exponentials, loss: float32 (the loss is returned in float32);
-* ``G = g (a p - (1-ls) w_t onehot - (ls/K) w)`` (:mod:`.flce_chunks`) in float32, rounded once
-  to the operand dtype (as the Ascend kernel does) — in place of the logits;
-* ``dx[chunk] = G W``: one GEMM over the whole shard (K = V), so rounded once;
-* ``dW = sum over chunks of G.T x``: one GEMM when the batch is one chunk (the default up to
-  2**26 logits); otherwise each chunk's product is taken as ``hi + lo`` — ``hi`` the rounded
-  product, ``lo = round(G.T x - hi)`` from a second GEMM that subtracts ``hi`` inside its float32
-  accumulator — and summed in float32, then rounded once. The same split carries a rank's partial
-  ``dx`` to the float32 all-reduce of the vocabulary-parallel path;
-* ``db``: column sums of the float32 G, accumulated in float32, rounded once.
-
-Widened, every partial is float32 already and is accumulated in float32 directly. float64 operands
-take this path (every product and sum in float64) when a call needs what only it computes:
-soft-capping and z-loss (:func:`xloss.torch.fused_linear_cross_entropy`); ``accum_dtype=float64``
-widens the weight/bias gradient accumulators.
-
-The chunks cover only the tokens that are not ignored (gathered when some are; in a batch of fewer
-than ``COMPUTE_BOUND_ROWS`` tokens their hidden states are zeroed instead), in near-equal sizes (a
-ragged tail chunk would cost a pass over the weight for little work), chunks of
-``COMPUTE_BOUND_ROWS`` tokens or more padded with zero rows to a multiple of ``GEMM_ROWS``; the
-logits buffer is allocated once per call.
-
-On the native bfloat16 path the two elementwise sweeps (statistics; logits -> G) run as the
-backend's row passes (``Backend.flce_row_passes``: the ``cpu`` backend's Numba passes, launched
-under its options) — one sweep over the 2-byte logits each — and as PyTorch ops otherwise (and
-when a bias gradient is wanted, whose column sums the row passes do not form).
+The engine is the backend's: ``Backend.flce_row_passes()`` returns it (the ``cpu`` backend's lives in
+``backends/cpu_onednn/flce_engine.py``, with the numerics: float32 logits for 16-bit operands, never
+rounded to 16 bits; G rounded once to the operand dtype for the two gradient GEMMs). This module asks
+the backend object for it and keeps the names the rest of ``xloss.torch`` uses.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from .. import registry
 from ..backend import Backend
-from .chunking import even_spans, spans
-from .flce_chunks import NO_INDEX, RowStats, Shard, Targets, targets_of, token_loss, token_scale
+from ..errors import UnsupportedRequestError
 
 HALF = (torch.bfloat16, torch.float16)
 DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 goes through the backend kernel)
-# float64 takes this path too when a call needs what only it computes (softcap, z-loss): see NativePass
-# From COMPUTE_BOUND_ROWS tokens on a chunk's GEMMs are compute-bound: ignored tokens are left out and
-# the chunk is padded to a multiple of GEMM_ROWS. Below, they stream the weight (memory-bound), so
-# leaving tokens out saves nothing and a ragged row count costs time (see run, NativePass.tokens).
-COMPUTE_BOUND_ROWS = 256
-GEMM_ROWS = 16
+# float64 takes this path too when a call needs what only it computes (softcap, z-loss)
+
+
+def _backend(backend) -> Backend:
+    return backend if isinstance(backend, Backend) else registry.backend(backend or registry.DEFAULT_ORDER[0])
 
 
 def row_passes(backend=None):
     """The row passes ``backend`` offers (a name, a Backend, or None for the default's), or None where
     it offers none or they cannot be loaded (Numba missing or broken): the PyTorch ops serve then."""
     try:
-        b = backend if isinstance(backend, Backend) else registry.backend(backend or registry.DEFAULT_ORDER[0])
-        return b.flce_row_passes()
+        return _backend(backend).flce_row_passes()
     except Exception:
         return None
 
 
-def _np(t: torch.Tensor):
-    """A contiguous float32 tensor as a NumPy array, a bf16 one as its uint16 bits (zero-copy)."""
-    return t.view(torch.int16).numpy().view("uint16") if t.dtype == torch.bfloat16 else t.numpy()
-
-
-def native_gemm(dtype: torch.dtype) -> bool:
-    """True where PyTorch runs ``dtype`` GEMMs on native 16-bit hardware kernels (oneDNN)."""
-    if not torch.backends.mkldnn.is_available():
-        return False
-    check = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}.get(dtype)
-    try:
-        return bool(check and getattr(torch.ops.mkldnn, check)())
-    except (AttributeError, RuntimeError):
-        return False
+def native_gemm(dtype: torch.dtype, backend=None) -> bool:
+    """True where ``backend``'s engine (the default backend's for None) runs ``dtype``'s gradient GEMMs on
+    native 16-bit hardware kernels (oneDNN)."""
+    engine = row_passes(backend)
+    return bool(engine is not None and dtype in HALF and engine.native(dtype))
 
 
 def exact_scale(dtype: torch.dtype, g: float) -> bool:
@@ -99,303 +51,14 @@ def exact_scale(dtype: torch.dtype, g: float) -> bool:
     return dtype == torch.bfloat16 or abs(g) >= 1.0
 
 
-@dataclass
-class NativeGrads:
-    """Accumulators: 16-bit results written once where a single GEMM makes them, float32 otherwise."""
-
-    dx: torch.Tensor | None  # (BT, H): operand dtype, or float32 when partials are summed (ranks, widened)
-    dw: torch.Tensor | None  # (V_r, H): operand dtype when one chunk on the native path, else the accumulator dtype
-    db: torch.Tensor | None  # (V_r,) the accumulator dtype (float32, or float64 for float64 operands / accum_dtype)
-
-
-class NativePass:
-    """One pass over the batch: logits, statistics and loss, and (when ``want`` any) the gradients."""
-
-    def __init__(self, sh: Shard, want=(False, False, False), tokens: int | None = None):
-        """``tokens``: how many tokens the chunks will cover (the batch's, unless ignored tokens are
-        left out); the input-gradient rows of tokens left out stay zero."""
-        self.sh = sh
-        self.dt = sh.x.dtype
-        self.native = self.dt in HALF and native_gemm(self.dt)
-        self.cdt = sh.cdt  # float32, or float64 for float64 operands
-        self.odt = self.dt if self.native else self.cdt  # the GEMMs' operand dtype
-        bt, h = sh.x.shape
-        n = bt if tokens is None else tokens
-        self.one_chunk = sh.chunk >= n
-        wx, ww, wb = want
-        # accumulators: accum_dtype where it is wider than the compute dtype
-        acc = sh.accum if sh.accum is not None and sh.accum.itemsize > self.cdt.itemsize else self.cdt
-        dx_dt = self.dt if (self.native and not sh.coll.active) else self.cdt
-        dw_dt = self.dt if (self.native and self.one_chunk and acc == self.cdt) else acc
-        # the chunks write every dx row they cover and the first one writes dw: no fill unless rows are left out
-        self.gr = NativeGrads((torch.empty if 0 < n == bt else torch.zeros)(bt, h, dtype=dx_dt) if wx else None,
-                              (torch.empty if n else torch.zeros)(sh.rows, h, dtype=dw_dt) if ww else None,
-                              torch.zeros(sh.rows, dtype=acc) if wb else None)
-        self._z = None  # the chunks' logits buffer, allocated once (a fresh large tensor per chunk costs page faults)
-        # the weight (and bias) in the GEMMs' dtype: a view when native, one widened copy otherwise
-        self.w = sh.w.to(self.odt)
-        self.b = None if sh.b is None else sh.b.to(self.odt)
-        self.cw = sh.class_weight  # float32, (K,) or None
-        # the row passes round G to z's storage: bf16 logits (native) or float32 ones (float32 operands)
-        self.rows = row_passes(sh.backend) if (self.dt == torch.bfloat16 and self.native) or self.dt == torch.float32 \
-            else None
-        if self.rows is not None:
-            import numpy as np
-
-            cw = sh.class_weight
-            self.cw_np = np.empty(0, np.float32) if cw is None else cw[sh.start:sh.start + sh.rows].float().numpy()
-
-    # -- one chunk -------------------------------------------------------------------------
-
-    def logits(self, x_c: torch.Tensor) -> torch.Tensor:
-        """(chunk, V_r) logits in the GEMMs' dtype (rounded once on the native path), soft-capped
-        (``softcap * tanh(z / softcap)``, in the compute dtype, rounded once) when asked."""
-        c = x_c.shape[0]
-        if self._z is None or self._z.shape[0] < c:  # the first chunk is the largest one
-            self._z = torch.empty(c, self.w.shape[0], dtype=self.odt)
-        z = self._z[:c]
-        torch.mm(x_c, self.w.T, out=z) if self.b is None else torch.addmm(self.b, x_c, self.w.T, out=z)
-        cap = self.sh.softcap
-        if cap:
-            if z.dtype == self.cdt:
-                z.div_(cap).tanh_().mul_(cap)
-            else:
-                z.copy_(torch.tanh(z.to(self.cdt) / cap).mul_(cap))
-        return z
-
-    def stats(self, z: torch.Tensor, tg: Targets) -> RowStats:
-        """Global row max, sum of exponentials, target logit and smoothing sum, in float32."""
-        if self.rows is not None:
-            return self._stats_row_passes(z, tg)
-        sh, c, cdt = self.sh, z.shape[0], self.cdt
-        m_loc = z.amax(1).to(cdt) if z.shape[1] else torch.full((c,), float("-inf"), dtype=cdt)
-        m = m_loc.clone() if sh.coll.active else m_loc
-        sh.coll.max_(m)
-        s, zt, smooth = (torch.zeros(c, dtype=cdt) for _ in range(3))
-        for v0, v1 in spans(sh.rows, sh.block):
-            zf = z[:, v0:v1].to(cdt, copy=True)  # z stays: it becomes G later
-            hit = tg.in_shard & (tg.local >= v0) & (tg.local < v1)
-            col = torch.where(hit, tg.local - v0, 0)
-            zt += torch.where(hit, zf.gather(1, col[:, None]).squeeze(1), 0.0)
-            if sh.label_smoothing:
-                smooth += zf.sum(1) if self.cw is None else torch.mv(zf, self.cw[sh.start + v0:sh.start + v1])
-            s += zf.sub_(m[:, None]).exp_().sum(1)
-        packed = torch.stack([s, zt, smooth])
-        sh.coll.sum_(packed)
-        return RowStats(m, packed[0], packed[1], packed[2], None, self._first_max(z, m_loc, m))
-
-    def _first_max(self, z: torch.Tensor, m_loc: torch.Tensor, m: torch.Tensor):
-        """Global index of each row's first maximum (token accuracy), or None when not asked."""
-        sh = self.sh
-        if not sh.accuracy:
-            return None
-        if not z.shape[1]:
-            first = torch.full((z.shape[0],), NO_INDEX)
-        else:
-            first = z.argmax(1) + sh.start
-        if sh.coll.active:  # the lowest index among the ranks holding the global maximum
-            first = torch.where(m_loc == m, first, NO_INDEX)
-            sh.coll.min_(first)
-        return first
-
-    def _stats_row_passes(self, z: torch.Tensor, tg: Targets) -> RowStats:
-        sh, c = self.sh, z.shape[0]
-        s, zt, smooth = (torch.empty(c) for _ in range(3))
-        m_loc = z.amax(1).float() if z.shape[1] else torch.full((c,), float("-inf"))
-        tcol = torch.where(tg.in_shard, tg.local, -1)
-        self.rows.row_stats(_np(z), m_loc.numpy(), tcol.numpy(), self.cw_np, bool(sh.label_smoothing), s.numpy(),
-                            zt.numpy(), smooth.numpy())
-        m = m_loc
-        if sh.coll.active:  # rescale each rank's sum to the global max
-            m = m_loc.clone()
-            sh.coll.max_(m)
-            s.mul_(torch.where(torch.isneginf(m_loc), 0.0, torch.exp(m_loc - m)))
-        packed = torch.stack([s, zt, smooth])
-        sh.coll.sum_(packed)
-        return RowStats(m, packed[0], packed[1], packed[2], None, self._first_max(z, m_loc, m))
-
-    def gradient_in_place(self, z: torch.Tensor, tg: Targets, g: torch.Tensor, st: RowStats,
-                          gz: torch.Tensor | None = None) -> None:
-        """Overwrite the logits z with G (compute-dtype arithmetic, one rounding to the operand dtype);
-        add its column sums to db. ``gz``: the z-loss's per-token upstream gradient (its term is
-        ``2 z_scale lse p``, folded into the coefficient of p); soft-capping multiplies G by
-        ``1 - tanh(z / softcap)**2``, read off the capped logits before they are overwritten."""
-        sh, ls, k = self.sh, self.sh.label_smoothing, self.sh.vocab
-        a = (1.0 - ls) * tg.w_t + (ls / k) * sh.w_sum if self.cw is not None else torch.ones_like(g)
-        hit_scale = g * (1.0 - ls) * tg.w_t
-        p_coef = g * a
-        if sh.z_scale and gz is not None:
-            p_coef = p_coef + (2.0 * sh.z_scale) * (st.logits_max + torch.log(st.sum_exp)) * gz
-        if self.rows is not None and self.gr.db is None and not sh.softcap:
-            tcol = torch.where(tg.in_shard, tg.local, -1)
-            self.rows.gradient_in_place(_np(z), st.logits_max.contiguous().numpy(),
-                                        (1.0 / st.sum_exp).numpy(), p_coef.numpy(),
-                                        ((ls / k) * g).numpy(), hit_scale.numpy(), tcol.numpy(), self.cw_np)
-            return
-        ga = p_coef[:, None]
-        inv = (1.0 / st.sum_exp)[:, None]
-        cdt = self.cdt
-        for v0, v1 in spans(sh.rows, sh.block):
-            chain = None
-            if sh.softcap:  # d(capped)/dz = 1 - (capped / softcap)**2
-                chain = z[:, v0:v1].to(cdt).div(sh.softcap).square_().neg_().add_(1.0)
-            gf = z[:, v0:v1].to(cdt).sub_(  # (in z itself when z has the compute dtype: it is overwritten anyway)
-                st.logits_max[:, None]).exp_().mul_(inv).mul_(ga)
-            if ls:
-                share = (ls / k) * g[:, None]
-                gf.sub_(share if self.cw is None else share * self.cw[sh.start + v0:sh.start + v1][None, :])
-            rows = (tg.in_shard & (tg.local >= v0) & (tg.local < v1)).nonzero().squeeze(1)
-            cols = tg.local[rows] - v0
-            gf[rows, cols] -= hit_scale[rows]
-            if chain is not None:
-                gf.mul_(chain)
-            if self.gr.db is not None:
-                self.gr.db[v0:v1] += gf.sum(0)
-            z[:, v0:v1].copy_(gf if self.native else gf.to(self.dt))  # the one rounding of G
-
-    def tokens(self, rows, valid: torch.Tensor) -> torch.Tensor:
-        """The chunk's hidden states in the GEMMs' dtype. From ``COMPUTE_BOUND_ROWS`` tokens on, zero rows
-        are appended up to a multiple of ``GEMM_ROWS`` (oneDNN's bfloat16 GEMMs run 25-35% slower per token
-        on a ragged row count); :meth:`chunk` zeroes the padding rows of G, so they add nothing to dW.
-        Ignored tokens still in the chunk (``valid`` False: a batch too small to leave them out) are
-        zeroed, so their hidden states reach no output here either."""
-        x_c = self.sh.x[rows]
-        m = x_c.shape[0]
-        pad = (-m) % GEMM_ROWS if m >= COMPUTE_BOUND_ROWS else 0
-        ignored = not bool(valid.all())
-        if not (pad or ignored):
-            return x_c.to(self.odt)
-        padded = torch.zeros(m + pad, x_c.shape[1], dtype=self.odt)
-        padded[:m] = x_c
-        if ignored:
-            padded[:m][~valid] = 0
-        return padded
-
-    def products(self, zp: torch.Tensor, m: int, x_c: torch.Tensor, rows, first: bool) -> None:
-        """dx[rows] and this chunk's part of dW from G (the first ``m`` rows of ``zp``, the padding rows
-        zero); ``first``: the first chunk (writes dW)."""
-        gr = self.gr
-        if gr.dx is not None:
-            if isinstance(rows, slice) and m == zp.shape[0]:
-                _product_into(gr.dx[rows], zp, self.w, first=True)
-            else:
-                dx_c = torch.empty(zp.shape[0], gr.dx.shape[1], dtype=gr.dx.dtype)
-                _product_into(dx_c, zp, self.w, first=True)
-                gr.dx[rows] = dx_c[:m]
-        if gr.dw is not None:
-            _product_into(gr.dw, zp.T, x_c, first=first)
-
-    def chunk(self, rows, first: bool, g: torch.Tensor | None, st: RowStats | None, gz: torch.Tensor | None = None):
-        """Run the tokens ``rows`` (a slice, or an index tensor of positions); ``first``: the first chunk.
-        Returns (per-token compute-dtype loss or None, stats, targets)."""
-        sh = self.sh
-        tg = targets_of(sh, rows)
-        x_c = self.tokens(rows, tg.valid)
-        zp = self.logits(x_c)
-        z = zp[:tg.target.shape[0]]  # the chunk's own rows, without the padding
-        loss = None
-        if st is None:
-            st = self.stats(z, tg)
-            loss = token_loss(sh, tg, st)
-        if g is not None:
-            g = torch.where(tg.valid, g, 0.0)
-            gz = None if gz is None else torch.where(tg.valid, gz, 0.0)
-            if sh.token_scaling:  # the loss is scaled by a constant per token: so is its gradient
-                if st.target_logit is None:  # backward: the target logits again, from this chunk's logits
-                    st.target_logit = self._target_logit(z, tg)
-                s = token_scale(tg, st)
-                g, gz = g * s, None if gz is None else gz * s
-            self.gradient_in_place(z, tg, g, st, gz)
-            zp[z.shape[0]:].zero_()
-            self.products(zp, z.shape[0], x_c, rows, first)
-        return loss, st, tg
-
-    def _target_logit(self, z: torch.Tensor, tg: Targets) -> torch.Tensor:
-        """Each token's (soft-capped) target logit from the chunk's logits, summed over the ranks."""
-        zt = torch.zeros(z.shape[0], dtype=self.cdt)
-        if z.shape[1]:
-            zt = torch.where(tg.in_shard, z.gather(1, tg.local[:, None]).squeeze(1).to(self.cdt), 0.0)
-        self.sh.coll.sum_(zt)
-        return zt
-
-    def finish(self):
-        """(dx, dw, db) in the operand dtype: the float32 parts summed over the ranks and rounded once."""
-        gr, sh = self.gr, self.sh
-        if gr.dx is not None and sh.coll.active:
-            sh.coll.sum_(gr.dx)
-        return tuple(None if t is None else t.to(self.dt) for t in (gr.dx, gr.dw, gr.db))
-
-
-def _product_into(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, first: bool) -> None:
-    """``acc (=|+=) a @ b``. A 16-bit ``acc`` is written by one GEMM; a float32 ``acc`` takes a 16-bit
-    product as hi + lo (see the module docstring) and a float32 product directly."""
-    if acc.dtype == a.dtype and a.dtype in (torch.float32, torch.float64):
-        torch.mm(a, b, out=acc) if first else acc.addmm_(a, b)
-    elif a.dtype in (torch.float32, torch.float64):  # a wider accumulator (accum_dtype)
-        p = torch.mm(a, b)
-        acc.copy_(p) if first else acc.add_(p)
-    elif acc.dtype == a.dtype:
-        torch.mm(a, b, out=acc)
-    else:
-        hi = torch.mm(a, b)
-        lo = torch.addmm(hi, a, b, beta=-1)  # round(a @ b - hi): the subtraction inside the float32 accumulator
-        if first:
-            acc.copy_(hi)
-        else:
-            acc.add_(hi)
-        acc.add_(lo)
-
-
-@dataclass
-class PerToken:
-    """What the forward pass leaves per token (compute dtype, BT each; z/correct None unless asked)."""
-
-    loss: torch.Tensor
-    z: torch.Tensor | None
-    correct: torch.Tensor | None
-
-
-def run(sh: Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all: torch.Tensor | None = None):
-    """The whole batch. ``g_all``: per-token upstream gradient of the cross entropy (compute dtype, BT)
-    or None for no gradients; ``gz_all``: that of the z-loss (when ``sh.z_scale``); ``stats``: saved
-    (row max, sum of exponentials) to skip the statistics (backward), or None.
-    Returns (PerToken or None, (row max, sum exp), (dx, dw, db)).
-
-    Ignored tokens (``target == ignore_index``) are left out of the chunks from ``COMPUTE_BOUND_ROWS``
-    tokens on: every per-token output of theirs is 0 and their gradient rows are 0 whatever their logits, so
-    their three GEMMs would be wasted work (a quarter of the batch when a prompt is masked). Their
-    row max and sum of exponentials are returned as 0 and 1. A smaller batch keeps them in, with
-    their hidden states zeroed (:meth:`NativePass.tokens`)."""
-    from .flce_chunks import correct, z_loss
-
-    bt, cdt = sh.x.shape[0], sh.cdt
-    kept = None  # every token in the chunks (slices, no gathers)
-    if bt >= COMPUTE_BOUND_ROWS:  # below, the weight's stream sets the GEMMs' time, not the token count
-        kept = (sh.target != sh.ignore_index).nonzero().squeeze(1)
-        kept = None if kept.numel() == bt else kept
-    n = bt if kept is None else kept.numel()
-    hp = NativePass(sh, want if g_all is not None else (False, False, False), tokens=n)
-    out = None
-    if stats is not None:
-        row_max, sum_exp = stats
-    else:
-        out = PerToken(torch.zeros(bt, dtype=cdt), torch.zeros(bt, dtype=cdt) if sh.z_scale else None,
-                       torch.zeros(bt) if sh.accuracy else None)
-        if kept is None:  # every row is written below
-            row_max, sum_exp = torch.empty(bt, dtype=cdt), torch.empty(bt, dtype=cdt)
-        else:
-            row_max, sum_exp = torch.zeros(bt, dtype=cdt), torch.ones(bt, dtype=cdt)
-    for a, b in even_spans(n, sh.chunk, GEMM_ROWS):
-        rows = slice(a, b) if kept is None else kept[a:b]
-        st = None if stats is None else RowStats(row_max[rows], sum_exp[rows], None, None, None)
-        loss, st, tg = hp.chunk(rows, a == 0, None if g_all is None else g_all[rows], st,
-                                None if gz_all is None else gz_all[rows])
-        if loss is not None:
-            scale = token_scale(tg, st) if sh.token_scaling else None
-            out.loss[rows] = loss if scale is None else loss * scale
-            row_max[rows], sum_exp[rows] = st.logits_max, st.sum_exp
-            if out.z is not None:
-                out.z[rows] = z_loss(sh, tg, st) if scale is None else z_loss(sh, tg, st) * scale
-            if out.correct is not None:
-                out.correct[rows] = correct(tg, st)
-    return out, (row_max, sum_exp), hp.finish()
+def run(sh, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all: torch.Tensor | None = None):
+    """The whole batch on the backend's engine (``sh``: an ``xloss.torch.flce_chunks.Shard``). ``g_all``:
+    per-token upstream gradient of the cross entropy (compute dtype, BT) or None for no gradients;
+    ``gz_all``: that of the z-loss; ``stats``: saved (row max, sum of exponentials) to skip the statistics
+    (backward), or None. Returns (per-token loss/z-loss/correct or None, (row max, sum exp), (dx, dw, db))."""
+    passes = row_passes(sh.backend)
+    engine = passes if passes is not None else _backend(sh.backend).flce_row_passes()
+    if engine is None:
+        raise UnsupportedRequestError(f"backend {getattr(sh.backend, 'name', sh.backend)!r} offers no "
+                                      "PyTorch-GEMM route for fused_linear_cross_entropy")
+    return engine.run(sh, want, g_all, stats, gz_all, passes=passes)
