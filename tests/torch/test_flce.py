@@ -59,7 +59,12 @@ def compare(x, w, b, t, *, upstream=None, tol=1e-12, **kw):
     got_loss, got = grads_of(ours, x, w, b, up)
     exp_loss, exp = grads_of(theirs, x.to(F64), w.to(F64), None if b is None else b.to(F64), up)
     assert got_loss.shape == exp_loss.shape and got_loss.dtype == LOSS_DTYPE.get(x.dtype, x.dtype)
-    close(got_loss, exp_loss, tol, "loss")
+    # a token's loss is lse(z) - z_t, a difference of terms of size max|z|: a near-certain token's loss
+    # (3.9e-9 at max|z| = 8 in float32) is below the precision of those terms, so its error is measured
+    # against them, as the gradients' are
+    z = F.linear(x.to(F64), w.to(F64), None if b is None else b.to(F64))
+    z_size = z.abs().max().item() if z.numel() else 0.0
+    close(got_loss, exp_loss, tol, "loss", floor=z_size * (t.numel() if kw.get("reduction") == "sum" else 1))
     # a gradient entry is a sum of terms of size about |g| * |x or w|, which can cancel to 0
     # (e.g. V = 1): errors are measured against that size, not only against the result
     terms = made["g"].abs().sum().item() * max(1.0, x.abs().max().item() if x.numel() else 0.0,
