@@ -32,6 +32,9 @@ _CAPS = {
         notes="logits a vocabulary tile at a time (flce_chunk_bytes), statistics merged online in float32"),
     "fused_cross_entropy_loss_with_max_sum": KernelCaps.declare("fused_cross_entropy_loss_with_max_sum",
                                                                 dtypes=_ALL_DTYPES),
+    # NLL and BCE forward (issue #30)
+    "nll_loss": KernelCaps.declare("nll_loss", dtypes=_ALL_DTYPES,
+                                   notes="sums of exact float64 products per block, added in block order"),
 }
 
 #: kernel -> (module, function): ``function(args, backend)`` writes the kernel's outputs
@@ -42,6 +45,8 @@ _IMPLEMENTATIONS = {
     "fused_linear_cross_entropy_grad": ("flce", "run"),
     "fused_linear_online_max_sum": ("vocab_parallel", "online_max_sum"),
     "fused_cross_entropy_loss_with_max_sum": ("vocab_parallel", "loss_with_max_sum"),
+    # NLL and BCE forward (issue #30)
+    "nll_loss": ("nll_forward", "run"),
 }
 
 _load_lock = threading.Lock()

@@ -9,6 +9,7 @@ import numpy as np
 from ... import reference as ref
 from ...backend import Backend, KernelCaps
 from ...dtypes import FLOAT_DTYPES
+from ...reference import nll as ref_nll
 
 _ALL = tuple(FLOAT_DTYPES)
 
@@ -31,6 +32,8 @@ class ReferenceBackend(Backend):
             "fused_linear_online_max_sum": KernelCaps.declare("fused_linear_online_max_sum", dtypes=_ALL),
             "fused_cross_entropy_loss_with_max_sum": KernelCaps.declare("fused_cross_entropy_loss_with_max_sum",
                                                                         dtypes=_ALL),
+            # NLL and BCE forward (issue #30)
+            "nll_loss": KernelCaps.declare("nll_loss", dtypes=_ALL),
         }
 
     def focal_loss(self, a):
@@ -73,6 +76,13 @@ class ReferenceBackend(Backend):
         _store(a.loss_out, loss)
         if a.softmax_out is not None:
             _store(a.softmax_out, softmax)
+
+    # -- NLL and BCE forward (issue #30)
+    def nll_loss(self, a):
+        loss, total_weight = ref_nll.nll_loss(a.self, a.target, weight=a.weight, reduction=a.reduction,
+                                              ignore_index=a.ignore_index)
+        _store(a.out, loss)
+        _store(a.total_weight_out, total_weight)
 
 
 def make_backend(**options) -> ReferenceBackend:
