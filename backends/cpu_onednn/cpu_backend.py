@@ -35,6 +35,8 @@ _CAPS = {
     # NLL and BCE forward (issue #30)
     "nll_loss": KernelCaps.declare("nll_loss", dtypes=_ALL_DTYPES,
                                    notes="sums of exact float64 products per block, added in block order"),
+    "binary_cross_entropy": KernelCaps.declare("binary_cross_entropy", dtypes=_ALL_DTYPES,
+                                               notes="float32 logs for 16-bit and float32 data; float64 sums"),
 }
 
 #: kernel -> (module, function): ``function(args, backend)`` writes the kernel's outputs
@@ -47,6 +49,7 @@ _IMPLEMENTATIONS = {
     "fused_cross_entropy_loss_with_max_sum": ("vocab_parallel", "loss_with_max_sum"),
     # NLL and BCE forward (issue #30)
     "nll_loss": ("nll_forward", "run"),
+    "binary_cross_entropy": ("bce_forward", "run"),
 }
 
 _load_lock = threading.Lock()

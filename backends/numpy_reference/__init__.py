@@ -34,6 +34,7 @@ class ReferenceBackend(Backend):
                                                                         dtypes=_ALL),
             # NLL and BCE forward (issue #30)
             "nll_loss": KernelCaps.declare("nll_loss", dtypes=_ALL),
+            "binary_cross_entropy": KernelCaps.declare("binary_cross_entropy", dtypes=_ALL),
         }
 
     def focal_loss(self, a):
@@ -83,6 +84,9 @@ class ReferenceBackend(Backend):
                                               ignore_index=a.ignore_index)
         _store(a.out, loss)
         _store(a.total_weight_out, total_weight)
+
+    def binary_cross_entropy(self, a):
+        _store(a.out, ref.binary_cross_entropy(a.x, a.y, weight=a.weight, reduction=a.reduction))
 
 
 def make_backend(**options) -> ReferenceBackend:
