@@ -25,7 +25,7 @@ from pathlib import Path
 from ...backend import Backend
 from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossTypeError, XLossValueError
-from . import bce, flce, focal, nll, vocab_parallel
+from . import bce, flce, focal, loss_forward, nll, vocab_parallel
 from .operators import OPERATORS, declare
 from .runtime import GUARD_BYTES, LAYOUTS, AclRuntime, Session
 
@@ -184,6 +184,13 @@ class AscendBackend(Backend):
 
     def fused_cross_entropy_loss_with_max_sum(self, a):
         vocab_parallel.loss_with_max_sum(self, a)
+
+    # NLL and BCE forward (issue #30)
+    def nll_loss(self, a):
+        loss_forward.nll_loss(self, a)
+
+    def binary_cross_entropy(self, a):
+        loss_forward.binary_cross_entropy(self, a)
 
 
 class _DlInfo(ctypes.Structure):
