@@ -21,7 +21,7 @@ import numpy as np
 
 from ...backend import Backend
 from ...errors import BackendUnavailableError, KernelError
-from . import abi, capabilities, elementwise, flce, guards, library, nll, options, staging, vocab_parallel
+from . import abi, capabilities, elementwise, flce, guards, library, loss_forward, nll, options, staging, vocab_parallel
 
 #: masks ``configurations()`` runs: one core, alternate cores, the two ends, the upper half, all
 CONFIG_MASKS = (0x01, 0x55, 0x81, 0xF0, 0xFF)
@@ -137,6 +137,13 @@ class DspBackend(Backend):
 
     def fused_cross_entropy_loss_with_max_sum(self, a):
         vocab_parallel.loss_with_max_sum(self, a)
+
+    # NLL and BCE forward (issue #30)
+    def nll_loss(self, a):
+        loss_forward.nll_loss(self, a)
+
+    def binary_cross_entropy(self, a):
+        loss_forward.binary_cross_entropy(self, a)
 
     # -- configurations and checked mode ------------------------------------------------------------
     def configurations(self) -> list:
