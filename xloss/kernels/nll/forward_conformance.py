@@ -91,11 +91,11 @@ def edge_cases(dtype, mode, caps=None) -> list[Case]:
             weight=rng.uniform(0, 2, 5))
         add(f"(N, C, d1) odd sizes, {red}", -5 * rng.random((2, 3, 129)), rng.integers(0, 3, (2, 129)),
             reduction=red)
-    t = rng.integers(0, 300, 4097)
+    t = rng.integers(0, 37, 4097)
     t[::7] = -100
-    for red in ("none", "mean", "sum"):
-        add(f"N=4097 C=300 with ignored rows, {red}", -20 * rng.random((4097, 300)), t, reduction=red,
-            weight=rng.uniform(0, 2, 300))
+    for red in ("none", "mean", "sum"):  # rows past a block (the cpu kernel's are 16384 positions: the N-d case)
+        add(f"N=4097 C=37 with ignored rows, {red}", -20 * rng.random((4097, 37)), t, reduction=red,
+            weight=rng.uniform(0, 2, 37))
     add("ignore_index is a valid class", -rng.random((8, 4)), [0, 1, 2, 3, 0, 1, 2, 3], reduction="mean",
         ignore_index=2)
     add("uint8 targets", -rng.random((6, 300)), np.array([0, 255, 17, 3, 200, 9], np.uint8), reduction="sum")
