@@ -345,8 +345,8 @@ def test_flce_takes_nd_only(session, abi, ops, name):
 #: types and names in order, before workspaceSize and executor
 VENDOR_FORWARD_PROTOTYPES = {
     "aclnnNLLLossGetWorkspaceSize": "const aclTensor *self, const aclTensor *target, const aclTensor *weight, "
-                                    "int64_t reduction, int64_t ignoreIndex, aclTensor *out, aclTensor *totalWeightOut, "
-                                    "uint64_t *workspaceSize, aclOpExecutor **executor",
+                                    "int64_t reduction, int64_t ignoreIndex, aclTensor *out, "
+                                    "aclTensor *totalWeightOut, uint64_t *workspaceSize, aclOpExecutor **executor",
     "aclnnNLLLoss2dGetWorkspaceSize": "const aclTensor *self, const aclTensor *target, const aclTensor *weight, "
                                       "int64_t reduction, int64_t ignoreIndex, aclTensor *out, "
                                       "aclTensor *totalWeightOut, uint64_t *workspaceSize, aclOpExecutor **executor",
