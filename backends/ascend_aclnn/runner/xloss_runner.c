@@ -23,10 +23,13 @@
 
 #include "acl/acl.h"
 #include "aclnn/acl_meta.h"
+#include "aclnnop/aclnn_binary_cross_entropy.h"
 #include "aclnnop/aclnn_binary_cross_entropy_backward.h"
 #include "aclnnop/aclnn_fused_cross_entropy_loss_with_max_sum.h"
 #include "aclnnop/aclnn_fused_linear_cross_entropy_loss_grad.h"
 #include "aclnnop/aclnn_fused_linear_online_max_sum.h"
+#include "aclnnop/aclnn_nll_loss.h"
+#include "aclnnop/aclnn_nll_loss2d.h"
 #include "aclnnop/aclnn_nll_loss_backward.h"
 #include "aclnnop/aclnn_sigmoid_focal_loss.h"
 #include "aclnnop/aclnn_sigmoid_focal_loss_grad.h"
