@@ -53,3 +53,43 @@ def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_i
     with np.errstate(invalid="ignore"):
         out[rows, cols] = w[cols] * -g_rows  # PyTorch's order: weight * (-grad / total_weight)
     return out.reshape(shape)
+
+
+def rows_view(self, target):
+    """``(x, t)``: the input as (rows, C) with the class axis last and the targets flat, for (C), (N, C)
+    and (N, C, d1, ..., dk) input (every position of the trailing dims is a row, as PyTorch defines it)."""
+    x = as_f64(self)
+    if x.ndim == 1:
+        x = x.reshape(1, -1)
+    elif x.ndim > 2:
+        x = np.moveaxis(x, 1, -1).reshape(-1, x.shape[1])
+    return x, _indices(target)
+
+
+def nll_loss(self, target, *, weight=None, reduction="mean", ignore_index=-100):
+    """``(loss, total_weight)`` of the negative log-likelihood loss (float64), PyTorch's ``nll_loss_forward``.
+
+    ``loss``: ``-w[t] * self[.., t, ..]`` per position (0 where ``t == ignore_index``), target's shape
+    for ``none``, else its sum, divided for ``mean`` by ``total_weight`` (NaN when that is 0).
+    ``total_weight``: the sum of ``w[t]`` over the positions not ignored, 0-d; 0 for ``none`` on
+    batched input (PyTorch leaves it unset there; a (C) input computes it whatever the reduction).
+    """
+    x, t = rows_view(self, target)
+    classes = x.shape[1]
+    w = np.ones(classes) if weight is None else as_f64(weight)
+    valid = t != ignore_index
+    rows = np.nonzero(valid)[0]
+    w_t = np.zeros(t.shape)
+    w_t[rows] = w[t[rows]]
+    per_row = np.zeros(t.shape)
+    with np.errstate(invalid="ignore"):  # 0 * -inf: NaN, as PyTorch's
+        per_row[rows] = -(w_t[rows] * x[rows, t[rows]])
+    batched = np.ndim(self) >= 2
+    total_weight = np.asarray(0.0 if reduction == "none" and batched else w_t.sum())
+    if reduction == "none":
+        return per_row.reshape(np.shape(target)), total_weight
+    total = per_row.sum()
+    if reduction == "mean":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            total = np.float64(total) / np.float64(total_weight)
+    return np.asarray(total), total_weight

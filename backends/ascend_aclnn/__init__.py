@@ -25,7 +25,7 @@ from pathlib import Path
 from ...backend import Backend
 from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossTypeError, XLossValueError
-from . import bce, flce, focal, nll, vocab_parallel
+from . import bce, flce, focal, loss_forward, nll, vocab_parallel
 from . import bce_with_logits as _bce_with_logits
 from .operators import OPERATORS, declare
 from .runtime import GUARD_BYTES, LAYOUTS, AclRuntime, Session
@@ -188,6 +188,13 @@ class AscendBackend(Backend):
 
     def bce_with_logits(self, a):
         _bce_with_logits.run(self, a)
+
+    # NLL and BCE forward (issue #30)
+    def nll_loss(self, a):
+        loss_forward.nll_loss(self, a)
+
+    def binary_cross_entropy(self, a):
+        loss_forward.binary_cross_entropy(self, a)
 
 
 class _DlInfo(ctypes.Structure):

@@ -34,8 +34,14 @@ FLCE_GRAD = "aclnnFusedLinearCrossEntropyLossGrad"
 ONLINE_MAX_SUM = "aclnnFusedLinearOnlineMaxSum"
 LOSS_WITH_MAX_SUM = "aclnnFusedCrossEntropyLossWithMaxSum"
 
+# NLL and BCE forward (issue #30)
+NLL_FORWARD = "aclnnNLLLoss"
+NLL_FORWARD_2D = "aclnnNLLLoss2d"
+BCE_FORWARD = "aclnnBinaryCrossEntropy"
+
 OPERATORS = (XLOSS_FOCAL_FORWARD, XLOSS_FOCAL_BACKWARD, DS_FOCAL_FORWARD, DS_FOCAL_GRAD, BCE_BACKWARD,
-             NLL_BACKWARD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
+             NLL_BACKWARD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM,
+             NLL_FORWARD, NLL_FORWARD_2D, BCE_FORWARD)
 
 FLOATS = ("float32", "float16", "bfloat16")
 HALVES = ("float16", "bfloat16")
@@ -85,6 +91,11 @@ TABLE = (
     Declaration("fused_cross_entropy_loss_with_max_sum", FLOATS, (LOSS_WITH_MAX_SUM,),
                 notes="aclnnFusedCrossEntropyLossWithMaxSum: float32 statistics and softmax; logits float32, "
                       "float16 or bfloat16"),
+    # NLL and BCE forward (issue #30)
+    Declaration("nll_loss", FLOATS, (NLL_FORWARD, NLL_FORWARD_2D),
+                notes="aclnnNLLLoss for (C) and (N, C) input; aclnnNLLLoss2d for (N, C, d1, ..., dk) as (N, C, D, 1)"),
+    Declaration("binary_cross_entropy", FLOATS, (BCE_FORWARD,),
+                notes="aclnnBinaryCrossEntropy: a broadcast weight is materialised to self's shape"),
 )
 
 

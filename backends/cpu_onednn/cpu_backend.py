@@ -36,6 +36,11 @@ _CAPS = {
     "bce_with_logits": KernelCaps.declare(
         "bce_with_logits", dtypes=_ALL_DTYPES,
         notes="half types widen to float32 in-kernel; sums accumulate in float64 per block"),
+    # NLL and BCE forward (issue #30)
+    "nll_loss": KernelCaps.declare("nll_loss", dtypes=_ALL_DTYPES,
+                                   notes="sums of exact float64 products per block, added in block order"),
+    "binary_cross_entropy": KernelCaps.declare("binary_cross_entropy", dtypes=_ALL_DTYPES,
+                                               notes="float32 logs for 16-bit and float32 data; float64 sums"),
 }
 
 #: kernel -> (module, function): ``function(args, backend)`` writes the kernel's outputs
@@ -48,6 +53,9 @@ _IMPLEMENTATIONS = {
     "fused_cross_entropy_loss_with_max_sum": ("vocab_parallel", "loss_with_max_sum"),
     # binary cross entropy with logits (issue #30)
     "bce_with_logits": ("bce_with_logits", "run"),
+    # NLL and BCE forward (issue #30)
+    "nll_loss": ("nll_forward", "run"),
+    "binary_cross_entropy": ("bce_forward", "run"),
 }
 
 _load_lock = threading.Lock()

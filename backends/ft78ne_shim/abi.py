@@ -33,6 +33,9 @@ OURS_OPS = ("sigmoidfocalloss", "sigmoidfocallossgrad", "fusedlinearcrossentropy
 #: Ours too: the vocabulary-parallel forward (include/fusedlinearonlinemaxsum.h,
 #: include/fusedcrossentropylosswithmaxsum.h), declared in their own headers, not in ft78ne.h.
 VOCAB_PARALLEL_OPS = ("fusedlinearonlinemaxsum", "fusedcrossentropylosswithmaxsum")
+#: The manual's forward pages (issue #30): nllloss and binarycrossentropy, each in its own header
+#: (include/nllloss.h, include/binarycrossentropy.h), as the manual's `#include <op.h>` says.
+LOSS_FORWARD_OPS = ("nllloss", "binarycrossentropy")
 EXT_MARKER = "xloss_ft78ne_ext_abi"
 EXT_ABI = 1
 
@@ -53,8 +56,9 @@ INCLUDE = EMULATOR.with_name("include")
 VENDOR_CDEF = "typedef uint16_t half;\n" + prototypes([INCLUDE / "ft78ne.h"], "FT78NE_API")
 EMU_CDEF = prototypes([INCLUDE / "ft78ne_emu.h"], "FT78NE_API")
 VOCAB_PARALLEL_CDEF = prototypes([INCLUDE / f"{op}.h" for op in VOCAB_PARALLEL_OPS], "FT78NE_API")
+LOSS_FORWARD_CDEF = prototypes([INCLUDE / f"{op}.h" for op in LOSS_FORWARD_OPS], "FT78NE_API")
 
-CDEF = VENDOR_CDEF + VOCAB_PARALLEL_CDEF + EMU_CDEF
+CDEF = VENDOR_CDEF + VOCAB_PARALLEL_CDEF + EMU_CDEF + LOSS_FORWARD_CDEF
 
 #: Status codes of ft78ne_emu_last_error (include/ft78ne_emu.h).
 STATUS = {
@@ -146,6 +150,10 @@ def parse_codes(option: str, value) -> tuple[str, str, str]:
 def code_table(**options) -> dict[str, dict[str, int]]:
     """Operator -> {reduction name: code}, from the defaults and any ``*_reduction_codes`` options."""
     table = {op: {r: i for i, r in enumerate(BCE_CODES)} for op in OPS}
+    # the forward pages (issue #30): binarycrossentropy's 0 none, 1 mean, 2 sum; nllloss's 0 none, 1 sum,
+    # 2 mean (the page agrees with itself: no option)
+    table["binarycrossentropy"] = {r: i for i, r in enumerate(BCE_CODES)}
+    table["nllloss"] = {r: i for i, r in enumerate(NLL_CODES)}
     for option, (ops, default) in CODE_OPTIONS.items():
         names = default if options.get(option) is None else parse_codes(option, options[option])
         for op in ops:

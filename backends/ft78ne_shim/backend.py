@@ -21,7 +21,20 @@ import numpy as np
 
 from ...backend import Backend
 from ...errors import BackendUnavailableError, KernelError
-from . import abi, capabilities, elementwise, flce, guards, library, nll, options, sigmoid_ce, staging, vocab_parallel
+from . import (
+    abi,
+    capabilities,
+    elementwise,
+    flce,
+    guards,
+    library,
+    loss_forward,
+    nll,
+    options,
+    sigmoid_ce,
+    staging,
+    vocab_parallel,
+)
 
 #: masks ``configurations()`` runs: one core, alternate cores, the two ends, the upper half, all
 CONFIG_MASKS = (0x01, 0x55, 0x81, 0xF0, 0xFF)
@@ -140,6 +153,13 @@ class DspBackend(Backend):
 
     def bce_with_logits(self, a):
         sigmoid_ce.bce_with_logits(self, a)
+
+    # NLL and BCE forward (issue #30)
+    def nll_loss(self, a):
+        loss_forward.nll_loss(self, a)
+
+    def binary_cross_entropy(self, a):
+        loss_forward.binary_cross_entropy(self, a)
 
     # -- configurations and checked mode ------------------------------------------------------------
     def configurations(self) -> list:

@@ -44,6 +44,12 @@ TABLE = (
                       "[-1, INT_MAX], which keeps the mask, and the masked target widened back)"),
     Declaration("fused_cross_entropy_loss_with_max_sum", ops=("fusedcrossentropylosswithmaxsum",),
                 notes="float32 statistics; the logits float32, or float16 on MT7004"),
+    # NLL and BCE forward (issue #30): the manual's nllloss and binarycrossentropy pages
+    Declaration("nll_loss", ops=("nllloss",),
+                notes="no ignore_index in the signature: ignored rows are left out of the call; (N, C, d...) input "
+                      "is copied to rows (class axis last) first"),
+    Declaration("binary_cross_entropy", ops=("binarycrossentropy",),
+                notes="one weight per element: a broadcast weight is materialised; tmp_loss is the adapter's"),
 )
 DECLARATIONS = {d.kernel: d for d in TABLE}
 

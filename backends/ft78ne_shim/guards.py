@@ -50,6 +50,11 @@ ARGS = {
                                 "logits_defined", "core_mask"),
     "fusedcrossentropylosswithmaxsum": ("bt", "vocab", "logits_max", "sum_exp_logits", "predicted_logits",
                                         "vocab_parallel_logits", "loss", "softmax", "softmax_defined", "core_mask"),
+    # the forward pages (issue #30)
+    "nllloss": ("log_probs", "labels", "weight", "loss", "total_weight", "batch_size", "class_num", "reduction_type",
+                "core_mask"),
+    "binarycrossentropy": ("input_size", "reduction", "input_x", "input_y", "weight", "loss", "tmp_loss",
+                           "weight_defined", "core_mask"),
 }
 OUTPUTS = frozenset({"dx", "loss", "logits_grad", "input_grad", "weight_grad"})
 #: operators whose outputs are not (only) those of OUTPUTS: a name can be an input of one and an
@@ -58,6 +63,8 @@ OP_OUTPUTS = {
     "fusedlinearonlinemaxsum": frozenset({"logits_max_local", "sum_exp_logits_local", "predicted_logits_local",
                                           "target_mask", "masked_target", "vocab_parallel_logits"}),
     "fusedcrossentropylosswithmaxsum": frozenset({"loss", "softmax"}),
+    "nllloss": frozenset({"loss", "total_weight"}),
+    "binarycrossentropy": frozenset({"loss", "tmp_loss"}),
 }
 
 
@@ -104,6 +111,14 @@ def extents(op: str, es: int, v: dict, codes: dict) -> dict:
         b, k = max(v["batch"], 0), max(v["class_num"], 0)
         return {"logits": b * k * es, "loss_grad": b * es, "labels": b * 4, "weight": k * es if b else 0,
                 "total_weight": es if b else 0, "logits_grad": b * k * es}
+    if op == "nllloss":
+        b, k = max(v["batch_size"], 0), max(v["class_num"], 0)
+        return {"log_probs": b * k * es, "labels": b * 4, "weight": k * es if b else 0,
+                "loss": b * es if v["reduction_type"] == codes["none"] else es, "total_weight": es}
+    if op == "binarycrossentropy":
+        n = max(v["input_size"], 0)
+        return {"input_x": n * es, "input_y": n * es, "weight": n * es if v["weight_defined"] else 0,
+                "loss": n * es if v["reduction"] == codes["none"] else es, "tmp_loss": n * es}
     if op == "fusedlinearonlinemaxsum":  # es: input, weight and logits only (the rest is float / int / byte)
         bt, h, vocab = (max(v[k], 0) for k in ("bt", "hidden", "vocab"))
         return {"input": bt * h * es, "weight": vocab * h * es, "target": bt * 4, "logits_max_local": bt * 4,

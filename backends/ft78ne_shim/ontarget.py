@@ -27,11 +27,13 @@ from .backend import CONFIG_MASKS, DspBackend
 
 RUNNER_DIR = Path(__file__).resolve().with_name("runner")
 INCLUDE_DIR = Path(__file__).resolve().with_name("include")
-HEADERS = ("ft78ne.h", "ft78ne_emu.h", "fusedlinearonlinemaxsum.h", "fusedcrossentropylosswithmaxsum.h")
+HEADERS = ("ft78ne.h", "ft78ne_emu.h", "fusedlinearonlinemaxsum.h", "fusedcrossentropylosswithmaxsum.h",
+           "nllloss.h", "binarycrossentropy.h")
 #: operator -> the runner's dispatch macro family (xloss_runner.c); _S/_P appended except FLCE
 MACROS = {"binarycrossentropygrad": "BCE", "sigmoidfocalloss": "FOCAL", "sigmoidfocallossgrad": "FOCALGRAD",
           "nlllossgrad": "NLL", "fusedlinearcrossentropylossgrad": "FLCE", "fusedlinearonlinemaxsum": "MAXSUM",
-          "fusedcrossentropylosswithmaxsum": "LOSS"}
+          "fusedcrossentropylosswithmaxsum": "LOSS",
+          "nllloss": "NLLF", "binarycrossentropy": "BCEF"}  # the forward pages (issue #30)
 VENDOR_SYMBOLS = frozenset(capabilities.symbol(d, op, s) for d in capabilities.PREFIX for op in MACROS
                            for s in ("_s", "_p"))
 #: the runner's back guard after a shared buffer: the host check's (a page, or the buffer's own size),

@@ -9,6 +9,7 @@ import numpy as np
 from ... import reference as ref
 from ...backend import Backend, KernelCaps
 from ...dtypes import FLOAT_DTYPES
+from ...reference import nll as ref_nll
 
 _ALL = tuple(FLOAT_DTYPES)
 
@@ -32,6 +33,9 @@ class ReferenceBackend(Backend):
             "fused_cross_entropy_loss_with_max_sum": KernelCaps.declare("fused_cross_entropy_loss_with_max_sum",
                                                                         dtypes=_ALL),
             "bce_with_logits": KernelCaps.declare("bce_with_logits", dtypes=_ALL),
+            # NLL and BCE forward (issue #30)
+            "nll_loss": KernelCaps.declare("nll_loss", dtypes=_ALL),
+            "binary_cross_entropy": KernelCaps.declare("binary_cross_entropy", dtypes=_ALL),
         }
 
     def focal_loss(self, a):
@@ -83,6 +87,16 @@ class ReferenceBackend(Backend):
             _store(a.loss_out, bce_logits.bce_with_logits_loss(a.x, a.y, **kw))
         if a.grad_out is not None:
             _store(a.grad_out, bce_logits.bce_with_logits_grad(a.x, a.y, a.grad, **kw))
+
+    # -- NLL and BCE forward (issue #30)
+    def nll_loss(self, a):
+        loss, total_weight = ref_nll.nll_loss(a.self, a.target, weight=a.weight, reduction=a.reduction,
+                                              ignore_index=a.ignore_index)
+        _store(a.out, loss)
+        _store(a.total_weight_out, total_weight)
+
+    def binary_cross_entropy(self, a):
+        _store(a.out, ref.binary_cross_entropy(a.x, a.y, weight=a.weight, reduction=a.reduction))
 
 
 def make_backend(**options) -> ReferenceBackend:

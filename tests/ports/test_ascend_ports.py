@@ -90,6 +90,12 @@ SEEDED = {
     "flce_g_trunc": _bug((FLCE,), flce(), says="input_grad (G rounding bias)", max_numel=None),
     # DrivingSDK's focal ABI (binary targets only): the gradient weighs the classes the other way round
     "drivingsdk_grad_alpha_swapped": _bug(("focal_loss",), focal(("grad", "forward+grad"), ("float32",))),
+    # the NLL and BCE forward (issue #30)
+    "nllf_mean_by_n": _bug(("nll_loss",), {("nll_loss", dt, None) for dt in FLOATS}),
+    "nllf_ignored_in_total": _bug(("nll_loss",), {("nll_loss", dt, None) for dt in FLOATS}),
+    "bcef_log_unclamped": _bug(("binary_cross_entropy",), {("binary_cross_entropy", dt, None) for dt in FLOATS}),
+    "bcef_mean_by_weight_sum": _bug(("binary_cross_entropy",),
+                                    {("binary_cross_entropy", dt, None) for dt in FLOATS}),
 }
 
 
@@ -158,8 +164,8 @@ def test_correct_port_passes_everything_it_declares_through_the_cli(ports, port_
     declared = {k for k, r in by.items() if r["declared"]}
     assert declared == set(declared_targets(port_backend("correct")))
     # focal 3 dtypes x 3 modes, BCE clamp x 3, NLL x 3, FLCE 2 halves x 2 modes, the vocabulary-parallel
-    # max/sum 2 halves and loss 3 dtypes
-    assert len(declared) == 24
+    # max/sum 2 halves and loss 3 dtypes; the NLL and BCE forward 3 dtypes each (issue #30)
+    assert len(declared) == 30
     assert all(by[k]["status"] == "pass" and by[k]["examples"] > MAX_EXAMPLES for k in declared)
     undeclared = {k: r["status"] for k, r in by.items() if not r["declared"]}
     assert all(s == "refused" for k, s in undeclared.items() if k[1] == "float64" or k[0] == FLCE)
@@ -193,7 +199,8 @@ def test_a_port_without_an_operator_reports_it_not_implemented(ports):
             f"{emulator_library_path()} (not the first library given)") in origin
     assert f"aclnnXlossSigmoidFocalLoss, aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, " \
            f"aclnnFusedLinearCrossEntropyLossGrad, aclnnFusedLinearOnlineMaxSum, " \
-           f"aclnnFusedCrossEntropyLossWithMaxSum from {ports['no_focal_backward']}" in origin
+           f"aclnnFusedCrossEntropyLossWithMaxSum, aclnnNLLLoss, aclnnNLLLoss2d, aclnnBinaryCrossEntropy from " \
+           f"{ports['no_focal_backward']}" in origin
 
 
 def test_port_executors_are_the_runtimes_and_views_go_through_the_accessors(port_backend):

@@ -60,13 +60,15 @@ FULL = os.environ.get("XLOSS_FT78NE_PORTS_FULL") == "1"
 
 FOCAL, BCE, NLL, FLCE = "focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad"
 MAX_SUM, LOSS = "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum"
+NLL_FWD, BCE_FWD = "nll_loss", "binary_cross_entropy"  # issue #30
 F16, F32 = "float16", "float32"
 
 #: what the correct port declares on mt7004: fp_ for all seven operators, hp_ for all but FLCE
 DECLARED = frozenset({(BCE, F16, "add"), (BCE, F32, "add"), (NLL, F16, None), (NLL, F32, None),
                       (FLCE, F32, "softmax"), (FLCE, F32, "recompute")}
                      | {(FOCAL, d, m) for d in (F16, F32) for m in ("forward", "grad", "forward+grad")}
-                     | {(k, d, None) for k in (MAX_SUM, LOSS) for d in (F16, F32)})
+                     | {(k, d, None) for k in (MAX_SUM, LOSS) for d in (F16, F32)}
+                     | {(k, d, None) for k in (NLL_FWD, BCE_FWD) for d in (F16, F32)})
 #: the float16 targets with a float16 output (the vocabulary-parallel loss reads half logits, writes floats)
 HALF_OUT = frozenset(t for t in DECLARED if t[1] == F16 and t[0] != LOSS)
 
@@ -104,6 +106,15 @@ BUGS = [
          "float -> half in the converter's round-toward-zero mode, not nearest-even"),
     _bug("focal_gamma_sign", _focal("grad", "forward+grad"),
          "focal gradient's gamma term uses (2y - 1) for d q / d p = (1 - 2y)"),
+    # the forward pages (issue #30)
+    _bug("nllf_mean_by_batch", {(NLL_FWD, F16, None), (NLL_FWD, F32, None)},
+         "nllloss mean divides by batch_size where the page divides by the weight sum"),
+    _bug("nllf_total_weight_count", {(NLL_FWD, F16, None), (NLL_FWD, F32, None)},
+         "nllloss total_weight counts the rows instead of adding their class weights"),
+    _bug("bcef_log_unclamped", {(BCE_FWD, F16, None), (BCE_FWD, F32, None)},
+         "binarycrossentropy without the -100 clamp of the logs (inf at probabilities 0 and 1)"),
+    _bug("bcef_weight_none_only", {(BCE_FWD, F16, None), (BCE_FWD, F32, None)},
+         "binarycrossentropy weighs the stored element losses but sums the unweighted ones"),
 ]
 
 

@@ -1,8 +1,8 @@
-"""Binary cross entropy on probabilities, with its backward on an xloss backend.
+"""Binary cross entropy on probabilities, forward and backward on an xloss backend.
 
-Both run as ``torch.library`` custom ops (:mod:`xloss.kernels.bce.torch_ops`). The forward is PyTorch's
-formula (``-w (y log x + (1-y) log(1-x))``, each log clamped at
--100) computed in float32 or wider; it saves the inputs, and the backward is
+Both run as ``torch.library`` custom ops (:mod:`xloss.kernels.bce.torch_ops`). The forward is
+``xloss.binary_cross_entropy`` (PyTorch's ``-w (y log x + (1-y) log(1-x))``, each log clamped at
+-100, summed in float32 or wider); it saves the inputs, and the backward is
 ``xloss.bce_grad``: ``g * w * (x - y) / max(x(1-x), eps)`` (``eps_mode="clamp"``, PyTorch and
 Ascend) or ``/ (x(1-x) + eps)`` (``"add"``, the FT78NE/MT7004 form).
 """
@@ -28,7 +28,7 @@ class _BinaryCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y, weight, reduction, eps, eps_mode, backend):
-        return ops.call(bce_ops.binary_cross_entropy, x, y, weight, reduction)
+        return ops.call(bce_ops.binary_cross_entropy, x, y, weight, reduction, backend)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -95,10 +95,10 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
     # under CPU autocast: float32, as torch's binary_cross_entropy gives
     input, target, weight = (checks.autocast_float32(t) for t in (input, target, weight))
     # the [0, 1] check needs the data: it runs inside the op (no graph break under torch.compile)
+    key = ops.backend_key(backend)
     if not checks.wants_derivative(input):
-        return ops.call(bce_ops.binary_cross_entropy, input, target, weight, reduction)
-    return _BinaryCrossEntropy.call(input, target.detach(), weight, reduction, eps, eps_mode,
-                                     ops.backend_key(backend))
+        return ops.call(bce_ops.binary_cross_entropy, input, target, weight, reduction, key)
+    return _BinaryCrossEntropy.call(input, target.detach(), weight, reduction, eps, eps_mode, key)
 
 
 class BCELoss(torch.nn.Module):

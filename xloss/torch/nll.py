@@ -1,9 +1,11 @@
-"""Negative log-likelihood loss with its backward on an xloss backend (``xloss.nll_loss_grad``).
+"""Negative log-likelihood loss, forward (``xloss.nll_loss``) and backward (``xloss.nll_loss_grad``) on an
+xloss backend.
 
-The forward gathers ``-weight[t] * input[i, t]`` (rows whose target is ``ignore_index`` give 0)
-in float32 or wider and remembers ``total_weight`` (the sum of ``weight[t]`` over rows not
-ignored) for ``mean``; the backward hands both to the kernel, which writes the one nonzero
-per row.
+The forward kernel gathers ``-weight[t] * input[i, t]`` (rows whose target is ``ignore_index`` give 0),
+summing in float32 or wider, and returns ``total_weight`` (the sum of ``weight[t]`` over rows not
+ignored) for ``mean``; the backward hands both to the kernel, which writes the one nonzero per row.
+(N, C, d1, ..., dk) input runs the forward kernel as it is; with a gradient, the class axis is moved
+last first (every position a row), as the backward kernel takes (N, C).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class _NLLLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(x, target, weight, ignore_index, reduction, backend):
-        return ops.call(nll_ops.nll_loss_forward, x, target, weight, ignore_index, reduction)
+        return ops.call(nll_ops.nll_loss_forward, x, target, weight, ignore_index, reduction, backend)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -51,16 +53,16 @@ class _NLLLoss(torch.autograd.Function):
         """Forward mode: the loss is linear in the input, so its tangent is the same forward applied
         to ``t_x`` (same targets, weights and ``mean`` divisor); total_weight has none."""
         target, weight = ctx.saved_tensors
-        ignore_index, reduction, _ = ctx.params
+        ignore_index, reduction, backend = ctx.params
         if t_x is None:
             return None, None
-        return ops.call(nll_ops.nll_loss_forward, t_x, target, weight, ignore_index, reduction)[0], None
+        return ops.call(nll_ops.nll_loss_forward, t_x, target, weight, ignore_index, reduction, backend)[0], None
 
 
 def _nll_2d(input, target, weight, ignore_index, reduction, key):
     if checks.wants_derivative(input):
         return _NLLLoss.call(input, target, weight, ignore_index, reduction, key)[0]
-    return ops.call(nll_ops.nll_loss_forward, input, target, weight, ignore_index, reduction)[0]
+    return ops.call(nll_ops.nll_loss_forward, input, target, weight, ignore_index, reduction, key)[0]
 
 
 def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean", *, backend=None):
@@ -90,7 +92,7 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: st
     reduction = checks.reduction(reduction)
     input, weight = checks.autocast_float32(input), checks.autocast_float32(weight)  # as torch's, under autocast
     key = ops.backend_key(backend)
-    if input.ndim <= 2:
+    if input.ndim <= 2 or not checks.wants_derivative(input):
         return _nll_2d(input, target, weight, ignore_index, reduction, key)
     # (N, C, d1, ..., dk): the class axis last, every position a row, as PyTorch defines it
     rows = input.movedim(1, -1).reshape(-1, classes)

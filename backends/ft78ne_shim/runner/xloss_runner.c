@@ -27,9 +27,11 @@
 
 #include "runner_config.h"
 
+#include "binarycrossentropy.h"
 #include "ft78ne.h"
 #include "fusedcrossentropylosswithmaxsum.h"
 #include "fusedlinearonlinemaxsum.h"
+#include "nllloss.h"
 
 #if XLOSS_RUNNER_ERRORS || XLOSS_RUNNER_CHIP || XLOSS_RUNNER_PRIVATE
 #include "ft78ne_emu.h"
@@ -305,6 +307,18 @@ static int dispatch(const Call *c) {
         sym((T *)P(0), (T *)P(1), (int *)P(2), (T *)P(3), (T *)P(4), (T *)P(5), I(6), I(7), I(8)); \
         return 0;                                                                                  \
     }
+#define NLLF_S(sym, T)                                                                        \
+    if (IS(sym)) {                                                                            \
+        sym((T *)P(0), (int *)P(1), (T *)P(2), (T *)P(3), (T *)P(4), I(5), I(6), I(7), I(8)); \
+        return 0;                                                                             \
+    }
+#define NLLF_P(sym, T)                                                                  \
+    if (IS(sym)) {                                                                      \
+        sym((T *)P(0), (int *)P(1), (T *)P(2), (T *)P(3), (T *)P(4), I(5), I(6), I(7)); \
+        return 0;                                                                       \
+    }
+#define BCEF_S(sym, T) BCE_S(sym, T)
+#define BCEF_P(sym, T) BCE_P(sym, T)
 #define FLCE(sym, T)                                                                                                  \
     if (IS(sym)) {                                                                                                    \
         sym(I(0), I(1), I(2), (float *)P(3), (T *)P(4), (T *)P(5), (unsigned char *)P(6), (int *)P(7), (float *)P(8), \

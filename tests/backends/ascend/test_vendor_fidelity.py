@@ -337,3 +337,102 @@ def test_flce_takes_nd_only(session, abi, ops, name):
     st, _, ex = abi.phase_one(op, *d.values())
     assert st == INVALID and ex == abi.NULL and "only ND" in abi.message(), abi.message()
     assert abi.lib.aclDestroyTensor(d[name]) == 0
+
+
+# ---- issue #30: aclnnNLLLoss, aclnnNLLLoss2d (ops-nn loss/nll_loss/op_api), aclnnBinaryCrossEntropy ------------
+
+#: the vendor's prototypes (ops-nn docs aclnnNLLLoss.md, aclnnNLLLoss2d.md, aclnnBinaryCrossEntropy.md): argument
+#: types and names in order, before workspaceSize and executor
+VENDOR_FORWARD_PROTOTYPES = {
+    "aclnnNLLLossGetWorkspaceSize": "const aclTensor *self, const aclTensor *target, const aclTensor *weight, "
+                                    "int64_t reduction, int64_t ignoreIndex, aclTensor *out, "
+                                    "aclTensor *totalWeightOut, uint64_t *workspaceSize, aclOpExecutor **executor",
+    "aclnnNLLLoss2dGetWorkspaceSize": "const aclTensor *self, const aclTensor *target, const aclTensor *weight, "
+                                      "int64_t reduction, int64_t ignoreIndex, aclTensor *out, "
+                                      "aclTensor *totalWeightOut, uint64_t *workspaceSize, aclOpExecutor **executor",
+    "aclnnBinaryCrossEntropyGetWorkspaceSize": "const aclTensor *self, const aclTensor *target, "
+                                               "const aclTensor *weight, int64_t reduction, aclTensor *out, "
+                                               "uint64_t *workspaceSize, aclOpExecutor **executor",
+    **{op: "void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream"
+       for op in ("aclnnNLLLoss", "aclnnNLLLoss2d", "aclnnBinaryCrossEntropy")},
+}
+
+
+def test_forward_prototypes_are_the_vendors():
+    """The headers' prototypes, whitespace aside, are the ones ops-nn documents."""
+    import re
+    from pathlib import Path
+
+    text = " ".join(p.read_text() for p in (Path(C.INCLUDE) / "aclnnop").glob("*.h"))
+    text = re.sub(r"\s+", " ", re.sub(r"/\*.*?\*/", " ", text, flags=re.S))
+    for name, params in VENDOR_FORWARD_PROTOTYPES.items():
+        m = re.search(rf"aclnnStatus {name}\((.*?)\);", text)
+        assert m, name
+        assert re.sub(r"\s*\*\s*", " *", m.group(1)).strip() == re.sub(r"\s*\*\s*", " *", params), name
+
+
+def _nll_fwd(s, op, x, t, *, reduction, weight=True, out_shape=None):
+    dt = x.dtype
+    classes = x.shape[1] if x.ndim >= 2 else x.shape[0]
+    w = np.linspace(0.5, 2.0, classes).astype(dt)
+    out_shape = out_shape or (np.shape(t) if reduction == 0 and x.ndim >= 2 else (1,))
+    to, bo = s.empty(out_shape, dt)
+    ttw, btw = s.empty((1,), dt)
+    args = (s.put(x)[0], s.put(np.asarray(t, np.int64))[0], s.put(w)[0] if weight else s.ffi.NULL, reduction, -100,
+            to, ttw)
+    return args, (bo, out_shape), (btw, (1,)), w
+
+
+def test_nll_forward_weight_is_required(session, abi):
+    """CheckNotNull: weight NULL is 161001 (the op has no optional weight: callers pass ones)."""
+    args, *_ = _nll_fwd(session, "aclnnNLLLoss", -np.ones((2, 3), np.float32), [0, 1], reduction=1, weight=False)
+    st, _, ex = abi.phase_one("aclnnNLLLoss", *args)
+    assert st == NULLPTR and ex == abi.NULL
+
+
+def test_nll_forward_total_weight_for_reductions_only(session):
+    """totalWeightOut is copied out for reductions 1 and 2 only: for 0 it keeps what it held."""
+    x = -np.random.default_rng(4).random((4, 3)).astype(np.float32)
+    t = [0, 2, -100, 1]
+    results = {}
+    for reduction in (0, 1, 2):
+        args, (bo, oshape), (btw, _), w = _nll_fwd(session, "aclnnNLLLoss", x, t, reduction=reduction)
+        session.upload(np.full(1, 7.0, np.float32), btw)
+        session.run("aclnnNLLLoss", *args)
+        results[reduction] = (session.download(bo, oshape, np.float32), session.download(btw, (1,), np.float32))
+    want_w = np.float32(w[0] + w[2] + w[1])
+    assert results[0][1][0] == 7.0  # untouched
+    assert results[1][1][0] == results[2][1][0] == want_w
+    per_row = -np.array([w[0] * x[0, 0], w[2] * x[1, 2], 0.0, w[1] * x[3, 1]], np.float32)
+    np.testing.assert_array_equal(results[0][0], per_row)
+    np.testing.assert_allclose(results[2][0][0], per_row.sum(), rtol=1e-6)
+    np.testing.assert_allclose(results[1][0][0], per_row.sum() / want_w, rtol=1e-6)
+
+
+def test_nll_forward_empty_self_fills_nan_or_zero(session):
+    """NLLLossEmptyTensorCompute: mean NaN, sum 0, totalWeight 0; no kernel."""
+    for reduction, want in ((1, np.nan), (2, 0.0)):
+        args, (bo, oshape), (btw, _), _ = _nll_fwd(session, "aclnnNLLLoss", np.zeros((0, 3), np.float32),
+                                                   np.zeros(0, np.int64), reduction=reduction)
+        session.run("aclnnNLLLoss", *args)
+        np.testing.assert_array_equal(session.download(bo, oshape, np.float32), [want])
+        assert session.download(btw, (1,), np.float32)[0] == 0.0
+
+
+@pytest.mark.parametrize("op, shape, tshape", [("aclnnNLLLoss", (2, 3, 4), (2, 4)),
+                                               ("aclnnNLLLoss2d", (2, 3, 4), (2, 4)),
+                                               ("aclnnNLLLoss2d", (2, 3, 4, 1), (2, 4))])
+def test_nll_forward_shape_rules_are_161002(session, abi, op, shape, tshape):
+    """CheckShape: NLLLoss takes 1-D or 2-D self; NLLLoss2d 4-D self with a 3-D target (N, H, W)."""
+    args, *_ = _nll_fwd(session, op, -np.ones(shape, np.float32), np.zeros(tshape, np.int64), reduction=1)
+    st, _, ex = abi.phase_one(op, *args)
+    assert st == INVALID and ex == abi.NULL
+
+
+def test_bce_forward_weight_must_have_selfs_shape(session, abi):
+    """The vendor page: target and weight of self's shape (no broadcast; the adapter materialises one)."""
+    x = np.full((2, 3), 0.5, np.float32)
+    to, _ = session.empty((1,), np.float32)
+    st, _, ex = abi.phase_one("aclnnBinaryCrossEntropy", session.put(x)[0], session.put(x)[0],
+                              session.put(np.ones(3, np.float32))[0], 1, to)
+    assert st == INVALID and ex == abi.NULL

@@ -37,7 +37,8 @@ EMU = ROOT / "backends" / "ascend_aclnn"
 INCLUDE = EMU / "include"
 
 PORT_SOURCES = [HERE / n for n in ("port_common.c", "port_focal.c", "port_focal_drivingsdk.c", "port_bce.c",
-                                   "port_nll.c", "port_flce.c", "port_vocab_parallel.c")]
+                                   "port_nll.c", "port_flce.c", "port_vocab_parallel.c",
+                                   "port_loss_forward.c")]  # NLL and BCE forward (issue #30)
 PORT_HEADERS = [HERE / "port.h", HERE.parent / "pairwise.h"]
 
 # The emulator's flags: FUNC_VISIBILITY + -fvisibility=hidden export exactly the ACL_FUNC_VISIBILITY
@@ -79,6 +80,11 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "vp_padding_set": ("BUG_VP_PADDING_SET",),  # the mask's padding bits always set (not target 0's mask)
     "vp_pred_unshifted": ("BUG_VP_PRED_UNSHIFTED",),  # the predicted logit not relative to the max
     "vp_softmax_half_inv": ("BUG_VP_SOFTMAX_HALF_INV",),  # softmax times a FLOAT16 1/sum
+    # the NLL and BCE forward (issue #30): the vendor pages read the way an outside port author errs
+    "nllf_mean_by_n": ("BUG_NLLF_MEAN_BY_N",),  # mean over the positions, not the total weight
+    "nllf_ignored_in_total": ("BUG_NLLF_IGNORED_IN_TOTAL",),  # ignored positions' class weight in the total
+    "bcef_log_unclamped": ("BUG_BCEF_LOG_UNCLAMPED",),  # no -100 clamp of the logs
+    "bcef_mean_by_weight_sum": ("BUG_BCEF_MEAN_BY_WEIGHT_SUM",),  # a weighted mean
 }
 
 #: hostile ports (tests/ports/test_hostile_ports.py): correct numbers, but each breaks the process or the

@@ -31,7 +31,9 @@ INCLUDE = SHIM_DIR / "include"
 SHIM = "libxloss_ft78ne_private.so"
 HEADER = HERE / "port.h"
 VOCAB_PARALLEL = ("fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum")
-ALL_KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad", *VOCAB_PARALLEL)
+LOSS_FORWARD = ("nll_loss", "binary_cross_entropy")  # issue #30
+ALL_KERNELS = ("focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad", *VOCAB_PARALLEL,
+               *LOSS_FORWARD)
 #: source -> the xloss kernels whose entry points it holds (port_common.c serves all of them)
 SOURCES = {
     "port_common.c": ALL_KERNELS,
@@ -40,6 +42,7 @@ SOURCES = {
     "nll.c": ("nll_loss_grad",),
     "flce.c": ("fused_linear_cross_entropy_grad",),
     "vocab_parallel.c": VOCAB_PARALLEL,
+    "loss_forward.c": LOSS_FORWARD,
 }
 # -O1: these are test subjects; compile time matters more than speed
 CFLAGS = ("-std=c11", "-O1", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror", "-Wdouble-promotion")
@@ -70,6 +73,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "vp_sum_unshifted": (("BUG_VP_SUM_UNSHIFTED",), ()),  # exp overflows without the max shift
     "vp_masked_target_kept": (("BUG_VP_MASKED_TARGET_KEPT",), ()),
     "vp_loss_half": (("BUG_VP_LOSS_HALF",), ()),
+    # the NLL and BCE forward (issue #30)
+    "nllf_mean_by_batch": (("BUG_NLLF_MEAN_BY_BATCH",), ()),
+    "nllf_total_weight_count": (("BUG_NLLF_TOTAL_WEIGHT_COUNT",), ()),
+    "bcef_log_unclamped": (("BUG_BCEF_LOG_UNCLAMPED",), ()),
+    "bcef_weight_none_only": (("BUG_BCEF_WEIGHT_NONE_ONLY",), ()),
 }
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op
 
-from xloss.errors import XLossValueError
+from xloss.errors import UnsupportedRequestError, XLossValueError
 from xloss.torch.ops import backend_of, compute_dtype, register_op, scalar_or
 
 from .api import bce_grad
+from .api import binary_cross_entropy as forward_api
 
 
 def _check_probabilities(x: torch.Tensor) -> None:
@@ -29,9 +30,17 @@ def _reduce(values: torch.Tensor, reduction: str, dtype: torch.dtype) -> torch.T
 
 @custom_op("xloss::binary_cross_entropy", mutates_args=())
 def binary_cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
-                         reduction: str) -> torch.Tensor:
-    """PyTorch's formula (each log clamped at -100) in float32 or wider; checks the [0, 1] domain."""
+                         reduction: str, backend: str | None = None) -> torch.Tensor:
+    """The forward kernel on the backend (``xloss.binary_cross_entropy``); checks the [0, 1] domain."""
     _check_probabilities(input)
+    try:
+        return forward_api(input, target, weight=weight, reduction=reduction, backend=backend_of(backend))
+    except UnsupportedRequestError:  # a backend without the forward kernel: PyTorch's formula, as before it
+        return _formula(input, target, weight, reduction)
+
+
+def _formula(input, target, weight, reduction):
+    """PyTorch's formula (each log clamped at -100) in float32 or wider, for backends without the forward kernel."""
     cdt = compute_dtype(input.dtype)
     x, y = input.to(cdt), target.to(cdt)
     loss = -(y * torch.log(x).clamp_min(-100.0) + (1.0 - y) * torch.log1p(-x).clamp_min(-100.0))
@@ -41,7 +50,7 @@ def binary_cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torc
 
 
 @binary_cross_entropy.register_fake
-def _(input, target, weight, reduction):
+def _(input, target, weight, reduction, backend=None):
     return input.new_empty(input.shape if reduction == "none" else ())
 
 

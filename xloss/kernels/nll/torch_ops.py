@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op
 
+from xloss.errors import UnsupportedRequestError
 from xloss.torch.ops import backend_of, check_class_indices, compute_dtype, register_op, scalar_or
 
 from . import api
@@ -13,19 +14,29 @@ from . import api
 
 @custom_op("xloss::nll_loss_forward", mutates_args=())
 def nll_loss_forward(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
-                     reduction: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(loss, total_weight)`` for (N, C) or (C) input; total_weight (float64, 0-d) is the sum of
-    the weights of the rows not ignored, the divisor of ``mean``. Checks the class indices."""
-    classes = input.shape[-1]
-    check_class_indices(target, classes, ignore_index)
+                     reduction: str, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, total_weight)`` of (C), (N, C) or (N, C, d1, ..., dk) input on the backend (``xloss.nll_loss``);
+    total_weight (0-d, float64 here) is the divisor of ``mean``, the sum of the weights of the positions not
+    ignored (the kernel's, in input's dtype; 0 for ``none`` on batched input). Checks the class indices."""
+    check_class_indices(target, input.shape[1] if input.ndim >= 2 else input.shape[-1], ignore_index)
+    try:
+        loss, total_weight = api.nll_loss(input, target, weight=weight, reduction=reduction,
+                                          ignore_index=ignore_index, backend=backend_of(backend))
+    except UnsupportedRequestError:  # a backend without the forward kernel: PyTorch's formula, as before it
+        return _formula(input, target, weight, ignore_index, reduction)
+    return loss, total_weight.to(torch.float64)
+
+
+def _formula(input, target, weight, ignore_index, reduction):
+    """The forward in torch operations (float32 or wider), for backends that implement only the backward."""
+    classes = input.shape[1] if input.ndim >= 2 else input.shape[0]
     cdt = compute_dtype(input.dtype)
-    x2 = input.reshape(1, -1) if input.ndim == 1 else input
+    rows = input.reshape(1, -1) if input.ndim == 1 else input.movedim(1, -1).reshape(-1, classes)
     t = target.reshape(-1).to(torch.int64)
     valid = t != ignore_index
     safe = torch.where(valid, t, 0)
     w_t = valid.to(cdt) if weight is None else torch.where(valid, weight.to(cdt)[safe], 0.0)
-    picked = x2.gather(1, safe[:, None]).squeeze(1).to(cdt)
-    per_row = torch.where(valid, -w_t * picked, 0.0)
+    per_row = torch.where(valid, -w_t * rows.gather(1, safe[:, None]).squeeze(1).to(cdt), 0.0)
     total_weight = w_t.sum(dtype=torch.float64)
     if reduction == "none":
         return per_row.reshape(target.shape).to(input.dtype), total_weight
@@ -36,7 +47,7 @@ def nll_loss_forward(input: torch.Tensor, target: torch.Tensor, weight: torch.Te
 
 
 @nll_loss_forward.register_fake
-def _(input, target, weight, ignore_index, reduction):
+def _(input, target, weight, ignore_index, reduction, backend=None):
     loss = input.new_empty(target.shape if reduction == "none" else ())
     return loss, input.new_empty((), dtype=torch.float64)
 
