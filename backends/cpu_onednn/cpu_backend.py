@@ -33,6 +33,11 @@ _CAPS = {
     "fused_cross_entropy_loss_with_max_sum": KernelCaps.declare("fused_cross_entropy_loss_with_max_sum",
                                                                 dtypes=_ALL_DTYPES),
 }
+# -- cross entropy (xloss/kernels/cross_entropy)
+_CAPS["cross_entropy_loss"] = KernelCaps.declare(
+    "cross_entropy_loss", dtypes=_ALL_DTYPES,
+    notes="one pass per row (online max/sum in float32, float64 for float64); row terms reduced in float64")
+_CAPS["cross_entropy_loss_grad"] = KernelCaps.declare("cross_entropy_loss_grad", dtypes=_ALL_DTYPES)
 
 #: kernel -> (module, function): ``function(args, backend)`` writes the kernel's outputs
 _IMPLEMENTATIONS = {
@@ -43,6 +48,9 @@ _IMPLEMENTATIONS = {
     "fused_linear_online_max_sum": ("vocab_parallel", "online_max_sum"),
     "fused_cross_entropy_loss_with_max_sum": ("vocab_parallel", "loss_with_max_sum"),
 }
+# -- cross entropy (xloss/kernels/cross_entropy)
+_IMPLEMENTATIONS["cross_entropy_loss"] = ("cross_entropy", "forward")
+_IMPLEMENTATIONS["cross_entropy_loss_grad"] = ("cross_entropy", "backward")
 
 _load_lock = threading.Lock()
 _kernels = None

@@ -9,6 +9,7 @@ import numpy as np
 from ... import reference as ref
 from ...backend import Backend, KernelCaps
 from ...dtypes import FLOAT_DTYPES
+from ...reference.cross_entropy_loss import cross_entropy_loss, cross_entropy_loss_grad
 
 _ALL = tuple(FLOAT_DTYPES)
 
@@ -31,6 +32,8 @@ class ReferenceBackend(Backend):
             "fused_linear_online_max_sum": KernelCaps.declare("fused_linear_online_max_sum", dtypes=_ALL),
             "fused_cross_entropy_loss_with_max_sum": KernelCaps.declare("fused_cross_entropy_loss_with_max_sum",
                                                                         dtypes=_ALL),
+            "cross_entropy_loss": KernelCaps.declare("cross_entropy_loss", dtypes=_ALL),
+            "cross_entropy_loss_grad": KernelCaps.declare("cross_entropy_loss_grad", dtypes=_ALL),
         }
 
     def focal_loss(self, a):
@@ -73,6 +76,20 @@ class ReferenceBackend(Backend):
         _store(a.loss_out, loss)
         if a.softmax_out is not None:
             _store(a.softmax_out, softmax)
+
+    def cross_entropy_loss(self, a):
+        r = cross_entropy_loss(a.input, a.target, weight=a.weight, reduction=a.reduction, ignore_index=a.ignore_index,
+                               label_smoothing=a.label_smoothing, lse_square_scale_for_zloss=a.zloss_scale)
+        for out, value in ((a.loss_out, r.loss), (a.log_prob_out, r.log_prob), (a.zloss_out, r.zloss),
+                           (a.lse_out, r.lse)):
+            if out is not None:
+                _store(out, value)
+
+    def cross_entropy_loss_grad(self, a):
+        _store(a.out, cross_entropy_loss_grad(a.grad, a.log_prob, a.target, weight=a.weight, reduction=a.reduction,
+                                              ignore_index=a.ignore_index, label_smoothing=a.label_smoothing,
+                                              lse_square_scale_for_zloss=a.zloss_scale, grad_zloss=a.grad_zloss,
+                                              lse_for_zloss=a.lse_for_zloss))
 
 
 def make_backend(**options) -> ReferenceBackend:
