@@ -39,7 +39,7 @@ def _logits(obj, name: str) -> tuple[np.ndarray, np.ndarray]:
     return raw, contiguous(raw, name)
 
 
-def _target(target, rows: int, classes: int, ignore_index: int, shape) -> np.ndarray:
+def _target(target, rows: int, classes: int, ignore_index: int, shape, of: str) -> np.ndarray:
     t = to_numpy(target, "target")
     if t.dtype.kind == "f" or float_name(t.dtype) is not None:
         raise XLossTypeError(f"target must hold class indices (int64 or int32); got {t.dtype} (probability "
@@ -47,7 +47,7 @@ def _target(target, rows: int, classes: int, ignore_index: int, shape) -> np.nda
     if t.dtype.name not in TARGET_DTYPES:
         raise XLossTypeError(f"target must have dtype int64 or int32; got {t.dtype}")
     if t.shape != (rows,):
-        raise XLossValueError(f"target must have shape ({rows},) for input of shape {shape_text(shape)}; got "
+        raise XLossValueError(f"target must have shape ({rows},) for {of} of shape {shape_text(shape)}; got "
                               f"{shape_text(t.shape)}")
     t = contiguous(t, "target")
     class_indices(t, classes, ignore_index)
@@ -82,7 +82,7 @@ def cross_entropy_args(input, target, *, weight, reduction, ignore_index, label_
     raw, x = _logits(input, "input")
     (n, c), dt = x.shape, x.dtype
     ignore_index = integer(ignore_index, "ignore_index")
-    t = _target(target, n, c, ignore_index, x.shape)
+    t = _target(target, n, c, ignore_index, x.shape, "input")
     reduction = reduction_name(reduction)
     ls, scale = _smoothing(label_smoothing), _zloss_scale(lse_square_scale_for_zloss)
     if not isinstance(return_zloss, bool) or not isinstance(return_log_prob, bool):
@@ -107,7 +107,7 @@ def cross_entropy_grad_args(grad, log_prob, target, *, weight, reduction, ignore
     raw, lp = _logits(log_prob, "log_prob")
     (n, c), dt = lp.shape, lp.dtype
     ignore_index = integer(ignore_index, "ignore_index")
-    t = _target(target, n, c, ignore_index, lp.shape)
+    t = _target(target, n, c, ignore_index, lp.shape, "log_prob")
     reduction = reduction_name(reduction)
     ls, scale = _smoothing(label_smoothing), _zloss_scale(lse_square_scale_for_zloss)
     w = _weight(weight, c, dt)
