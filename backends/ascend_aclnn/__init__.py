@@ -25,7 +25,7 @@ from pathlib import Path
 from ...backend import Backend
 from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossTypeError, XLossValueError
-from . import bce, flce, focal, nll, vocab_parallel
+from . import bce, cross_entropy, flce, focal, nll, vocab_parallel
 from .operators import OPERATORS, declare
 from .runtime import GUARD_BYTES, LAYOUTS, AclRuntime, Session
 
@@ -184,6 +184,13 @@ class AscendBackend(Backend):
 
     def fused_cross_entropy_loss_with_max_sum(self, a):
         vocab_parallel.loss_with_max_sum(self, a)
+
+    # -- cross entropy (xloss/kernels/cross_entropy)
+    def cross_entropy_loss(self, a):
+        cross_entropy.cross_entropy_loss(self, a)
+
+    def cross_entropy_loss_grad(self, a):
+        cross_entropy.cross_entropy_loss_grad(self, a)
 
 
 class _DlInfo(ctypes.Structure):

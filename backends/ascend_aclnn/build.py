@@ -46,7 +46,7 @@ RUNTIME_LIBRARY = HERE / RUNTIME_FILENAME
 
 RUNTIME_SOURCES = ("runtime.c", "tensor.c", "executor.c", "cast.c")
 OPERATOR_SOURCES = ("view.c", "ops_elementwise.c", "ops_focal_drivingsdk.c", "ops_nll.c", "ops_flce.c",
-                    "ops_vocab_parallel.c")
+                    "ops_vocab_parallel.c", "ops_cross_entropy.c")
 
 # FUNC_VISIBILITY makes ACL_FUNC_VISIBILITY export exactly the ABI symbols under -fvisibility=hidden.
 DEFINES = ["-DFUNC_VISIBILITY", "-D_POSIX_C_SOURCE=200809L"]

@@ -36,6 +36,10 @@ LOSS_WITH_MAX_SUM = "aclnnFusedCrossEntropyLossWithMaxSum"
 
 OPERATORS = (XLOSS_FOCAL_FORWARD, XLOSS_FOCAL_BACKWARD, DS_FOCAL_FORWARD, DS_FOCAL_GRAD, BCE_BACKWARD,
              NLL_BACKWARD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM)
+# -- cross entropy (xloss/kernels/cross_entropy)
+CROSS_ENTROPY = "aclnnCrossEntropyLoss"
+CROSS_ENTROPY_GRAD = "aclnnCrossEntropyLossGrad"
+OPERATORS += (CROSS_ENTROPY, CROSS_ENTROPY_GRAD)
 
 FLOATS = ("float32", "float16", "bfloat16")
 HALVES = ("float16", "bfloat16")
@@ -85,6 +89,16 @@ TABLE = (
     Declaration("fused_cross_entropy_loss_with_max_sum", FLOATS, (LOSS_WITH_MAX_SUM,),
                 notes="aclnnFusedCrossEntropyLossWithMaxSum: float32 statistics and softmax; logits float32, "
                       "float16 or bfloat16"),
+)
+# -- cross entropy (xloss/kernels/cross_entropy): CANN computes no z-loss yet (its pages: lseSquareScaleForZloss
+# and returnZloss take no effect), and its grad takes INT64 targets only
+TABLE += (
+    Declaration("cross_entropy_loss", FLOATS, (CROSS_ENTROPY,), variants={"zloss": False},
+                notes="aclnnCrossEntropyLoss: FLOAT class weights, float32 arithmetic, no z-loss"),
+    Declaration("cross_entropy_loss_grad", FLOATS, (CROSS_ENTROPY_GRAD,),
+                variants={"zloss": False, "target_dtype": "int64"},
+                notes="aclnnCrossEntropyLossGrad: INT64 targets, FLOAT class weights, the upstream gradient in "
+                      "the dtype, no z-loss"),
 )
 
 
