@@ -32,7 +32,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     input = checks.float_tensor(input, "input", backend)
     target = checks.same_device(checks.tensor(target, "target", backend), "target", input, "input")
     reduction = checks.reduction(reduction)
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)):
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float, torch.SymFloat)):
         raise checks.XLossTypeError(f"label_smoothing must be a float; got {type(label_smoothing).__name__}")
     if not 0.0 <= label_smoothing <= 1.0:
         raise checks.XLossValueError(f"label_smoothing must lie in [0, 1]; got {label_smoothing}")
