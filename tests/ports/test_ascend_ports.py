@@ -37,6 +37,7 @@ FLOATS = ("float16", "bfloat16", "float32")
 HALVES = ("float16", "bfloat16")
 FOCAL_MODES = ("forward", "grad", "forward+grad")
 FLCE = "fused_linear_cross_entropy_grad"
+CE, CE_GRAD = "cross_entropy_loss", "cross_entropy_loss_grad"
 
 
 def focal(modes=FOCAL_MODES, dtypes=FLOATS) -> set:
@@ -90,6 +91,12 @@ SEEDED = {
     "flce_g_trunc": _bug((FLCE,), flce(), says="input_grad (G rounding bias)", max_numel=None),
     # DrivingSDK's focal ABI (binary targets only): the gradient weighs the classes the other way round
     "drivingsdk_grad_alpha_swapped": _bug(("focal_loss",), focal(("grad", "forward+grad"), ("float32",))),
+    # cross entropy: each bug in one of the two operators, every dtype the port declares
+    "ce_smooth_over_c_minus_1": _bug((CE,), {(CE, dt, None) for dt in FLOATS}),
+    "ce_mean_counts_ignored": _bug((CE,), {(CE, dt, None) for dt in FLOATS}),
+    "ce_no_max_shift": _bug((CE,), {(CE, dt, None) for dt in FLOATS}),
+    "ce_grad_smooth_unweighted": _bug((CE_GRAD,), {(CE_GRAD, dt, None) for dt in FLOATS}),
+    "ce_grad_mean_counts_ignored": _bug((CE_GRAD,), {(CE_GRAD, dt, None) for dt in FLOATS}),
 }
 
 
@@ -158,8 +165,8 @@ def test_correct_port_passes_everything_it_declares_through_the_cli(ports, port_
     declared = {k for k, r in by.items() if r["declared"]}
     assert declared == set(declared_targets(port_backend("correct")))
     # focal 3 dtypes x 3 modes, BCE clamp x 3, NLL x 3, FLCE 2 halves x 2 modes, the vocabulary-parallel
-    # max/sum 2 halves and loss 3 dtypes
-    assert len(declared) == 24
+    # max/sum 2 halves and loss 3 dtypes, cross entropy forward and grad x 3
+    assert len(declared) == 30
     assert all(by[k]["status"] == "pass" and by[k]["examples"] > MAX_EXAMPLES for k in declared)
     undeclared = {k: r["status"] for k, r in by.items() if not r["declared"]}
     assert all(s == "refused" for k, s in undeclared.items() if k[1] == "float64" or k[0] == FLCE)

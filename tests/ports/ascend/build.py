@@ -38,6 +38,7 @@ INCLUDE = EMU / "include"
 
 PORT_SOURCES = [HERE / n for n in ("port_common.c", "port_focal.c", "port_focal_drivingsdk.c", "port_bce.c",
                                    "port_nll.c", "port_flce.c", "port_vocab_parallel.c")]
+PORT_SOURCES += [HERE / "port_cross_entropy.c"]  # the cross-entropy family's operators
 PORT_HEADERS = [HERE / "port.h", HERE.parent / "pairwise.h"]
 
 # The emulator's flags: FUNC_VISIBILITY + -fvisibility=hidden export exactly the ACL_FUNC_VISIBILITY
@@ -79,6 +80,12 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "vp_padding_set": ("BUG_VP_PADDING_SET",),  # the mask's padding bits always set (not target 0's mask)
     "vp_pred_unshifted": ("BUG_VP_PRED_UNSHIFTED",),  # the predicted logit not relative to the max
     "vp_softmax_half_inv": ("BUG_VP_SOFTMAX_HALF_INV",),  # softmax times a FLOAT16 1/sum
+    # cross entropy (aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad) as an outside port author errs
+    "ce_smooth_over_c_minus_1": ("BUG_CE_SMOOTH_OVER_C_MINUS_1",),  # the smoothing mass over the C - 1 others
+    "ce_mean_counts_ignored": ("BUG_CE_MEAN_COUNTS_IGNORED",),  # the mean's divisor counts ignored rows
+    "ce_no_max_shift": ("BUG_CE_NO_MAX_SHIFT",),  # log-sum-exp without the max: overflow
+    "ce_grad_smooth_unweighted": ("BUG_CE_GRAD_SMOOTH_UNWEIGHTED",),  # the gradient's smoothing term unweighted
+    "ce_grad_mean_counts_ignored": ("BUG_CE_GRAD_MEAN_COUNTS_IGNORED",),  # the gradient's mean over N rows
 }
 
 #: hostile ports (tests/ports/test_hostile_ports.py): correct numbers, but each breaks the process or the
