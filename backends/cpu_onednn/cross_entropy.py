@@ -92,11 +92,15 @@ def forward_rows(x, classes, target, ignore_index, weight, smoothing, log_prob, 
 @njit(parallel=True, cache=True, error_model="numpy")
 def backward_rows(log_prob, classes, target, ignore_index, weight, a, b, s, out):
     """``out[i, c] = exp(log_prob[i, c]) * a[i] - s[i] * weight[c]``, minus ``b[i]`` at the target
-    column of a row not ignored (coefficients in the compute type)."""
+    column of a row not ignored (coefficients in the compute type); ``out`` may be ``log_prob``."""
     n = target.size
     for i in prange(n):
         base = i * classes
         ai, si = a[i], s[i]
+        t = target[np.uint64(i)]
+        kept = t != ignore_index
+        k = np.uint64(base + t) if kept else np.uint64(base)
+        lpt = load(log_prob, k)  # read before the row is written: out may be log_prob itself
         if si == 0:
             for j in range(classes):
                 store(out, np.uint64(base + j), vexp(load(log_prob, np.uint64(base + j))) * ai)
@@ -104,10 +108,8 @@ def backward_rows(log_prob, classes, target, ignore_index, weight, a, b, s, out)
             for j in range(classes):
                 store(out, np.uint64(base + j), vexp(load(log_prob, np.uint64(base + j))) * ai -
                       si * weight[np.uint64(j)])
-        t = target[np.uint64(i)]
-        if t != ignore_index:
-            k = np.uint64(base + t)
-            store(out, k, vexp(load(log_prob, k)) * ai - si * weight[np.uint64(t)] - b[i])
+        if kept:
+            store(out, k, vexp(lpt) * ai - si * weight[np.uint64(t)] - b[i])
 
 
 def _weights(weight, classes, cdt) -> np.ndarray:

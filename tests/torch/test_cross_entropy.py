@@ -99,3 +99,18 @@ def test_refuses_clearly(kw, exc, match):
     with pytest.raises(exc, match=match):
         xt.cross_entropy(**args)
     assert issubclass(exc, XLossError)
+
+
+def test_the_backward_may_overwrite_the_log_probabilities_in_place():
+    import numpy as np
+
+    import xloss
+
+    rng = np.random.default_rng(5)
+    x, t = rng.normal(0, 2, (6, 40)).astype(np.float32), np.array([0, 39, -100, 7, 7, 1])
+    lp = xloss.cross_entropy_loss(x, t, backend="cpu").log_prob
+    want = xloss.cross_entropy_loss_grad(0.5, lp, t, label_smoothing=0.1, backend="cpu")
+    got = xloss.cross_entropy_loss_grad(0.5, lp, t, label_smoothing=0.1, backend="cpu", out=lp)
+    assert got is lp and np.array_equal(got, want)
+    with pytest.raises(XLossValueError, match="out overlaps input log_prob"):
+        xloss.cross_entropy_loss_grad(0.5, lp[1:], t[1:], backend="cpu", out=lp[:-1])

@@ -49,7 +49,8 @@ def cross_entropy_loss_grad(grad, log_prob, target, *, weight=None, reduction="m
                             backend=None, out=None):
     """d loss / d input (N, C) of :func:`cross_entropy_loss` from its ``log_prob``, times the upstream
     ``grad`` ((N) for ``none``, else a scalar); with a z-loss, ``lse_for_zloss`` (the forward's) and
-    optionally ``grad_zloss``, the upstream gradient of the separate z-loss output."""
+    optionally ``grad_zloss``, the upstream gradient of the separate z-loss output. ``out`` may be
+    ``log_prob`` itself: the gradient then overwrites the log-probabilities in place."""
     a = cross_entropy_grad_args(grad, log_prob, target, weight=weight, reduction=reduction, ignore_index=ignore_index,
                                 label_smoothing=label_smoothing, lse_square_scale_for_zloss=lse_square_scale_for_zloss,
                                 grad_zloss=grad_zloss, lse_for_zloss=lse_for_zloss, out=out)

@@ -101,6 +101,16 @@ def cross_entropy_args(input, target, *, weight, reduction, ignore_index, label_
                             zloss_out=zloss, lse_out=lse)
 
 
+def _same_buffer(out, log_prob: np.ndarray) -> bool:
+    """``out`` is ``log_prob``'s very memory (the backward in place: each element is read before it is
+    written, on every backend); a partial overlap is still refused."""
+    if out is None:
+        return False
+    o = to_numpy(out, "out")
+    return (o.shape == log_prob.shape and o.dtype == log_prob.dtype and o.strides == log_prob.strides
+            and o.__array_interface__["data"][0] == log_prob.__array_interface__["data"][0])
+
+
 @one_call
 def cross_entropy_grad_args(grad, log_prob, target, *, weight, reduction, ignore_index, label_smoothing,
                             lse_square_scale_for_zloss, grad_zloss, lse_for_zloss, out=None) -> CrossEntropyGradArgs:
@@ -122,7 +132,7 @@ def cross_entropy_grad_args(grad, log_prob, target, *, weight, reduction, ignore
         lse = None  # unused without a z-loss (as CANN's: the optional inputs take no part)
         gz = None
     arrays = {"grad": g, "grad_zloss": gz}
-    inputs = {"log_prob": raw, "target": t, "weight": w, "lse_for_zloss": lse,
+    inputs = {"log_prob": None if _same_buffer(out, lp) else raw, "target": t, "weight": w, "lse_for_zloss": lse,
               **{k: v if isinstance(v, np.ndarray) else None for k, v in arrays.items()}}
     return CrossEntropyGradArgs(grad=g, log_prob=lp, target=t, weight=w, grad_zloss=gz, lse_for_zloss=lse,
                                 reduction=reduction, ignore_index=ignore_index, label_smoothing=ls,
