@@ -120,3 +120,14 @@ def cross_entropy_loss_grad(grad, log_prob, target, *, weight=None, reduction="m
             g_lse = np.where(keep, 2.0 * lse_square_scale_for_zloss * lse * gz / dz, 0.0)
             out = out + p * g_lse[:, None]
     return out
+
+
+def softmax_cross_entropy_with_logits(features, labels) -> tuple[np.ndarray, np.ndarray]:
+    """Dense-label cross entropy (TensorFlow's and CANN's aclnnSoftmaxCrossEntropyWithLogits):
+    ``loss_n = -sum_c labels_nc * log_softmax(features)_nc`` (N) and ``backprop = softmax(features) -
+    labels`` (N, C), the gradient of the loss when each row of labels sums to 1 (the vendors' formula
+    whatever the labels sum to)."""
+    log_prob, _ = log_softmax_rows(features)
+    y = as_f64(labels)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return -(y * log_prob).sum(axis=1), np.exp(log_prob) - y

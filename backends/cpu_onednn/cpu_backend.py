@@ -38,6 +38,8 @@ _CAPS["cross_entropy_loss"] = KernelCaps.declare(
     "cross_entropy_loss", dtypes=_ALL_DTYPES,
     notes="one pass per row (online max/sum in float32, float64 for float64); row terms reduced in float64")
 _CAPS["cross_entropy_loss_grad"] = KernelCaps.declare("cross_entropy_loss_grad", dtypes=_ALL_DTYPES)
+_CAPS["softmax_cross_entropy_with_logits"] = KernelCaps.declare("softmax_cross_entropy_with_logits",
+                                                                 dtypes=_ALL_DTYPES)
 
 #: kernel -> (module, function): ``function(args, backend)`` writes the kernel's outputs
 _IMPLEMENTATIONS = {
@@ -51,6 +53,7 @@ _IMPLEMENTATIONS = {
 # -- cross entropy (xloss/kernels/cross_entropy)
 _IMPLEMENTATIONS["cross_entropy_loss"] = ("cross_entropy", "forward")
 _IMPLEMENTATIONS["cross_entropy_loss_grad"] = ("cross_entropy", "backward")
+_IMPLEMENTATIONS["softmax_cross_entropy_with_logits"] = ("cross_entropy", "dense")
 
 _load_lock = threading.Lock()
 _kernels = None

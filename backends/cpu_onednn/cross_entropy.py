@@ -189,3 +189,34 @@ def backward(a, backend=None) -> None:
     with threads_for(a.out.size):
         backward_rows(storage_view(a.log_prob).reshape(-1), classes, t, a.ignore_index, w, *coefs,
                       storage_view(a.out).reshape(-1))
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def dense_rows(x, labels, classes, rows, loss, backprop):
+    """Dense labels: ``loss[i] = -sum_c y_ic (x_ic - lse_i)`` (float64) and ``backprop = exp(x - lse) - y``
+    rounded once to its dtype."""
+    for i in prange(rows):
+        base = i * classes
+        m, s = _row_stats(x, base, classes)
+        lse = m + np.log(s)
+        acc = like(0.0, lse)
+        for j in range(classes):
+            k = np.uint64(base + j)
+            lp = load(x, k) - lse
+            y = load(labels, k)
+            acc = radd(acc, y * lp)
+            store(backprop, k, vexp(lp) - y)
+        loss[i] = -np.float64(acc)
+
+
+def dense(a, backend=None) -> None:
+    """Fill the outputs of a validated :class:`xloss.kernels.cross_entropy.args.SoftmaxCrossEntropyArgs`."""
+    n, classes = a.features.shape
+    if n == 0:
+        return
+    loss = np.empty(n)
+    with threads_for(a.features.size):
+        dense_rows(storage_view(a.features).reshape(-1), storage_view(a.labels).reshape(-1), classes, n, loss,
+                   storage_view(a.backprop_out).reshape(-1))
+    with np.errstate(over="ignore"):
+        a.loss_out[...] = loss

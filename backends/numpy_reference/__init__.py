@@ -9,7 +9,11 @@ import numpy as np
 from ... import reference as ref
 from ...backend import Backend, KernelCaps
 from ...dtypes import FLOAT_DTYPES
-from ...reference.cross_entropy_loss import cross_entropy_loss, cross_entropy_loss_grad
+from ...reference.cross_entropy_loss import (
+    cross_entropy_loss,
+    cross_entropy_loss_grad,
+    softmax_cross_entropy_with_logits,
+)
 
 _ALL = tuple(FLOAT_DTYPES)
 
@@ -34,6 +38,7 @@ class ReferenceBackend(Backend):
                                                                         dtypes=_ALL),
             "cross_entropy_loss": KernelCaps.declare("cross_entropy_loss", dtypes=_ALL),
             "cross_entropy_loss_grad": KernelCaps.declare("cross_entropy_loss_grad", dtypes=_ALL),
+            "softmax_cross_entropy_with_logits": KernelCaps.declare("softmax_cross_entropy_with_logits", dtypes=_ALL),
         }
 
     def focal_loss(self, a):
@@ -90,6 +95,11 @@ class ReferenceBackend(Backend):
                                               ignore_index=a.ignore_index, label_smoothing=a.label_smoothing,
                                               lse_square_scale_for_zloss=a.zloss_scale, grad_zloss=a.grad_zloss,
                                               lse_for_zloss=a.lse_for_zloss))
+
+    def softmax_cross_entropy_with_logits(self, a):
+        loss, backprop = softmax_cross_entropy_with_logits(a.features, a.labels)
+        _store(a.loss_out, loss)
+        _store(a.backprop_out, backprop)
 
 
 def make_backend(**options) -> ReferenceBackend:

@@ -78,3 +78,20 @@ def test_extreme_logits_stay_finite():
     out = ref.cross_entropy_loss(x, np.array([1, 2]), reduction="none")
     np.testing.assert_allclose(out.loss, [2e4, np.log(3.0)])
     assert np.isfinite(out.log_prob).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 6), st.integers(1, 8), st.integers(0, 2**31))
+def test_dense_labels_match_torch_probability_targets(n, c, seed):
+    """Per-row loss as F.cross_entropy with probability targets (reduction none); backprop its gradient for
+    labels that sum to 1 per row."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 5, (n, c))
+    y = rng.random((n, c))
+    y /= y.sum(axis=1, keepdims=True)
+    xt = torch.tensor(x, requires_grad=True)
+    loss_t = F.cross_entropy(xt, torch.tensor(y), reduction="none")
+    (grad_t,) = torch.autograd.grad(loss_t.sum(), xt) if n else (torch.zeros(0, c),)
+    loss, backprop = ref.softmax_cross_entropy_with_logits(x, y)
+    np.testing.assert_allclose(loss, loss_t.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(backprop, grad_t.numpy(), rtol=1e-10, atol=1e-12)

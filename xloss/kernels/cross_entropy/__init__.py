@@ -66,4 +66,29 @@ GRAD = KernelSpec(
     bench_weight=(1.2, 1.0),
 )
 
-register(FORWARD, GRAD)
+#: Dense (probability) labels, loss and gradient in one call (CANN's aclnnSoftmaxCrossEntropyWithLogits,
+#: TensorFlow's softmax_cross_entropy_with_logits): no weights, no reduction.
+DENSE = KernelSpec(
+    name="softmax_cross_entropy_with_logits",
+    axes=MappingProxyType({"labels": ("dense",)}),
+    primary=None,
+    reduces=False,
+    aliases=("softmax_ce",),
+    functions=("softmax_cross_entropy_with_logits",),
+    exports=("SoftmaxCrossEntropyOut",),
+    args=".args:SoftmaxCrossEntropyArgs",
+    validator=".validate:softmax_cross_entropy_args",
+    reference="xloss.reference.cross_entropy_loss:softmax_cross_entropy_with_logits",
+    descriptor=".dense_conformance:DESCRIPTOR",
+    torch=None,
+    workload=".bench:dense_workload",
+    bench=".bench:DENSE_IMPLS",
+    api=".api",
+    package=__name__,
+    order=72,
+    bench_dims=2,
+    bench_sizes=("8192x32000", "1024x4000"),
+    bench_weight=(0.6, 1.0),
+)
+
+register(FORWARD, GRAD, DENSE)

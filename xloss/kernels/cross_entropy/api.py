@@ -7,9 +7,10 @@ from typing import Any, NamedTuple
 from xloss import dispatch
 from xloss.containers import from_numpy, kind_of
 
-from .validate import cross_entropy_args, cross_entropy_grad_args
+from .validate import cross_entropy_args, cross_entropy_grad_args, softmax_cross_entropy_args
 
-__all__ = ["cross_entropy_loss", "cross_entropy_loss_grad", "CrossEntropyLossOut"]
+__all__ = ["cross_entropy_loss", "cross_entropy_loss_grad", "CrossEntropyLossOut", "softmax_cross_entropy_with_logits",
+           "SoftmaxCrossEntropyOut"]
 
 
 class CrossEntropyLossOut(NamedTuple):
@@ -56,3 +57,22 @@ def cross_entropy_loss_grad(grad, log_prob, target, *, weight=None, reduction="m
                                 grad_zloss=grad_zloss, lse_for_zloss=lse_for_zloss, out=out)
     dispatch.run(a, backend, out)
     return out if out is not None else from_numpy(a.out, kind_of(log_prob))
+
+
+class SoftmaxCrossEntropyOut(NamedTuple):
+    """Outputs of :func:`softmax_cross_entropy_with_logits`, in CANN's order (features' dtype)."""
+
+    loss: Any  # (N)
+    backprop: Any  # (N, C): softmax(features) - labels
+
+
+def softmax_cross_entropy_with_logits(features, labels, *, backend=None, loss_out=None,
+                                      backprop_out=None) -> SoftmaxCrossEntropyOut:
+    """Cross entropy of (N, C) logits with dense (probability) labels of the same shape: the loss per row
+    ``-sum_c labels * log_softmax(features)`` and ``backprop = softmax(features) - labels`` (its gradient
+    when each row of labels sums to 1), as CANN's aclnnSoftmaxCrossEntropyWithLogits and TensorFlow's."""
+    a = softmax_cross_entropy_args(features, labels, loss_out=loss_out, backprop_out=backprop_out)
+    dispatch.run(a, backend, loss_out, backprop_out)
+    kind = kind_of(features)
+    return SoftmaxCrossEntropyOut(loss_out if loss_out is not None else from_numpy(a.loss_out, kind),
+                                  backprop_out if backprop_out is not None else from_numpy(a.backprop_out, kind))

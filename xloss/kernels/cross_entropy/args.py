@@ -72,3 +72,19 @@ class CrossEntropyGradArgs:
         return Request("cross_entropy_loss_grad", float_name(self.log_prob.dtype), self.reduction,
                        _variants(self.weight, self.label_smoothing, self.zloss_scale, self.target),
                        self.log_prob.size)
+
+
+@dataclass(frozen=True)
+class SoftmaxCrossEntropyArgs:
+    """Dense-label cross entropy (CANN's aclnnSoftmaxCrossEntropyWithLogits): ``features`` (N, C)
+    float and ``labels`` (N, C) of the same dtype, both C-contiguous; outputs in their dtype:
+    ``loss_out`` (N), ``backprop_out`` (N, C) = softmax(features) - labels."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    loss_out: np.ndarray
+    backprop_out: np.ndarray
+
+    def request(self) -> Request:
+        return Request("softmax_cross_entropy_with_logits", float_name(self.features.dtype), None,
+                       {"labels": "dense"}, self.features.size)

@@ -104,5 +104,36 @@ def _training_torch(w: Workload, i, torch, compile_):
     return cands, skips
 
 
+def dense_workload(mode: str, size: str, dtype: str, rng) -> Workload:
+    """Logits and smoothed one-hot labels (0.9 on one class, the rest spread)."""
+    i = _inputs(size, dtype, rng)
+    x, t = i["input"], np.maximum(i["target"], 0)
+    n, c = x.shape
+    y = np.full((n, c), 0.1 / c, np.float32)
+    y[np.arange(n), t] += 0.9
+    inputs = {"features": x, "labels": y.astype(x.dtype)}
+    return Workload("softmax_cross_entropy_with_logits", mode, size, dtype, inputs,
+                    bytes_moved=3 * x.nbytes + n * x.itemsize)
+
+
+def _dense_xloss(w: Workload, b):
+    i = w.inputs
+    return [("", lambda: api.softmax_cross_entropy_with_logits(i["features"], i["labels"], backend=b))]
+
+
+def _dense_torch(w: Workload, i, torch, compile_):
+    x, y = i["features"], i["labels"]
+
+    def eager():
+        with torch.no_grad():
+            lp = torch.log_softmax(x, 1)
+            return -(y * lp).sum(1), lp.exp() - y
+
+    cands, skips = [Candidate("torch eager", eager, PYTORCH, "log_softmax, -(y * lp).sum(1), exp(lp) - y")], []
+    _compiled(torch, eager, "torch.compile", "the same expression compiled", cands, skips, compile_)
+    return cands, skips
+
+
+DENSE_IMPLS = KernelImpls("torch eager", _dense_xloss, _dense_torch)
 FORWARD_IMPLS = KernelImpls("torch eager", _forward_xloss, _forward_torch)
 TRAINING_IMPLS = KernelImpls("torch.compile", _training_xloss, _training_torch)

@@ -23,7 +23,7 @@ from xloss.validation import (
 )
 
 from ..nll.validate import class_indices
-from .args import CrossEntropyArgs, CrossEntropyGradArgs
+from .args import CrossEntropyArgs, CrossEntropyGradArgs, SoftmaxCrossEntropyArgs
 
 TARGET_DTYPES = ("int64", "int32")
 
@@ -137,3 +137,17 @@ def cross_entropy_grad_args(grad, log_prob, target, *, weight, reduction, ignore
     return CrossEntropyGradArgs(grad=g, log_prob=lp, target=t, weight=w, grad_zloss=gz, lse_for_zloss=lse,
                                 reduction=reduction, ignore_index=ignore_index, label_smoothing=ls,
                                 zloss_scale=scale, out=output(out, "out", lp.shape, dt, inputs))
+
+
+@one_call
+def softmax_cross_entropy_args(features, labels, *, loss_out=None, backprop_out=None) -> SoftmaxCrossEntropyArgs:
+    raw, x = _logits(features, "features")
+    y_raw = float_array(labels, "labels")
+    if y_raw.shape != x.shape:
+        raise XLossValueError(f"labels must have features' shape {shape_text(x.shape)} (one distribution per row; "
+                              f"class indices go to cross_entropy_loss); got {shape_text(y_raw.shape)}")
+    y = operand(y_raw, "labels", x.dtype, x.shape)
+    inputs = {"features": raw, "labels": y_raw}
+    loss = output(loss_out, "loss_out", (x.shape[0],), x.dtype, inputs)
+    backprop = output(backprop_out, "backprop_out", x.shape, x.dtype, {**inputs, "loss_out": loss})
+    return SoftmaxCrossEntropyArgs(features=x, labels=y, loss_out=loss, backprop_out=backprop)
