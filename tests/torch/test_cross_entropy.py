@@ -114,3 +114,12 @@ def test_the_backward_may_overwrite_the_log_probabilities_in_place():
     assert got is lp and np.array_equal(got, want)
     with pytest.raises(XLossValueError, match="out overlaps input log_prob"):
         xloss.cross_entropy_loss_grad(0.5, lp[1:], t[1:], backend="cpu", out=lp[:-1])
+
+
+def test_dense_labels_give_loss_and_backprop_as_torch_autograd():
+    x, y = torch.randn(5, 7, dtype=torch.float64), torch.softmax(torch.randn(5, 7, dtype=torch.float64), 1)
+    loss, backprop = xt.softmax_cross_entropy_with_logits(x, y)
+    xg = x.clone().requires_grad_()
+    want = F.cross_entropy(xg, y, reduction="none")
+    want.sum().backward()
+    assert torch.allclose(loss, want.detach()) and torch.allclose(backprop, xg.grad)

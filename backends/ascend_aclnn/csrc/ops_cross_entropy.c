@@ -135,8 +135,8 @@ static aclnnStatus ce_need_one(const emu_plan *ex, int k)
 {
     if (!emu_one_element(&ex->t[k])) {
         char a[160];
-        emu_set_error("%s: %s must have one element for a mean or sum reduction; got shape %s", ex->api,
-                      ex->names[k], emu_shape_str(&ex->t[k], a, sizeof a));
+        emu_set_error("%s: %s must have one element for a mean or sum reduction; got shape %s", ex->api, ex->names[k],
+                      emu_shape_str(&ex->t[k], a, sizeof a));
         return ACLNN_ERR_PARAM_INVALID;
     }
     return ACLNN_SUCCESS;
@@ -173,11 +173,13 @@ static aclnnStatus ce_need_reduction(emu_plan *ex, const char *reduction)
     return ACLNN_SUCCESS;
 }
 
-EMU_EXPORT aclnnStatus aclnnCrossEntropyLossGetWorkspaceSize(
-    const aclTensor *input, const aclTensor *target, const aclTensor *weightOptional, char *reductionOptional,
-    int64_t ignoreIndex, double labelSmoothing, double lseSquareScaleForZloss, bool returnZloss,
-    const aclTensor *lossOut, const aclTensor *logProbOut, const aclTensor *zlossOut, const aclTensor *lseForZlossOut,
-    uint64_t *workspaceSize, aclOpExecutor **executor)
+EMU_EXPORT aclnnStatus aclnnCrossEntropyLossGetWorkspaceSize(const aclTensor *input, const aclTensor *target,
+                                                             const aclTensor *weightOptional, char *reductionOptional,
+                                                             int64_t ignoreIndex, double labelSmoothing,
+                                                             double lseSquareScaleForZloss, bool returnZloss,
+                                                             const aclTensor *lossOut, const aclTensor *logProbOut,
+                                                             const aclTensor *zlossOut, const aclTensor *lseForZlossOut,
+                                                             uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnCrossEntropyLossGetWorkspaceSize";
     emu_plan ex;

@@ -36,7 +36,10 @@ static int64_t ce_target(const ce_plan *p, int k, int64_t i, int64_t classes)
     return v == p->ignore_index || v < 0 || v >= classes ? -1 : v;
 }
 
-static float ce_w(const port_tensor *w, int64_t c) { return w->present ? port_load(w, w->offset + c * w->strides[0]) : 1.0f; }
+static float ce_w(const port_tensor *w, int64_t c)
+{
+    return w->present ? port_load(w, w->offset + c * w->strides[0]) : 1.0f;
+}
 
 static aclnnStatus ce_check(const ce_plan *p, int k, int64_t rows, int64_t classes)
 {
@@ -191,8 +194,8 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnCrossEntropyLossGetWorkspaceSize(
     uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnCrossEntropyLossGetWorkspaceSize";
-    static const char *const names[7] = {"input", "target", "weightOptional", "lossOut", "logProbOut", "zlossOut",
-                                         "lseForZlossOut"};
+    static const char *const names[7] = {"input",      "target",   "weightOptional", "lossOut",
+                                         "logProbOut", "zlossOut", "lseForZlossOut"};
     (void)lseSquareScaleForZloss;
     (void)returnZloss;
     port_phase_one_start(workspaceSize, executor);
@@ -243,10 +246,8 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(
     uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const char api[] = "aclnnCrossEntropyLossGradGetWorkspaceSize";
-    static const char *const names[7] = {"gradLoss",          "logProb",
-                                         "target",            "weightOptional",
-                                         "gradZlossOptional", "lseForZlossOptional",
-                                         "out"};
+    static const char *const names[7] = {
+        "gradLoss", "logProb", "target", "weightOptional", "gradZlossOptional", "lseForZlossOptional", "out"};
     (void)lseSquareScaleForZloss;
     port_phase_one_start(workspaceSize, executor);
     const aclTensor *tensors[7] = {gradLoss, logProb, target, weightOptional, gradZlossOptional, lseForZlossOptional,

@@ -82,11 +82,22 @@ class CrossEntropyLoss(torch.nn.Module):
                              label_smoothing=self.label_smoothing, backend=self.backend)
 
 
+
+def softmax_cross_entropy_with_logits(features, labels, *, backend=None):
+    """``(loss, backprop)`` of (N, C) logits with dense labels of the same shape on an xloss backend, as
+    TensorFlow's op and CANN's aclnnSoftmaxCrossEntropyWithLogits return them: the loss per row and
+    ``softmax(features) - labels``. Both computed at once, outside autograd (the gradient is an output)."""
+    features = checks.float_tensor(features, "features", backend)
+    labels = checks.same_device(checks.float_tensor(labels, "labels", backend), "labels", features, "features")
+    with torch.no_grad():
+        r = api.softmax_cross_entropy_with_logits(features.detach(), labels.detach(), backend=backend)
+    return r.loss, r.backprop
+
 # Imported after the exports above: ``xloss.torch`` reads them (the row's torch_exports) while it loads,
 # and importing this module first loads ``xloss.torch``. ``ops.checks`` holds xloss.torch's argument rules.
 from xloss.torch import ops  # noqa: E402
 
-from . import torch_ops  # noqa: E402
+from . import api, torch_ops  # noqa: E402
 
 checks = ops.checks
 
