@@ -25,7 +25,7 @@ from pathlib import Path
 from ...backend import Backend
 from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossTypeError, XLossValueError
-from . import bce, flce, focal, loss_forward, nll, vocab_parallel
+from . import bce, cross_entropy, flce, focal, loss_forward, nll, vocab_parallel
 from . import bce_with_logits as _bce_with_logits
 from .operators import OPERATORS, declare
 from .runtime import GUARD_BYTES, LAYOUTS, AclRuntime, Session
@@ -195,6 +195,13 @@ class AscendBackend(Backend):
 
     def binary_cross_entropy(self, a):
         loss_forward.binary_cross_entropy(self, a)
+
+    # -- cross entropy (xloss/kernels/cross_entropy)
+    def cross_entropy_loss(self, a):
+        cross_entropy.cross_entropy_loss(self, a)
+
+    def cross_entropy_loss_grad(self, a):
+        cross_entropy.cross_entropy_loss_grad(self, a)
 
 
 class _DlInfo(ctypes.Structure):

@@ -42,6 +42,10 @@ BCE_FORWARD = "aclnnBinaryCrossEntropy"
 OPERATORS = (XLOSS_FOCAL_FORWARD, XLOSS_FOCAL_BACKWARD, DS_FOCAL_FORWARD, DS_FOCAL_GRAD, BCE_BACKWARD,
              NLL_BACKWARD, FLCE_GRAD, ONLINE_MAX_SUM, LOSS_WITH_MAX_SUM,
              NLL_FORWARD, NLL_FORWARD_2D, BCE_FORWARD)
+# -- cross entropy (xloss/kernels/cross_entropy)
+CROSS_ENTROPY = "aclnnCrossEntropyLoss"
+CROSS_ENTROPY_GRAD = "aclnnCrossEntropyLossGrad"
+OPERATORS += (CROSS_ENTROPY, CROSS_ENTROPY_GRAD)
 
 FLOATS = ("float32", "float16", "bfloat16")
 HALVES = ("float16", "bfloat16")
@@ -96,6 +100,16 @@ TABLE = (
                 notes="aclnnNLLLoss for (C) and (N, C) input; aclnnNLLLoss2d for (N, C, d1, ..., dk) as (N, C, D, 1)"),
     Declaration("binary_cross_entropy", FLOATS, (BCE_FORWARD,),
                 notes="aclnnBinaryCrossEntropy: a broadcast weight is materialised to self's shape"),
+)
+# -- cross entropy (xloss/kernels/cross_entropy): CANN computes no z-loss yet (its pages: lseSquareScaleForZloss
+# and returnZloss take no effect), and its grad takes INT64 targets only
+TABLE += (
+    Declaration("cross_entropy_loss", FLOATS, (CROSS_ENTROPY,), variants={"zloss": False},
+                notes="aclnnCrossEntropyLoss: FLOAT class weights, float32 arithmetic, no z-loss"),
+    Declaration("cross_entropy_loss_grad", FLOATS, (CROSS_ENTROPY_GRAD,),
+                variants={"zloss": False, "target_dtype": "int64"},
+                notes="aclnnCrossEntropyLossGrad: INT64 targets, FLOAT class weights, the upstream gradient in "
+                      "the dtype, no z-loss"),
 )
 
 

@@ -42,6 +42,13 @@ _CAPS = {
     "binary_cross_entropy": KernelCaps.declare("binary_cross_entropy", dtypes=_ALL_DTYPES,
                                                notes="float32 logs for 16-bit and float32 data; float64 sums"),
 }
+# -- cross entropy (xloss/kernels/cross_entropy)
+_CAPS["cross_entropy_loss"] = KernelCaps.declare(
+    "cross_entropy_loss", dtypes=_ALL_DTYPES,
+    notes="one pass per row (online max/sum in float32, float64 for float64); row terms reduced in float64")
+_CAPS["cross_entropy_loss_grad"] = KernelCaps.declare("cross_entropy_loss_grad", dtypes=_ALL_DTYPES)
+_CAPS["softmax_cross_entropy_with_logits"] = KernelCaps.declare("softmax_cross_entropy_with_logits",
+                                                                 dtypes=_ALL_DTYPES)
 
 #: kernel -> (module, function): ``function(args, backend)`` writes the kernel's outputs
 _IMPLEMENTATIONS = {
@@ -57,6 +64,10 @@ _IMPLEMENTATIONS = {
     "nll_loss": ("nll_forward", "run"),
     "binary_cross_entropy": ("bce_forward", "run"),
 }
+# -- cross entropy (xloss/kernels/cross_entropy)
+_IMPLEMENTATIONS["cross_entropy_loss"] = ("cross_entropy", "forward")
+_IMPLEMENTATIONS["cross_entropy_loss_grad"] = ("cross_entropy", "backward")
+_IMPLEMENTATIONS["softmax_cross_entropy_with_logits"] = ("cross_entropy", "dense")
 
 _load_lock = threading.Lock()
 _kernels = None

@@ -10,6 +10,11 @@ from ... import reference as ref
 from ...backend import Backend, KernelCaps
 from ...dtypes import FLOAT_DTYPES
 from ...reference import nll as ref_nll
+from ...reference.cross_entropy_loss import (
+    cross_entropy_loss,
+    cross_entropy_loss_grad,
+    softmax_cross_entropy_with_logits,
+)
 
 _ALL = tuple(FLOAT_DTYPES)
 
@@ -36,6 +41,9 @@ class ReferenceBackend(Backend):
             # NLL and BCE forward (issue #30)
             "nll_loss": KernelCaps.declare("nll_loss", dtypes=_ALL),
             "binary_cross_entropy": KernelCaps.declare("binary_cross_entropy", dtypes=_ALL),
+            "cross_entropy_loss": KernelCaps.declare("cross_entropy_loss", dtypes=_ALL),
+            "cross_entropy_loss_grad": KernelCaps.declare("cross_entropy_loss_grad", dtypes=_ALL),
+            "softmax_cross_entropy_with_logits": KernelCaps.declare("softmax_cross_entropy_with_logits", dtypes=_ALL),
         }
 
     def focal_loss(self, a):
@@ -97,6 +105,25 @@ class ReferenceBackend(Backend):
 
     def binary_cross_entropy(self, a):
         _store(a.out, ref.binary_cross_entropy(a.x, a.y, weight=a.weight, reduction=a.reduction))
+
+    def cross_entropy_loss(self, a):
+        r = cross_entropy_loss(a.input, a.target, weight=a.weight, reduction=a.reduction, ignore_index=a.ignore_index,
+                               label_smoothing=a.label_smoothing, lse_square_scale_for_zloss=a.zloss_scale)
+        for out, value in ((a.loss_out, r.loss), (a.log_prob_out, r.log_prob), (a.zloss_out, r.zloss),
+                           (a.lse_out, r.lse)):
+            if out is not None:
+                _store(out, value)
+
+    def cross_entropy_loss_grad(self, a):
+        _store(a.out, cross_entropy_loss_grad(a.grad, a.log_prob, a.target, weight=a.weight, reduction=a.reduction,
+                                              ignore_index=a.ignore_index, label_smoothing=a.label_smoothing,
+                                              lse_square_scale_for_zloss=a.zloss_scale, grad_zloss=a.grad_zloss,
+                                              lse_for_zloss=a.lse_for_zloss))
+
+    def softmax_cross_entropy_with_logits(self, a):
+        loss, backprop = softmax_cross_entropy_with_logits(a.features, a.labels)
+        _store(a.loss_out, loss)
+        _store(a.backprop_out, backprop)
 
 
 def make_backend(**options) -> ReferenceBackend:

@@ -32,8 +32,14 @@ REACH = {"bce_": ("bce_grad",), "focal_": ("focal_loss",), "nll_": ("nll_loss_gr
          "no_focal": ("focal_loss",)}
 
 
+#: kernels whose operators take arguments the on-target record cannot carry (ontarget.HOST_ONLY: a char *
+#: reduction, a bool): checked on the host only, so the on-target comparison leaves them out
+HOST_ONLY = ("cross_entropy_loss", "cross_entropy_loss_grad")
+
+
 def reach(variant):
-    return next((list(k) for p, k in REACH.items() if variant.startswith(p)), None)
+    every = [k for k in xloss.kernels.KERNELS if k not in HOST_ONLY]
+    return next((list(k) for p, k in REACH.items() if variant.startswith(p)), every)
 
 
 @pytest.fixture(scope="module")
@@ -124,16 +130,16 @@ def write_runner_for_every_operator(folder: Path) -> None:
     import json
 
     from xloss.backends.ascend_aclnn import ontarget
-    from xloss.backends.ascend_aclnn.operators import OPERATORS
-
     m = json.loads((folder / "manifest.json").read_text())
-    ontarget.write_runner(folder, m["port"], [{"fname": op, "buffers": []} for op in OPERATORS])
+    ontarget.write_runner(folder, m["port"], [{"fname": op, "buffers": []} for op in ontarget.ON_TARGET_OPERATORS])
 
 
 @pytest.mark.slow  # every port (23), the kernels its code changes (all for the correct port): 2-4 minutes
 def test_every_port_on_target(ports, tmp_path):
     for variant, lib in ports.items():
-        kernels = None if variant == "correct" else reach(variant)
+        if variant.startswith("ce_"):  # their bugs live in host-only operators
+            continue
+        kernels = reach(variant)
         folder = tmp_path / variant
         assert_same_verdicts(on_target(folder, lib, kernels, 1), on_host(lib, kernels, 1))
         shutil.rmtree(folder)

@@ -53,6 +53,7 @@ struct emu_plan {
     emu_view t[EMU_MAX_OPERANDS];
     const char *names[EMU_MAX_OPERANDS];
     double gamma, alpha;
+    double smoothing;               /* CrossEntropyLoss(Grad)'s labelSmoothing */
     int64_t reduction;
     int64_t ignore_index;
     int64_t vocab_start, vocab_end; /* FusedLinearOnlineMaxSum's shard: targets in [start, end) */

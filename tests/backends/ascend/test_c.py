@@ -47,7 +47,8 @@ OPERATOR_SYMBOLS = {f"aclnn{op}{sfx}" for op in ("XlossSigmoidFocalLoss", "Xloss
                                                  "SigmoidFocalLoss", "SigmoidFocalLossGrad",
                                                  "BinaryCrossEntropyBackward", "NLLLossBackward",
                                                  "FusedLinearCrossEntropyLossGrad", "FusedLinearOnlineMaxSum",
-                                                 "FusedCrossEntropyLossWithMaxSum")
+                                                 "FusedCrossEntropyLossWithMaxSum", "CrossEntropyLoss",
+                                                 "CrossEntropyLossGrad")
                     for sfx in ("", "GetWorkspaceSize")}
 
 

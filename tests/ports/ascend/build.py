@@ -39,6 +39,7 @@ INCLUDE = EMU / "include"
 PORT_SOURCES = [HERE / n for n in ("port_common.c", "port_focal.c", "port_focal_drivingsdk.c", "port_bce.c",
                                    "port_nll.c", "port_flce.c", "port_vocab_parallel.c",
                                    "port_loss_forward.c")]  # NLL and BCE forward (issue #30)
+PORT_SOURCES += [HERE / "port_cross_entropy.c"]  # the cross-entropy family's operators
 PORT_HEADERS = [HERE / "port.h", HERE.parent / "pairwise.h"]
 
 # The emulator's flags: FUNC_VISIBILITY + -fvisibility=hidden export exactly the ACL_FUNC_VISIBILITY
@@ -85,6 +86,12 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "nllf_ignored_in_total": ("BUG_NLLF_IGNORED_IN_TOTAL",),  # ignored positions' class weight in the total
     "bcef_log_unclamped": ("BUG_BCEF_LOG_UNCLAMPED",),  # no -100 clamp of the logs
     "bcef_mean_by_weight_sum": ("BUG_BCEF_MEAN_BY_WEIGHT_SUM",),  # a weighted mean
+    # cross entropy (aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad) as an outside port author errs
+    "ce_smooth_over_c_minus_1": ("BUG_CE_SMOOTH_OVER_C_MINUS_1",),  # the smoothing mass over the C - 1 others
+    "ce_mean_counts_ignored": ("BUG_CE_MEAN_COUNTS_IGNORED",),  # the mean's divisor counts ignored rows
+    "ce_no_max_shift": ("BUG_CE_NO_MAX_SHIFT",),  # log-sum-exp without the max: overflow
+    "ce_grad_smooth_unweighted": ("BUG_CE_GRAD_SMOOTH_UNWEIGHTED",),  # the gradient's smoothing term unweighted
+    "ce_grad_mean_counts_ignored": ("BUG_CE_GRAD_MEAN_COUNTS_IGNORED",),  # the gradient's mean over N rows
 }
 
 #: hostile ports (tests/ports/test_hostile_ports.py): correct numbers, but each breaks the process or the
