@@ -1,9 +1,6 @@
 """Fused linear-cross-entropy for autograd: ``cross_entropy(input @ weight.T + bias, target)`` without the
-(tokens × vocabulary) logits, on one process or vocabulary-parallel.
-
-:func:`fused_linear_cross_entropy` checks its arguments into one :class:`.flce_passes.FlceOptions`
-and runs two ``torch.library`` custom ops (bodies in :mod:`.flce_passes`): torch.compile records them
-without a graph break and torch.func transforms go through. Second-order gradients are refused.
+(tokens × vocabulary) logits. The arguments are checked into one :class:`.flce_passes.FlceOptions` for two
+``torch.library`` custom ops, which torch.compile records without a graph break and torch.func goes through.
 """
 
 import weakref
@@ -147,9 +144,10 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     an error raises the same error on every rank. It runs eagerly: under torch.compile a graph break, which
     ``fullgraph=True`` refuses with a message saying so.
     """
-    kw = dict(class_weight=class_weight, vocab_chunk_size=vocab_chunk_size, process_group=process_group,
-              softcap=softcap, lse_square_scale=lse_square_scale, return_z_loss=return_z_loss,
-              accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
+    kw = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing, chunk_size=chunk_size,
+              backend=backend, class_weight=class_weight, vocab_chunk_size=vocab_chunk_size,
+              process_group=process_group, softcap=softcap, lse_square_scale=lse_square_scale,
+              return_z_loss=return_z_loss, accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
               use_token_scaling=use_token_scaling)
     input = checks.float_tensor(input, "input")
     if torch.is_autocast_enabled("cpu"):  # as F.linear: the operands in the autocast dtype, differentiably
@@ -159,14 +157,12 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
                 weight = checks.float_tensor(weight, "weight")
                 input, weight = input.to(cast), weight.to(cast) if weight.dtype != torch.float64 else weight
                 bias = None if bias is None else checks.float_tensor(bias, "bias").to(cast)
-            return fused_linear_cross_entropy(input, weight, target, bias, ignore_index, reduction, label_smoothing,
-                                              chunk_size, backend, **kw)
+            return fused_linear_cross_entropy(input, weight, target, bias, **kw)
     if process_group is not None and torch.compiler.is_compiling():  # a graph break: see _EAGER
-        return _eager(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend, **kw)
+        return _eager(input, weight, target, bias, **kw)
     coll = Collectives(process_group)
     try:  # with a process group, an argument error reaches every rank through the first collective
-        weight, bias, target, class_weight, o = _checked(input, weight, target, bias, ignore_index, reduction,
-                                                         label_smoothing, chunk_size, backend, **kw)
+        weight, bias, target, class_weight, o = _checked(input, weight, target, bias, **kw)
     except XLossError as exc:
         if not coll.active:
             raise
@@ -219,11 +215,11 @@ def _checksum(t: torch.Tensor) -> int:
     return zlib.crc32(wide.numpy().tobytes(), zlib.crc32(repr(tuple(t.shape)).encode()))
 
 
-def _checked(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend, *,
+def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoothing, chunk_size, backend,
              class_weight, vocab_chunk_size, softcap, lse_square_scale, accum_dtype, return_token_accuracy,
              use_token_scaling, **_):
-    """Every check that needs only this rank's arguments: (weight, bias, target, class_weight, options
-    without the vocabulary layout, sizes, wanted gradients and backend)."""
+    """Every check of this rank's own arguments: (weight, bias, target, class_weight, options without the
+    sizes, the vocabulary layout, the wanted gradients and the backend)."""
     if input.ndim < 1:
         raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
     hidden = input.shape[-1]

@@ -10,11 +10,9 @@ Token i: logits ``z_i = x_i W.T + b`` over K classes, target t, class weights w 
 The kernel computes ``k_i (p_ij - ls'/K - (1-ls') [j == t])``: without class weights ``k = g, ls' = ls``
 is exact; otherwise (or where the backend has no smoothing) ``k = g a, ls' = 0`` and the remainder
 ``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is added here. Tokens go in chunks, the vocabulary in
-blocks, each block a kernel call with its own target mask and local targets.
-
-The kernels are called with Args built here, not through the public API: the backend is resolved and
-checked once per op call, and these modules keep the Args' invariants themselves (contiguous views,
-compute-dtype statistics, fresh outputs, local targets in [0, V)).
+blocks, each block a kernel call with its own target mask and local targets. The kernels get Args built
+here, not through the public API: the backend is resolved and checked once per op call, and these modules
+keep the Args' invariants (contiguous views, compute-dtype statistics, fresh outputs, targets in [0, V)).
 """
 
 from __future__ import annotations
@@ -44,11 +42,12 @@ def view(t: torch.Tensor):
     return to_numpy(t.detach().contiguous(), "operand")
 
 
-def kernel_of(b, name: str):
-    """The method of ``b`` (resolved and checked for the op call already) that runs kernel ``name``."""
-    if b.kernel(name) is None:
-        raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {name} but has no method {name}")
-    return b.kernel(name)
+def kernel_of(req: Request, backend):
+    """The method that runs ``req``'s kernel on the backend the registry resolves ``backend`` to for it."""
+    b = registry.resolve(backend, req)
+    if b.kernel(req.kernel) is None:
+        raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {req.kernel} but has no method {req.kernel}")
+    return b.kernel(req.kernel)
 
 
 @dataclass
@@ -94,11 +93,6 @@ def targets_of(sh: Shard, rows) -> Targets:
     w_t = valid.to(sh.cdt) if sh.class_weight is None else torch.where(valid, sh.class_weight[safe], 0.0)
     in_shard = valid & (safe >= sh.start) & (safe < sh.start + sh.rows)
     return Targets(t, valid, w_t, in_shard, torch.where(in_shard, safe - sh.start, 0))
-
-
-def denominator(sh: Shard) -> float:
-    """``mean``'s divisor: the summed class weight of the tokens not ignored, over the whole batch."""
-    return float(targets_of(sh, slice(None)).w_t.sum(dtype=torch.float64))
 
 
 def logits(sh: Shard, x_c: torch.Tensor, v0: int, v1: int) -> torch.Tensor:
@@ -219,7 +213,7 @@ class Grads:
             req = Request("fused_linear_cross_entropy_grad", dtype_name(sh.x.dtype), None,
                           {"mode": mode, "mask": "bool", "label_smoothing": bool(ls)}, numel)
             try:
-                self._kernels[mode] = (kernel_of(registry.resolve(sh.backend, req), req.kernel), ls)
+                self._kernels[mode] = (kernel_of(req, sh.backend), ls)
             except UnsupportedRequestError:
                 if not ls:
                     raise

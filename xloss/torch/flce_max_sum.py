@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import registry
 from ..errors import UnsupportedRequestError
 from ..kernel_args import Request
 from ..kernels.flce.args import LossWithMaxSumArgs, OnlineMaxSumArgs
@@ -43,16 +42,16 @@ def route(sh: Shard, keep: bool) -> Route | None:
         return None
     logits = keep and sh.x.dtype in (torch.float32, torch.float64)
     numel = max(sh.chunk * sh.vocab, sh.chunk * sh.x.shape[1])  # from what every rank shares
-    loss_dtype = dtype_name(sh.x.dtype if logits else sh.cdt)
     try:
-        loss = registry.resolve(sh.backend, Request(_LOSS, loss_dtype, None, {"softmax": logits}, numel))
+        loss = kernel_of(Request(_LOSS, dtype_name(sh.x.dtype if logits else sh.cdt), None, {"softmax": logits},
+                                 numel), sh.backend)
     except UnsupportedRequestError:
         return None
     for fmt in ("bool", "bitpacked"):
         req = Request(_MAX_SUM, dtype_name(sh.x.dtype), None, {"logits": logits, "mask": fmt,
                       "target_dtype": dtype_name(sh.target.dtype)}, numel, {"hidden": sh.x.shape[1]})
         try:
-            return Route(kernel_of(registry.resolve(sh.backend, req), _MAX_SUM), kernel_of(loss, _LOSS), fmt, logits)
+            return Route(kernel_of(req, sh.backend), loss, fmt, logits)
         except UnsupportedRequestError:
             continue
     return None
