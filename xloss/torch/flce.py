@@ -19,7 +19,7 @@ from . import flce_native, ops
 from .chunking import resolve_sizes
 from .distributed import Collectives, group_key, view_range
 from .flce_chunks import dtype_name
-from .flce_passes import FlceOptions, Params, loss_dtype  # noqa: F401  (Params: the op schema's settings)
+from .flce_passes import FlceOptions
 
 _WHAT = "fused_linear_cross_entropy"
 
@@ -36,7 +36,7 @@ class FusedLinearCrossEntropyOutput(NamedTuple):
 @checks.with_eager_twin
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     """The forward op for autograd; backward: the saved gradients scaled, or the backward op. vmap: the
-    generated rule, which PyTorch's fallback runs once per batch entry."""
+    generated rule (PyTorch's fallback runs it once per batch entry)."""
 
     generate_vmap_rule = True
 
@@ -50,9 +50,9 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         ctx.mark_non_differentiable(*output[1:])
         ctx.set_materialize_grads(False)
         ctx.o, ctx.loss_dtype = o, output[0].dtype
-        pre = o.reduction != "none" and (o.want_dx or o.want_dw or o.want_db)
         # the operands: to recompute ("none"; 16-bit native scaled by a non-power of two), and for
         # torch.func's second-order guard
+        pre = o.precomputed
         recompute = not pre or (o.native and x.dtype in flce_native.HALF)
         keep = recompute or checks.functorch_active()
         saved = (*((x, w, b) if keep else (None,) * 3), target, class_weight,  # the backward op's order
@@ -69,13 +69,13 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         if grad is None:
             return (None,) * 6
         o, saved = ctx.o, ctx.saved_tensors
-        want, (dx, dw, db) = (o.want_dx, o.want_dw, o.want_db), saved[9:]
         eager = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or checks.functorch_active())
         g = checks.scalar_value(grad) if (o.reduction != "none" and eager) else None
+        dx = saved[9]
         if g is not None and (not o.native or dx.dtype not in flce_native.HALF or flce_native.exact_scale(dx.dtype, g)):
-            grads = tuple(checks.scaled(t, g) if wanted else None for t, wanted in zip((dx, dw, db), want))
+            grads = tuple(checks.scaled(t, g) if wanted else None for t, wanted in zip(saved[9:], o.want))
         else:
-            grads = tuple(t if wanted else None for t, wanted in zip(_backward_op(grad.detach(), saved, o), want))
+            grads = tuple(t if wanted else None for t, wanted in zip(_backward_op(grad.detach(), saved, o), o.want))
         if checks.functorch_active():
             grads = tuple(None if t is None else checks.first_order_result(_WHAT, t, ref)
                           for t, ref in zip(grads, saved[:3]))
@@ -200,7 +200,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         return loss
     # without z-loss, zeros (NaN for the mean over no tokens, as the loss)
     z_loss = (out[1].reshape(loss.shape) if o.z_scale else loss.detach() * 0.0) if return_z_loss else None
-    return FusedLinearCrossEntropyOutput(loss, z_loss, out[2].reshape(loss.shape) if return_token_accuracy else None)
+    return FusedLinearCrossEntropyOutput(loss, z_loss, out[2].reshape(loss.shape) if o.accuracy else None)
 
 
 _EAGER = ("fused_linear_cross_entropy with process_group runs eagerly, outside the graph (its first collective "
@@ -333,6 +333,5 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
 
     def extra_repr(self) -> str:
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("softcap", "lse_square_scale") if getattr(self, k))
-        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
-                f"label_smoothing={self.label_smoothing}, "
-                f"chunk_size={self.chunk_size}, backend={self.backend!r}{extra}")
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, label_smoothing="
+                f"{self.label_smoothing}, chunk_size={self.chunk_size}, backend={self.backend!r}{extra}")

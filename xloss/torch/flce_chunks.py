@@ -30,16 +30,15 @@ from .chunking import spans
 from .distributed import Collectives
 
 NO_INDEX = torch.iinfo(torch.int64).max  # "no maximum here" in the first-maximum search
-_ACCUM = {"float32": torch.float32, "float64": torch.float64}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def view(t: torch.Tensor):
-    """A tensor as a kernel's Args hold it: a contiguous NumPy array sharing its memory."""
-    return to_numpy(t.detach().contiguous(), "operand")
+def view(t: torch.Tensor | None):
+    """A tensor as a kernel's Args hold it: a contiguous NumPy array sharing its memory (None: None)."""
+    return None if t is None else to_numpy(t.detach().contiguous(), "operand")
 
 
 def kernel_of(req: Request, backend):
@@ -66,7 +65,7 @@ class Shard:
     def __post_init__(self):
         self.cdt = torch.float64 if self.x.dtype == torch.float64 else torch.float32  # the compute dtype
         self.rows = self.w.shape[0]
-        self.accum = _ACCUM.get(self.opts.accum)  # the weight/bias gradient accumulators' dtype, or None
+        self.accum = self.opts.accum and getattr(torch, self.opts.accum)  # the dw/db accumulators' dtype, or None
         cw = self.class_weight
         self.w_sum = float(self.opts.vocab) if cw is None else float(cw.sum(dtype=torch.float64))
 
@@ -76,9 +75,8 @@ class Shard:
 
 @dataclass
 class Targets:
-    """Per-token target facts for one chunk."""
 
-    target: torch.Tensor  # as given (global class indices or ignore_index)
+    target: torch.Tensor  # of a chunk's tokens as given (global class indices or ignore_index)
     valid: torch.Tensor  # not ignore_index
     w_t: torch.Tensor  # class weight of the target (0 where ignored), compute dtype
     in_shard: torch.Tensor  # valid and one of this shard's rows
@@ -114,10 +112,7 @@ class RowStats:
 
     def block_args(self, tg: Targets, v0: int, v1: int):
         """(target_mask, masked_target) of the kernel call on shard rows [v0, v1): bool, and in [0, v1 - v0)."""
-        if self.target_mask is None:
-            hit, local = tg.in_shard, tg.local
-        else:
-            hit, local = ~self.target_mask, self.masked_target
+        hit, local = (tg.in_shard, tg.local) if self.target_mask is None else (~self.target_mask, self.masked_target)
         hit = hit & (local >= v0) & (local < v1)
         return ~hit, torch.where(hit, local - v0, 0)
 
@@ -241,9 +236,9 @@ class Grads:
             else:
                 p = None
             ig, wg = torch.empty_like(x_raw), torch.empty(v1 - v0, h, dtype=x_raw.dtype)
-            stats = (None, None) if p is not None else (view(st.logits_max), view(st.sum_exp))
-            run(FLCEArgs(view(k), view(x_raw), view(sh.w[v0:v1]), view(mask), "bool", view(mt), mode, *stats,
-                         None if p is None else view(p), kls, sh.vocab, view(ig), view(wg)))
+            stats = (None, None) if p is not None else (st.logits_max, st.sum_exp)
+            run(FLCEArgs(view(k), view(x_raw), view(sh.w[v0:v1]), view(mask), "bool", view(mt), mode,
+                         *map(view, stats), view(p), kls, sh.vocab, view(ig), view(wg)))
             if self.dx is not None:
                 self.dx[t0:t1].copy_(ig) if v0 == 0 else self.dx[t0:t1].add_(ig)
             if self.dw is not None:
