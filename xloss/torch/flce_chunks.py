@@ -153,10 +153,9 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
         sh.coll.max_(m)
         s.mul_(torch.where(torch.isneginf(local_m), 0.0, torch.exp(local_m - m)))
     s, zt, smooth = sh.coll.sum_(torch.stack([s, zt, smooth]))
-    if keep:
-        inv = 1.0 / s[:, None]
-        for z in blocks:
-            z.mul_(inv)
+    inv = 1.0 / s[:, None] if keep else None
+    for z in blocks or ():
+        z.mul_(inv)
     return RowStats(m, s, zt, smooth, blocks, first)
 
 
@@ -215,26 +214,20 @@ class Grads:
         return self._kernels[mode]
 
     def add_chunk(self, t0: int, t1: int, tg: Targets, g: torch.Tensor, st: RowStats) -> None:
-        """Add tokens [t0, t1)'s gradients; ``g``: their upstream gradient (0 where ignored). With
-        ``st.blocks`` the kernel gets the softmax; otherwise it recomputes (with a bias, which it does
-        not know, the softmax is rebuilt here)."""
+        """Add tokens [t0, t1)'s gradients (``g``: upstream, 0 where ignored). The kernel gets ``st.blocks``'
+        softmax, or recomputes it (with a bias, which it does not know, the softmax is rebuilt here)."""
         sh, x_raw, c = self.sh, self.sh.x[t0:t1], t1 - t0
         mode = "softmax" if (st.blocks is not None or sh.b is not None) else "recompute"
         vb, h = min(sh.block, sh.rows), sh.x.shape[1]
         run, kls = self.kernel(mode, max(c * vb, c * h, vb * h))
         ls = sh.label_smoothing
         remainder = bool(ls) and kls == 0.0
-        a = tg.w_t if not remainder else (1.0 - ls) * tg.w_t + (ls / sh.vocab) * sh.w_sum
-        k = (g * a).contiguous()
+        k = (g * (tg.w_t if not remainder else (1.0 - ls) * tg.w_t + (ls / sh.vocab) * sh.w_sum)).contiguous()
         x_c = x_raw.to(sh.cdt) if (mode == "softmax" and st.blocks is None) else None
         for i, (v0, v1) in enumerate(spans(sh.rows, sh.block)):
             mask, mt = st.block_args(tg, v0, v1)
-            if st.blocks is not None:
-                p = st.blocks[i]
-            elif mode == "softmax":
-                p = logits(sh, x_c, v0, v1).sub_(st.logits_max[:, None]).exp_().div_(st.sum_exp[:, None])
-            else:
-                p = None
+            p = (st.blocks[i] if st.blocks is not None else None if x_c is None  # None: recompute mode
+                 else logits(sh, x_c, v0, v1).sub_(st.logits_max[:, None]).exp_().div_(st.sum_exp[:, None]))
             ig, wg = torch.empty_like(x_raw), torch.empty(v1 - v0, h, dtype=x_raw.dtype)
             stats = (None, None) if p is not None else (st.logits_max, st.sum_exp)
             run(FLCEArgs(view(k), view(x_raw), view(sh.w[v0:v1]), view(mask), "bool", view(mt), mode,
@@ -264,8 +257,7 @@ class Grads:
         x_c = sh.x[t0:t1].to(sh.cdt)
         if self.dx is not None:
             if self.row_sum is None:  # sum_j w_j W_j over this shard's rows
-                w = sh.w.to(sh.cdt)
-                cw = sh.class_weight
+                w, cw = sh.w.to(sh.cdt), sh.class_weight
                 self.row_sum = w.sum(0) if cw is None else torch.mv(w.T, cw[sh.start:sh.start + sh.rows])
             dx = self.dx[t0:t1]
             dx.index_add_(0, rows, sh.w[t_loc].to(sh.cdt) * (sh.w_sum * r[rows])[:, None])

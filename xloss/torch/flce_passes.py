@@ -102,11 +102,12 @@ def forward(x, w, b, target, cw, o: FlceOptions):
     (denom, z_denom, count), (g_all, gz_all) = _upstreams(sh, o, 1.0)
     if o.native:  # (with g_all None the engine computes no gradient)
         per, (row_max, sum_exp), grads = flce_native.run(sh, o.want, *((g_all, None, gz_all) if pre else (None,) * 3))
-        losses, zl, correct, target_mask, masked_target = per.loss, per.z, per.correct, None, None
+        losses, zl, correct = per.loss, per.z, per.correct
+        masks = (target.new_empty(0, dtype=torch.bool), target.new_empty(0, dtype=torch.int64))
     else:
         losses, correct, zl = torch.zeros(bt, dtype=cdt), torch.zeros(bt), None
         row_max, sum_exp = torch.empty(bt, dtype=cdt), torch.empty(bt, dtype=cdt)
-        target_mask, masked_target = torch.empty(bt, dtype=torch.bool), torch.empty(bt, dtype=torch.int64)
+        masks = (torch.empty(bt, dtype=torch.bool), torch.empty(bt, dtype=torch.int64))  # target_mask, masked_target
         gr = chunks.Grads(sh, o.want) if pre else None
         rt = VP.route(sh, keep=pre)
         for t0, t1 in spans(bt, o.chunk):
@@ -119,23 +120,19 @@ def forward(x, w, b, target, cw, o: FlceOptions):
             if o.accuracy:
                 correct[t0:t1] = chunks.correct(tg, st)
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
-            target_mask[t0:t1], masked_target[t0:t1] = st.block_args(tg, 0, sh.rows)
+            masks[0][t0:t1], masks[1][t0:t1] = st.block_args(tg, 0, sh.rows)
             if pre:
                 gr.add_chunk(t0, t1, tg, g_all[t0:t1], st)
             del st
         grads = gr.finish() if pre else (None, None, None)
-    ldt, none = loss_dtype(x.dtype), x.new_empty(0, dtype=loss_dtype(x.dtype))
     if o.reduction == "none":
-        z_out = none if zl is None else zl.to(ldt)
-        loss = (losses if zl is None else losses + zl).to(ldt)
-        acc = correct if o.accuracy else torch.empty(0)
+        ce, z, acc = losses, zl, correct
     else:
-        ce = _divided(losses, denom)
-        z = None if zl is None else _divided(zl, z_denom)
-        loss, z_out = (ce.to(ldt), none) if z is None else ((ce + z).to(ldt), z.to(ldt))
-        acc = _divided(correct, count).to(torch.float32) if o.accuracy else torch.empty(0)
-    masks = (target.new_empty(0, dtype=torch.bool) if target_mask is None else target_mask,
-             target.new_empty(0, dtype=torch.int64) if masked_target is None else masked_target)
+        ce, z = _divided(losses, denom), None if zl is None else _divided(zl, z_denom)
+        acc = _divided(correct, count).to(torch.float32) if o.accuracy else None
+    ldt = loss_dtype(x.dtype)
+    loss, z_out = (ce if z is None else ce + z).to(ldt), x.new_empty(0, dtype=ldt) if z is None else z.to(ldt)
+    acc = acc if o.accuracy else torch.empty(0)
     return (loss, z_out, acc, row_max, sum_exp) + tuple(x.new_empty(0) if t is None else t for t in grads) + masks
 
 
