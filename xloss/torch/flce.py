@@ -21,9 +21,6 @@ from .distributed import Collectives, group_key, view_range
 from .flce_chunks import dtype_name
 from .flce_passes import FlceOptions
 
-_WHAT = "fused_linear_cross_entropy"
-
-
 class FusedLinearCrossEntropyOutput(NamedTuple):
     """The result with ``return_z_loss`` or ``return_token_accuracy`` (the field names of Liger-Kernel's
     ``CrossEntropyOutput``); a field not asked for is None."""
@@ -77,7 +74,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         else:
             grads = tuple(t if wanted else None for t, wanted in zip(_backward_op(grad.detach(), saved, o), o.want))
         if checks.functorch_active():
-            grads = tuple(None if t is None else checks.first_order_result(_WHAT, t, ref)
+            grads = tuple(None if t is None else checks.first_order_result("fused_linear_cross_entropy", t, ref)
                           for t, ref in zip(grads, saved[:3]))
         return grads + (None, None, None)
 
@@ -126,23 +123,13 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     (PyTorch's ``weight=``) as in PyTorch. The loss is float32 for 16-bit operands, else ``input``'s dtype.
     Under ``torch.autocast("cpu")`` the operands are cast as ``F.linear`` casts them. Tokens go
     ``chunk_size`` at a time (:mod:`xloss.torch.chunking`), ``vocab_chunk_size`` weight rows per kernel call.
-
-    Liger-Kernel's options (the ``cpu`` backend's path; token accuracy everywhere): ``softcap`` (logits ->
-    ``softcap * tanh(logits / softcap)``), ``lse_square_scale`` (z-loss ``scale * lse**2`` per token not
-    ignored), ``return_z_loss``/``return_token_accuracy`` (a :class:`FusedLinearCrossEntropyOutput`;
-    accuracy: the first maximum is the target), ``use_token_scaling`` (each token's loss times its
-    target's probability, a constant), ``accum_dtype`` (``torch.float64`` widens the weight/bias gradient
-    accumulators).
-
-    A backend offering row passes (``cpu``, the default) runs PyTorch's GEMMs here with its passes between
-    them (:mod:`.flce_native`: no GEMM work for ignored tokens); another runs its FLCE kernels, and its
-    vocabulary-parallel kernels for the statistics where it has them (:mod:`.flce_max_sum`).
-
-    ``process_group``: vocabulary parallelism. ``weight`` and ``bias`` are this rank's contiguous shard, in
-    rank order (:func:`xloss.torch.shard_vocab`); every rank gets the full loss and input gradient. The
-    first collective compares what must agree and carries any rank's argument error, so a disagreement or
-    an error raises the same error on every rank. It runs eagerly: under torch.compile a graph break, which
-    ``fullgraph=True`` refuses with a message saying so.
+    ``softcap``, ``lse_square_scale``, ``return_z_loss``, ``accum_dtype``, ``return_token_accuracy`` and
+    ``use_token_scaling``: Liger-Kernel's, described with the routes in docs/torch-ecosystem.md (with a
+    ``return_*``, a :class:`FusedLinearCrossEntropyOutput`). ``process_group``: vocabulary parallelism;
+    ``weight`` and ``bias`` are this rank's contiguous shard, in rank order (:func:`xloss.torch.shard_vocab`),
+    every rank gets the full loss and input gradient, and any rank's argument error or disagreement raises
+    the same error on every rank. It runs eagerly: under torch.compile a graph break (``fullgraph=True``
+    refuses it, saying so).
     """
     kw = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing, chunk_size=chunk_size,
               backend=backend, class_weight=class_weight, vocab_chunk_size=vocab_chunk_size,
