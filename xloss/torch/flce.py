@@ -21,6 +21,7 @@ from .distributed import Collectives, group_key, view_range
 from .flce_chunks import dtype_name
 from .flce_passes import FlceOptions
 
+
 class FusedLinearCrossEntropyOutput(NamedTuple):
     """The result with ``return_z_loss`` or ``return_token_accuracy`` (the field names of Liger-Kernel's
     ``CrossEntropyOutput``); a field not asked for is None."""
