@@ -9,10 +9,9 @@ Token i: logits ``z_i = x_i W.T + b`` over K classes, target t, class weights w 
 
 The kernel computes ``k_i (p_ij - ls'/K - (1-ls') [j == t])``: without class weights ``k = g, ls' = ls``
 is exact; otherwise (or where the backend has no smoothing) ``k = g a, ls' = 0`` and the remainder
-``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is added here. Tokens go in chunks, the vocabulary in
-blocks, each block a kernel call with its own target mask and local targets. The kernels get Args built
-here, not through the public API: the backend is resolved and checked once per op call, and these modules
-keep the Args' invariants (contiguous views, compute-dtype statistics, fresh outputs, targets in [0, V)).
+``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is added here. A kernel call per (token chunk, vocabulary
+block), with Args built here (the backend resolved once per op call; these modules keep the Args'
+invariants: contiguous views, compute-dtype statistics, fresh outputs, targets in [0, V)).
 """
 
 from __future__ import annotations
@@ -144,13 +143,11 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
     if first is not None and sh.coll.active:  # the lowest index among the ranks holding the global maximum
         m_global = sh.coll.max_(m.clone())
         first = sh.coll.min_(torch.where(m == m_global, first, NO_INDEX))
-    if keep:
-        sh.coll.max_(m)
-        for z in blocks:
-            s += z.sub_(m[:, None]).exp_().sum(1)
-    else:  # a rank whose shard is empty (or whose row max is below another's) rescales its sum
-        local_m = m.clone()
-        sh.coll.max_(m)
+    local_m = None if keep else m.clone()
+    sh.coll.max_(m)
+    for z in blocks or ():
+        s += z.sub_(m[:, None]).exp_().sum(1)
+    if local_m is not None:  # a rank whose shard is empty (or whose row max is below another's) rescales its sum
         s.mul_(torch.where(torch.isneginf(local_m), 0.0, torch.exp(local_m - m)))
     s, zt, smooth = sh.coll.sum_(torch.stack([s, zt, smooth]))
     inv = 1.0 / s[:, None] if keep else None

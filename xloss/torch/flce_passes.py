@@ -156,12 +156,10 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_ta
     if o.native:
         grads = flce_native.run(sh, want, g_all, (row_max, sum_exp), gz_all)[2]
     else:
-        gr = chunks.Grads(sh, want)
-        given = target_mask is not None and target_mask.numel()
+        gr, given = chunks.Grads(sh, want), target_mask is not None and target_mask.numel()
         for t0, t1 in spans(x.shape[0], o.chunk):
-            st = chunks.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None,
-                                 target_mask=target_mask[t0:t1] if given else None,
-                                 masked_target=masked_target[t0:t1] if given else None)
+            masks = (target_mask[t0:t1], masked_target[t0:t1]) if given else (None, None)
+            st = chunks.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None, None, *masks)
             tg = chunks.targets_of(sh, slice(t0, t1))
             gr.add_chunk(t0, t1, tg, torch.where(tg.valid, g_all[t0:t1], 0.0), st)
         grads = gr.finish()
