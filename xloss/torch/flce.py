@@ -1,9 +1,6 @@
 """Fused linear-cross-entropy for autograd: ``cross_entropy(input @ weight.T + bias, target)`` without the
-(tokens × vocabulary) logits, on one process or vocabulary-parallel.
-
-:func:`fused_linear_cross_entropy` checks its arguments into one :class:`.flce_passes.FlceOptions`
-and runs two ``torch.library`` custom ops (bodies in :mod:`.flce_passes`): torch.compile records them
-without a graph break and torch.func transforms go through. Second-order gradients are refused.
+(tokens × vocabulary) logits. The arguments are checked into one :class:`.flce_passes.FlceOptions` for two
+``torch.library`` custom ops, which torch.compile records without a graph break and torch.func goes through.
 """
 
 import weakref
@@ -22,9 +19,7 @@ from . import flce_native, ops
 from .chunking import resolve_sizes
 from .distributed import Collectives, group_key, view_range
 from .flce_chunks import dtype_name
-from .flce_passes import FlceOptions, Params, loss_dtype  # noqa: F401  (Params: the op schema's settings)
-
-_WHAT = "fused_linear_cross_entropy"
+from .flce_passes import FlceOptions
 
 
 class FusedLinearCrossEntropyOutput(NamedTuple):
@@ -39,7 +34,7 @@ class FusedLinearCrossEntropyOutput(NamedTuple):
 @checks.with_eager_twin
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     """The forward op for autograd; backward: the saved gradients scaled, or the backward op. vmap: the
-    generated rule, which PyTorch's fallback runs once per batch entry."""
+    generated rule (PyTorch's fallback runs it once per batch entry)."""
 
     generate_vmap_rule = True
 
@@ -53,9 +48,9 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         ctx.mark_non_differentiable(*output[1:])
         ctx.set_materialize_grads(False)
         ctx.o, ctx.loss_dtype = o, output[0].dtype
-        pre = o.reduction != "none" and (o.want_dx or o.want_dw or o.want_db)
         # the operands: to recompute ("none"; 16-bit native scaled by a non-power of two), and for
         # torch.func's second-order guard
+        pre = o.precomputed
         recompute = not pre or (o.native and x.dtype in flce_native.HALF)
         keep = recompute or checks.functorch_active()
         saved = (*((x, w, b) if keep else (None,) * 3), target, class_weight,  # the backward op's order
@@ -72,15 +67,15 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         if grad is None:
             return (None,) * 6
         o, saved = ctx.o, ctx.saved_tensors
-        want, (dx, dw, db) = (o.want_dx, o.want_dw, o.want_db), saved[9:]
         eager = grad.device.type == "cpu" and not (torch.compiler.is_compiling() or checks.functorch_active())
         g = checks.scalar_value(grad) if (o.reduction != "none" and eager) else None
+        dx = saved[9]
         if g is not None and (not o.native or dx.dtype not in flce_native.HALF or flce_native.exact_scale(dx.dtype, g)):
-            grads = tuple(checks.scaled(t, g) if wanted else None for t, wanted in zip((dx, dw, db), want))
+            grads = tuple(checks.scaled(t, g) if wanted else None for t, wanted in zip(saved[9:], o.want))
         else:
-            grads = tuple(t if wanted else None for t, wanted in zip(_backward_op(grad.detach(), saved, o), want))
+            grads = tuple(t if wanted else None for t, wanted in zip(_backward_op(grad.detach(), saved, o), o.want))
         if checks.functorch_active():
-            grads = tuple(None if t is None else checks.first_order_result(_WHAT, t, ref)
+            grads = tuple(None if t is None else checks.first_order_result("fused_linear_cross_entropy", t, ref)
                           for t, ref in zip(grads, saved[:3]))
         return grads + (None, None, None)
 
@@ -129,27 +124,18 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     (PyTorch's ``weight=``) as in PyTorch. The loss is float32 for 16-bit operands, else ``input``'s dtype.
     Under ``torch.autocast("cpu")`` the operands are cast as ``F.linear`` casts them. Tokens go
     ``chunk_size`` at a time (:mod:`xloss.torch.chunking`), ``vocab_chunk_size`` weight rows per kernel call.
-
-    Liger-Kernel's options (the ``cpu`` backend's path; token accuracy everywhere): ``softcap`` (logits ->
-    ``softcap * tanh(logits / softcap)``), ``lse_square_scale`` (z-loss ``scale * lse**2`` per token not
-    ignored), ``return_z_loss``/``return_token_accuracy`` (a :class:`FusedLinearCrossEntropyOutput`;
-    accuracy: the first maximum is the target), ``use_token_scaling`` (each token's loss times its
-    target's probability, a constant), ``accum_dtype`` (``torch.float64`` widens the weight/bias gradient
-    accumulators).
-
-    A backend offering row passes (``cpu``, the default) runs PyTorch's GEMMs here with its passes between
-    them (:mod:`.flce_native`: no GEMM work for ignored tokens); another runs its FLCE kernels, and its
-    vocabulary-parallel kernels for the statistics where it has them (:mod:`.flce_max_sum`).
-
-    ``process_group``: vocabulary parallelism. ``weight`` and ``bias`` are this rank's contiguous shard, in
-    rank order (:func:`xloss.torch.shard_vocab`); every rank gets the full loss and input gradient. The
-    first collective compares what must agree and carries any rank's argument error, so a disagreement or
-    an error raises the same error on every rank. It runs eagerly: under torch.compile a graph break, which
-    ``fullgraph=True`` refuses with a message saying so.
+    ``softcap``, ``lse_square_scale``, ``return_z_loss``, ``accum_dtype``, ``return_token_accuracy`` and
+    ``use_token_scaling``: Liger-Kernel's, described with the routes in docs/torch-ecosystem.md (with a
+    ``return_*``, a :class:`FusedLinearCrossEntropyOutput`). ``process_group``: vocabulary parallelism;
+    ``weight`` and ``bias`` are this rank's contiguous shard, in rank order (:func:`xloss.torch.shard_vocab`),
+    every rank gets the full loss and input gradient, and any rank's argument error or disagreement raises
+    the same error on every rank. It runs eagerly: under torch.compile a graph break (``fullgraph=True``
+    refuses it, saying so).
     """
-    kw = dict(class_weight=class_weight, vocab_chunk_size=vocab_chunk_size, process_group=process_group,
-              softcap=softcap, lse_square_scale=lse_square_scale, return_z_loss=return_z_loss,
-              accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
+    kw = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing, chunk_size=chunk_size,
+              backend=backend, class_weight=class_weight, vocab_chunk_size=vocab_chunk_size,
+              process_group=process_group, softcap=softcap, lse_square_scale=lse_square_scale,
+              return_z_loss=return_z_loss, accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
               use_token_scaling=use_token_scaling)
     input = checks.float_tensor(input, "input")
     if torch.is_autocast_enabled("cpu"):  # as F.linear: the operands in the autocast dtype, differentiably
@@ -159,14 +145,12 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
                 weight = checks.float_tensor(weight, "weight")
                 input, weight = input.to(cast), weight.to(cast) if weight.dtype != torch.float64 else weight
                 bias = None if bias is None else checks.float_tensor(bias, "bias").to(cast)
-            return fused_linear_cross_entropy(input, weight, target, bias, ignore_index, reduction, label_smoothing,
-                                              chunk_size, backend, **kw)
+            return fused_linear_cross_entropy(input, weight, target, bias, **kw)
     if process_group is not None and torch.compiler.is_compiling():  # a graph break: see _EAGER
-        return _eager(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend, **kw)
+        return _eager(input, weight, target, bias, **kw)
     coll = Collectives(process_group)
     try:  # with a process group, an argument error reaches every rank through the first collective
-        weight, bias, target, class_weight, o = _checked(input, weight, target, bias, ignore_index, reduction,
-                                                         label_smoothing, chunk_size, backend, **kw)
+        weight, bias, target, class_weight, o = _checked(input, weight, target, bias, **kw)
     except XLossError as exc:
         if not coll.active:
             raise
@@ -204,7 +188,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         return loss
     # without z-loss, zeros (NaN for the mean over no tokens, as the loss)
     z_loss = (out[1].reshape(loss.shape) if o.z_scale else loss.detach() * 0.0) if return_z_loss else None
-    return FusedLinearCrossEntropyOutput(loss, z_loss, out[2].reshape(loss.shape) if return_token_accuracy else None)
+    return FusedLinearCrossEntropyOutput(loss, z_loss, out[2].reshape(loss.shape) if o.accuracy else None)
 
 
 _EAGER = ("fused_linear_cross_entropy with process_group runs eagerly, outside the graph (its first collective "
@@ -219,11 +203,11 @@ def _checksum(t: torch.Tensor) -> int:
     return zlib.crc32(wide.numpy().tobytes(), zlib.crc32(repr(tuple(t.shape)).encode()))
 
 
-def _checked(input, weight, target, bias, ignore_index, reduction, label_smoothing, chunk_size, backend, *,
+def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoothing, chunk_size, backend,
              class_weight, vocab_chunk_size, softcap, lse_square_scale, accum_dtype, return_token_accuracy,
              use_token_scaling, **_):
-    """Every check that needs only this rank's arguments: (weight, bias, target, class_weight, options
-    without the vocabulary layout, sizes, wanted gradients and backend)."""
+    """Every check of this rank's own arguments: (weight, bias, target, class_weight, options without the
+    sizes, the vocabulary layout, the wanted gradients and the backend)."""
     if input.ndim < 1:
         raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
     hidden = input.shape[-1]
@@ -337,6 +321,5 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
 
     def extra_repr(self) -> str:
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("softcap", "lse_square_scale") if getattr(self, k))
-        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
-                f"label_smoothing={self.label_smoothing}, "
-                f"chunk_size={self.chunk_size}, backend={self.backend!r}{extra}")
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, label_smoothing="
+                f"{self.label_smoothing}, chunk_size={self.chunk_size}, backend={self.backend!r}{extra}")

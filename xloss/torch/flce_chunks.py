@@ -9,12 +9,9 @@ Token i: logits ``z_i = x_i W.T + b`` over K classes, target t, class weights w 
 
 The kernel computes ``k_i (p_ij - ls'/K - (1-ls') [j == t])``: without class weights ``k = g, ls' = ls``
 is exact; otherwise (or where the backend has no smoothing) ``k = g a, ls' = 0`` and the remainder
-``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is added here. Tokens go in chunks, the vocabulary in
-blocks, each block a kernel call with its own target mask and local targets.
-
-The kernels are called with Args built here, not through the public API: the backend is resolved and
-checked once per op call, and these modules keep the Args' invariants themselves (contiguous views,
-compute-dtype statistics, fresh outputs, local targets in [0, V)).
+``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is added here. A kernel call per (token chunk, vocabulary
+block), with Args built here (the backend resolved once per op call; these modules keep the Args'
+invariants: contiguous views, compute-dtype statistics, fresh outputs, targets in [0, V)).
 """
 
 from __future__ import annotations
@@ -32,23 +29,23 @@ from .chunking import spans
 from .distributed import Collectives
 
 NO_INDEX = torch.iinfo(torch.int64).max  # "no maximum here" in the first-maximum search
-_ACCUM = {"float32": torch.float32, "float64": torch.float64}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def view(t: torch.Tensor):
-    """A tensor as a kernel's Args hold it: a contiguous NumPy array sharing its memory."""
-    return to_numpy(t.detach().contiguous(), "operand")
+def view(t: torch.Tensor | None):
+    """A tensor as a kernel's Args hold it: a contiguous NumPy array sharing its memory (None: None)."""
+    return None if t is None else to_numpy(t.detach().contiguous(), "operand")
 
 
-def kernel_of(b, name: str):
-    """The method of ``b`` (resolved and checked for the op call already) that runs kernel ``name``."""
-    if b.kernel(name) is None:
-        raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {name} but has no method {name}")
-    return b.kernel(name)
+def kernel_of(req: Request, backend):
+    """The method that runs ``req``'s kernel on the backend the registry resolves ``backend`` to for it."""
+    b = registry.resolve(backend, req)
+    if b.kernel(req.kernel) is None:
+        raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {req.kernel} but has no method {req.kernel}")
+    return b.kernel(req.kernel)
 
 
 @dataclass
@@ -67,7 +64,7 @@ class Shard:
     def __post_init__(self):
         self.cdt = torch.float64 if self.x.dtype == torch.float64 else torch.float32  # the compute dtype
         self.rows = self.w.shape[0]
-        self.accum = _ACCUM.get(self.opts.accum)  # the weight/bias gradient accumulators' dtype, or None
+        self.accum = self.opts.accum and getattr(torch, self.opts.accum)  # the dw/db accumulators' dtype, or None
         cw = self.class_weight
         self.w_sum = float(self.opts.vocab) if cw is None else float(cw.sum(dtype=torch.float64))
 
@@ -77,9 +74,8 @@ class Shard:
 
 @dataclass
 class Targets:
-    """Per-token target facts for one chunk."""
 
-    target: torch.Tensor  # as given (global class indices or ignore_index)
+    target: torch.Tensor  # of a chunk's tokens as given (global class indices or ignore_index)
     valid: torch.Tensor  # not ignore_index
     w_t: torch.Tensor  # class weight of the target (0 where ignored), compute dtype
     in_shard: torch.Tensor  # valid and one of this shard's rows
@@ -94,11 +90,6 @@ def targets_of(sh: Shard, rows) -> Targets:
     w_t = valid.to(sh.cdt) if sh.class_weight is None else torch.where(valid, sh.class_weight[safe], 0.0)
     in_shard = valid & (safe >= sh.start) & (safe < sh.start + sh.rows)
     return Targets(t, valid, w_t, in_shard, torch.where(in_shard, safe - sh.start, 0))
-
-
-def denominator(sh: Shard) -> float:
-    """``mean``'s divisor: the summed class weight of the tokens not ignored, over the whole batch."""
-    return float(targets_of(sh, slice(None)).w_t.sum(dtype=torch.float64))
 
 
 def logits(sh: Shard, x_c: torch.Tensor, v0: int, v1: int) -> torch.Tensor:
@@ -120,10 +111,7 @@ class RowStats:
 
     def block_args(self, tg: Targets, v0: int, v1: int):
         """(target_mask, masked_target) of the kernel call on shard rows [v0, v1): bool, and in [0, v1 - v0)."""
-        if self.target_mask is None:
-            hit, local = tg.in_shard, tg.local
-        else:
-            hit, local = ~self.target_mask, self.masked_target
+        hit, local = (tg.in_shard, tg.local) if self.target_mask is None else (~self.target_mask, self.masked_target)
         hit = hit & (local >= v0) & (local < v1)
         return ~hit, torch.where(hit, local - v0, 0)
 
@@ -155,19 +143,16 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
     if first is not None and sh.coll.active:  # the lowest index among the ranks holding the global maximum
         m_global = sh.coll.max_(m.clone())
         first = sh.coll.min_(torch.where(m == m_global, first, NO_INDEX))
-    if keep:
-        sh.coll.max_(m)
-        for z in blocks:
-            s += z.sub_(m[:, None]).exp_().sum(1)
-    else:  # a rank whose shard is empty (or whose row max is below another's) rescales its sum
-        local_m = m.clone()
-        sh.coll.max_(m)
+    local_m = None if keep else m.clone()
+    sh.coll.max_(m)
+    for z in blocks or ():
+        s += z.sub_(m[:, None]).exp_().sum(1)
+    if local_m is not None:  # a rank whose shard is empty (or whose row max is below another's) rescales its sum
         s.mul_(torch.where(torch.isneginf(local_m), 0.0, torch.exp(local_m - m)))
     s, zt, smooth = sh.coll.sum_(torch.stack([s, zt, smooth]))
-    if keep:
-        inv = 1.0 / s[:, None]
-        for z in blocks:
-            z.mul_(inv)
+    inv = 1.0 / s[:, None] if keep else None
+    for z in blocks or ():
+        z.mul_(inv)
     return RowStats(m, s, zt, smooth, blocks, first)
 
 
@@ -219,37 +204,31 @@ class Grads:
             req = Request("fused_linear_cross_entropy_grad", dtype_name(sh.x.dtype), None,
                           {"mode": mode, "mask": "bool", "label_smoothing": bool(ls)}, numel)
             try:
-                self._kernels[mode] = (kernel_of(registry.resolve(sh.backend, req), req.kernel), ls)
+                self._kernels[mode] = (kernel_of(req, sh.backend), ls)
             except UnsupportedRequestError:
                 if not ls:
                     raise
         return self._kernels[mode]
 
     def add_chunk(self, t0: int, t1: int, tg: Targets, g: torch.Tensor, st: RowStats) -> None:
-        """Add tokens [t0, t1)'s gradients; ``g``: their upstream gradient (0 where ignored). With
-        ``st.blocks`` the kernel gets the softmax; otherwise it recomputes (with a bias, which it does
-        not know, the softmax is rebuilt here)."""
+        """Add tokens [t0, t1)'s gradients (``g``: upstream, 0 where ignored). The kernel gets ``st.blocks``'
+        softmax, or recomputes it (with a bias, which it does not know, the softmax is rebuilt here)."""
         sh, x_raw, c = self.sh, self.sh.x[t0:t1], t1 - t0
         mode = "softmax" if (st.blocks is not None or sh.b is not None) else "recompute"
         vb, h = min(sh.block, sh.rows), sh.x.shape[1]
         run, kls = self.kernel(mode, max(c * vb, c * h, vb * h))
         ls = sh.label_smoothing
         remainder = bool(ls) and kls == 0.0
-        a = tg.w_t if not remainder else (1.0 - ls) * tg.w_t + (ls / sh.vocab) * sh.w_sum
-        k = (g * a).contiguous()
+        k = (g * (tg.w_t if not remainder else (1.0 - ls) * tg.w_t + (ls / sh.vocab) * sh.w_sum)).contiguous()
         x_c = x_raw.to(sh.cdt) if (mode == "softmax" and st.blocks is None) else None
         for i, (v0, v1) in enumerate(spans(sh.rows, sh.block)):
             mask, mt = st.block_args(tg, v0, v1)
-            if st.blocks is not None:
-                p = st.blocks[i]
-            elif mode == "softmax":
-                p = logits(sh, x_c, v0, v1).sub_(st.logits_max[:, None]).exp_().div_(st.sum_exp[:, None])
-            else:
-                p = None
+            p = (st.blocks[i] if st.blocks is not None else None if x_c is None  # None: recompute mode
+                 else logits(sh, x_c, v0, v1).sub_(st.logits_max[:, None]).exp_().div_(st.sum_exp[:, None]))
             ig, wg = torch.empty_like(x_raw), torch.empty(v1 - v0, h, dtype=x_raw.dtype)
-            stats = (None, None) if p is not None else (view(st.logits_max), view(st.sum_exp))
-            run(FLCEArgs(view(k), view(x_raw), view(sh.w[v0:v1]), view(mask), "bool", view(mt), mode, *stats,
-                         None if p is None else view(p), kls, sh.vocab, view(ig), view(wg)))
+            stats = (None, None) if p is not None else (st.logits_max, st.sum_exp)
+            run(FLCEArgs(view(k), view(x_raw), view(sh.w[v0:v1]), view(mask), "bool", view(mt), mode,
+                         *map(view, stats), view(p), kls, sh.vocab, view(ig), view(wg)))
             if self.dx is not None:
                 self.dx[t0:t1].copy_(ig) if v0 == 0 else self.dx[t0:t1].add_(ig)
             if self.dw is not None:
@@ -275,8 +254,7 @@ class Grads:
         x_c = sh.x[t0:t1].to(sh.cdt)
         if self.dx is not None:
             if self.row_sum is None:  # sum_j w_j W_j over this shard's rows
-                w = sh.w.to(sh.cdt)
-                cw = sh.class_weight
+                w, cw = sh.w.to(sh.cdt), sh.class_weight
                 self.row_sum = w.sum(0) if cw is None else torch.mv(w.T, cw[sh.start:sh.start + sh.rows])
             dx = self.dx[t0:t1]
             dx.index_add_(0, rows, sh.w[t_loc].to(sh.cdt) * (sh.w_sum * r[rows])[:, None])

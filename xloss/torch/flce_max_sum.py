@@ -1,13 +1,9 @@
 """The FLCE forward statistics through the backend's vocabulary-parallel kernels (CANN's Megatron flow),
-one token chunk at a time on this rank's shard: ``fused_linear_online_max_sum`` on the shard; our
-all-reduce (MAX of the maxima, SUM of the rescaled sums and of the predicted logit rebased to the global
-maximum); ``fused_cross_entropy_loss_with_max_sum`` for the loss, and with the shard's logits their
-softmax for the gradient kernel ("softmax" mode; 16-bit operands take "recompute", where the gradient
-kernel makes the logits in float32). The gradient kernel gets the forward's mask and masked target.
-
-:func:`route` takes this way where the backend declares both kernels for the call and it needs nothing
-they lack (bias, label smoothing, token accuracy, the cpu path's extras); the decision depends only on
-settings every rank shares. :func:`chunk_stats` is looked up on this module per chunk (tests count it).
+a token chunk at a time: ``fused_linear_online_max_sum`` on this rank's shard; our all-reduce (MAX of the
+maxima, SUM of the rescaled sums and of the predicted logit rebased to the global maximum);
+``fused_cross_entropy_loss_with_max_sum`` for the loss, and with the shard's logits their softmax for the
+gradient kernel (16-bit operands: its "recompute" mode, logits in float32), which gets this mask and
+masked target. :func:`chunk_stats` is looked up on this module per chunk (tests count it).
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import registry
 from ..errors import UnsupportedRequestError
 from ..kernel_args import Request
 from ..kernels.flce.args import LossWithMaxSumArgs, OnlineMaxSumArgs
@@ -37,22 +32,23 @@ class Route:
 
 
 def route(sh: Shard, keep: bool) -> Route | None:
-    """The kernel route, or None where :func:`.flce_chunks.chunk_stats` serves. ``keep``: the forward
+    """The route where the backend declares both kernels for the call and it needs nothing they lack, else
+    None (:func:`.flce_chunks.chunk_stats` serves); from settings every rank shares. ``keep``: the forward
     computes the gradients (the softmax route for float32/float64 operands)."""
     if sh.b is not None or sh.label_smoothing or sh.accuracy or sh.softcap or sh.z_scale or sh.token_scaling:
         return None
     logits = keep and sh.x.dtype in (torch.float32, torch.float64)
     numel = max(sh.chunk * sh.vocab, sh.chunk * sh.x.shape[1])  # from what every rank shares
-    loss_dtype = dtype_name(sh.x.dtype if logits else sh.cdt)
     try:
-        loss = registry.resolve(sh.backend, Request(_LOSS, loss_dtype, None, {"softmax": logits}, numel))
+        loss = kernel_of(Request(_LOSS, dtype_name(sh.x.dtype if logits else sh.cdt), None, {"softmax": logits},
+                                 numel), sh.backend)
     except UnsupportedRequestError:
         return None
     for fmt in ("bool", "bitpacked"):
         req = Request(_MAX_SUM, dtype_name(sh.x.dtype), None, {"logits": logits, "mask": fmt,
                       "target_dtype": dtype_name(sh.target.dtype)}, numel, {"hidden": sh.x.shape[1]})
         try:
-            return Route(kernel_of(registry.resolve(sh.backend, req), _MAX_SUM), kernel_of(loss, _LOSS), fmt, logits)
+            return Route(kernel_of(req, sh.backend), loss, fmt, logits)
         except UnsupportedRequestError:
             continue
     return None
@@ -60,11 +56,9 @@ def route(sh: Shard, keep: bool) -> Route | None:
 
 def _loss(rt: Route, m, s, p, logits=None):
     """(loss, softmax or None) from the loss kernel, in the compute dtype."""
-    loss = torch.empty_like(m)
-    softmax = None if logits is None else torch.empty(logits.shape, dtype=m.dtype)
-    rt.loss(LossWithMaxSumArgs(view(m), view(s), view(p), None if logits is None else view(logits),
-                               dtype_name(m.dtype if logits is None else logits.dtype), 0.0, view(loss),
-                               None if softmax is None else view(softmax)))
+    dt = m.dtype if logits is None else logits.dtype
+    loss, softmax = torch.empty_like(m), None if logits is None else torch.empty(logits.shape, dtype=m.dtype)
+    rt.loss(LossWithMaxSumArgs(view(m), view(s), view(p), view(logits), dtype_name(dt), 0.0, view(loss), view(softmax)))
     return loss, softmax
 
 
@@ -79,7 +73,7 @@ def chunk_stats(sh: Shard, rt: Route, tg: Targets, t0: int, t1: int) -> tuple[Ro
         logits = torch.empty(c, sh.rows, dtype=sh.x.dtype) if rt.logits else None
         rt.max_sum(OnlineMaxSumArgs(view(sh.x[t0:t1]), view(sh.w), view(target), sh.start, sh.start + sh.rows,
                                     rt.mask_format, view(m_loc), view(s), view(p), view(packed), view(masked_target),
-                                    None if logits is None else view(logits)))
+                                    view(logits)))
         if rt.mask_format == "bitpacked":  # LSB first
             mask = ((packed[:, None] >> torch.arange(8, dtype=torch.uint8)) & 1).reshape(-1)[:c].bool()
     else:
@@ -89,15 +83,9 @@ def chunk_stats(sh: Shard, rt: Route, tg: Targets, t0: int, t1: int) -> tuple[Ro
         m = sh.coll.max_(m_loc.clone())
         scale = torch.where(torch.isneginf(m_loc), 0.0, torch.exp(m_loc - m))
         s, p = sh.coll.sum_(torch.stack([s * scale, torch.where(mask, 0.0, p + (m_loc - m))]))
-    blocks = loss = None
-    if rt.logits:  # the softmax a vocabulary block at a time (the loss from the first call)
-        blocks = []
-        for v0, v1 in spans(sh.rows, sh.block):
-            block_loss, softmax = _loss(rt, m, s, p, logits[:, v0:v1])
-            blocks.append(softmax)
-            loss = block_loss if loss is None else loss
-        del logits
-    if loss is None:
-        loss = _loss(rt, m, s, p)[0]
+    # with logits, the softmax a vocabulary block at a time (the loss from the first call)
+    made = [_loss(rt, m, s, p, logits[:, v0:v1]) for v0, v1 in spans(sh.rows, sh.block)] if rt.logits else []
+    del logits
+    loss, blocks = made[0][0] if made else _loss(rt, m, s, p)[0], [sm for _, sm in made] if rt.logits else None
     loss = torch.where(tg.valid, loss * tg.w_t, 0.0)
     return RowStats(m, s, None, None, blocks, target_mask=mask, masked_target=masked_target), loss

@@ -1,9 +1,6 @@
-"""The fused linear-cross-entropy on a backend's PyTorch-GEMM route: a thin adapter.
-
-The engine is the backend's: ``Backend.flce_row_passes()`` returns it (the ``cpu`` backend's lives in
-``backends/cpu_onednn/flce_engine.py``, with the numerics: float32 logits for 16-bit operands, never
-rounded to 16 bits; G rounded once to the operand dtype for the two gradient GEMMs). This module asks
-the backend object for it and keeps the names the rest of ``xloss.torch`` uses.
+"""The fused linear-cross-entropy on a backend's PyTorch-GEMM route: a thin adapter to the engine that
+``Backend.flce_row_passes()`` returns (the ``cpu`` backend's: ``backends/cpu_onednn/flce_engine.py``, with
+the numerics: float32 logits for 16-bit operands; G rounded once to the operand dtype for the two GEMMs).
 """
 
 from __future__ import annotations
@@ -17,8 +14,9 @@ from ..backend import Backend
 from ..errors import UnsupportedRequestError
 
 HALF = (torch.bfloat16, torch.float16)
-DTYPES = HALF + (torch.float32,)  # what this path serves by default (float64 goes through the backend kernel)
-# float64 takes this path too when a call needs what only it computes (softcap, z-loss)
+# what this path serves by default; float64 goes through the backend kernel unless it needs what only this
+# path computes (softcap, z-loss)
+DTYPES = HALF + (torch.float32,)
 
 
 def _backend(backend) -> Backend:
@@ -46,16 +44,13 @@ def exact_scale(dtype: torch.dtype, g: float) -> bool:
     and for float16 (narrow exponent range) not below 1, so no result drops into the subnormals."""
     if g == 0.0:
         return True
-    if not math.isfinite(g) or math.frexp(abs(g))[0] != 0.5:
-        return False
-    return dtype == torch.bfloat16 or abs(g) >= 1.0
+    return math.isfinite(g) and math.frexp(abs(g))[0] == 0.5 and (dtype == torch.bfloat16 or abs(g) >= 1.0)
 
 
-def run(sh, want, g_all: torch.Tensor | None, stats: tuple | None, gz_all: torch.Tensor | None = None):
-    """The whole batch on the backend's engine (``sh``: an ``xloss.torch.flce_chunks.Shard``). ``g_all``:
-    per-token upstream gradient of the cross entropy (compute dtype, BT) or None for no gradients;
-    ``gz_all``: that of the z-loss; ``stats``: saved (row max, sum of exponentials) to skip the statistics
-    (backward), or None. Returns (per-token loss/z-loss/correct or None, (row max, sum exp), (dx, dw, db))."""
+def run(sh, want, g_all, stats, gz_all=None):
+    """The whole batch on the backend's engine (``sh``: a :class:`.flce_chunks.Shard`; the arguments and
+    result: ``backends/cpu_onednn/flce_engine.run``). The row passes are :func:`row_passes`' (None: the
+    engine runs PyTorch ops in their place)."""
     passes = row_passes(sh.backend)
     engine = passes if passes is not None else _backend(sh.backend).flce_row_passes()
     if engine is None:

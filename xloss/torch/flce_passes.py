@@ -73,26 +73,19 @@ def _shard(x, w, b, target, cw, o: FlceOptions) -> chunks.Shard:
     return chunks.Shard(x, w, b, target, cw, o, Collectives(group_of(o.group)), backend_of(o.backend))
 
 
-def _divisors(sh: chunks.Shard, o: FlceOptions) -> tuple[float, float]:
-    """(cross entropy's divisor, the z-loss's and accuracy's)."""
-    count = float((sh.target != sh.ignore_index).sum()) if o.reduction == "mean" or o.z_scale or o.accuracy else 0.0
-    if o.reduction != "mean":
-        return 1.0, count
-    return (chunks.denominator(sh) if sh.class_weight is not None else count), count
-
-
-def _upstreams(sh, o: FlceOptions, g: float, denom: float, count: float):
-    """Per-token upstream gradients of a scalar reduction scaled by ``g``: (cross entropy, z-loss or None)."""
+def _upstreams(sh, o: FlceOptions, g: float):
+    """The divisors (of the cross entropy, the z-loss, the accuracy), and the per-token upstream gradients
+    of a scalar reduction scaled by ``g`` (of the cross entropy, of the z-loss or None)."""
     valid = sh.target != sh.ignore_index
+    count = float(valid.sum()) if o.reduction == "mean" or o.z_scale or o.accuracy else 0.0
+    z_denom = count if o.reduction == "mean" else 1.0
+    denom = z_denom if o.reduction != "mean" or sh.class_weight is None else \
+        float(chunks.targets_of(sh, slice(None)).w_t.sum(dtype=torch.float64))  # the summed class weight
 
     def upstream(d):
-        return torch.zeros(sh.x.shape[0], dtype=sh.cdt).masked_fill_(valid, g * _inverse(d))
+        return torch.zeros(sh.x.shape[0], dtype=sh.cdt).masked_fill_(valid, g * (1.0 / d if d else float("inf")))
 
-    return upstream(denom), upstream(count if o.reduction == "mean" else 1.0) if o.z_scale else None
-
-
-def _inverse(d: float) -> float:
-    return 1.0 / d if d else float("inf")
+    return (denom, z_denom, count), (upstream(denom), upstream(z_denom) if o.z_scale else None)
 
 
 def _divided(values: torch.Tensor, d: float) -> torch.Tensor:
@@ -106,17 +99,15 @@ def forward(x, w, b, target, cw, o: FlceOptions):
     checks.check_class_indices(target, o.vocab, o.ignore_index)
     sh = _shard(x, w, b, target, cw, o)
     bt, cdt, pre = x.shape[0], sh.cdt, o.precomputed
-    denom, count = _divisors(sh, o)
-    grads, target_mask, masked_target = (None, None, None), None, None
-    if o.native:
-        g_all, gz_all = _upstreams(sh, o, 1.0, denom, count) if pre else (None, None)
-        per, (row_max, sum_exp), made = flce_native.run(sh, o.want if pre else (False,) * 3, g_all, None, gz_all)
+    (denom, z_denom, count), (g_all, gz_all) = _upstreams(sh, o, 1.0)
+    if o.native:  # (with g_all None the engine computes no gradient)
+        per, (row_max, sum_exp), grads = flce_native.run(sh, o.want, *((g_all, None, gz_all) if pre else (None,) * 3))
         losses, zl, correct = per.loss, per.z, per.correct
-        grads = made if pre else grads
+        masks = (target.new_empty(0, dtype=torch.bool), target.new_empty(0, dtype=torch.int64))
     else:
         losses, correct, zl = torch.zeros(bt, dtype=cdt), torch.zeros(bt), None
         row_max, sum_exp = torch.empty(bt, dtype=cdt), torch.empty(bt, dtype=cdt)
-        target_mask, masked_target = torch.empty(bt, dtype=torch.bool), torch.empty(bt, dtype=torch.int64)
+        masks = (torch.empty(bt, dtype=torch.bool), torch.empty(bt, dtype=torch.int64))  # target_mask, masked_target
         gr = chunks.Grads(sh, o.want) if pre else None
         rt = VP.route(sh, keep=pre)
         for t0, t1 in spans(bt, o.chunk):
@@ -129,23 +120,19 @@ def forward(x, w, b, target, cw, o: FlceOptions):
             if o.accuracy:
                 correct[t0:t1] = chunks.correct(tg, st)
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
-            target_mask[t0:t1], masked_target[t0:t1] = st.block_args(tg, 0, sh.rows)
+            masks[0][t0:t1], masks[1][t0:t1] = st.block_args(tg, 0, sh.rows)
             if pre:
-                gr.add_chunk(t0, t1, tg, torch.zeros(t1 - t0, dtype=cdt).masked_fill_(tg.valid, _inverse(denom)), st)
+                gr.add_chunk(t0, t1, tg, g_all[t0:t1], st)
             del st
-        grads = gr.finish() if pre else grads
-    ldt, none = loss_dtype(x.dtype), x.new_empty(0, dtype=loss_dtype(x.dtype))
+        grads = gr.finish() if pre else (None, None, None)
     if o.reduction == "none":
-        z_out = none if zl is None else zl.to(ldt)
-        loss = (losses if zl is None else losses + zl).to(ldt)
-        acc = correct if o.accuracy else torch.empty(0)
+        ce, z, acc = losses, zl, correct
     else:
-        ce = _divided(losses, denom)
-        z = None if zl is None else _divided(zl, count if o.reduction == "mean" else 1.0)
-        loss, z_out = (ce.to(ldt), none) if z is None else ((ce + z).to(ldt), z.to(ldt))
-        acc = _divided(correct, count).to(torch.float32) if o.accuracy else torch.empty(0)
-    masks = (target.new_empty(0, dtype=torch.bool) if target_mask is None else target_mask,
-             target.new_empty(0, dtype=torch.int64) if masked_target is None else masked_target)
+        ce, z = _divided(losses, denom), None if zl is None else _divided(zl, z_denom)
+        acc = _divided(correct, count).to(torch.float32) if o.accuracy else None
+    ldt = loss_dtype(x.dtype)
+    loss, z_out = (ce if z is None else ce + z).to(ldt), x.new_empty(0, dtype=ldt) if z is None else z.to(ldt)
+    acc = acc if o.accuracy else torch.empty(0)
     return (loss, z_out, acc, row_max, sum_exp) + tuple(x.new_empty(0) if t is None else t for t in grads) + masks
 
 
@@ -162,20 +149,18 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_ta
         raise UnsupportedRequestError("fused_linear_cross_entropy backward: the operands were not saved")
     sh = _shard(x, w, b, target, cw, o)
     if o.precomputed:  # 16-bit, g not a power of two: recompute with g folded in, so G is rounded once
-        g_all, gz_all = _upstreams(sh, o, g, *_divisors(sh, o))
+        g_all, gz_all = _upstreams(sh, o, g)[1]
     else:
         g_all = grad.reshape(-1).to(sh.cdt)  # (ignored tokens are masked chunk by chunk)
         gz_all = g_all if o.z_scale else None
     if o.native:
         grads = flce_native.run(sh, want, g_all, (row_max, sum_exp), gz_all)[2]
     else:
-        gr = chunks.Grads(sh, want)
-        given = target_mask is not None and target_mask.numel()
+        gr, given = chunks.Grads(sh, want), target_mask is not None and target_mask.numel()
         for t0, t1 in spans(x.shape[0], o.chunk):
+            masks = (target_mask[t0:t1], masked_target[t0:t1]) if given else (None, None)
+            st = chunks.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None, None, *masks)
             tg = chunks.targets_of(sh, slice(t0, t1))
-            st = chunks.RowStats(row_max[t0:t1], sum_exp[t0:t1], None, None, None,
-                                 target_mask=target_mask[t0:t1] if given else None,
-                                 masked_target=masked_target[t0:t1] if given else None)
             gr.add_chunk(t0, t1, tg, torch.where(tg.valid, g_all[t0:t1], 0.0), st)
         grads = gr.finish()
     return tuple(t if wanted and t is not None else x.new_empty(0) for t, wanted in zip(grads, want))
