@@ -166,3 +166,12 @@ SCE_LOGITS = "sigmoidcrossentropywithlogits"
 SCE_LOGITS_GRAD = "sigmoidcrossentropywithlogitsgrad"
 OPS += (SCE_LOGITS, SCE_LOGITS_GRAD)
 VENDOR_OPS += (SCE_LOGITS, SCE_LOGITS_GRAD)
+
+
+# -- softmax cross entropy (issue #30): the manual's two pages, each in its own header -----------------------
+SOFTMAX_CE = "softmax_cross_entropy_with_logits"
+SPARSE_SOFTMAX_CE = "sparse_softmax_cross_entropy_with_logits"
+SOFTMAX_CE_OPS = (SOFTMAX_CE, SPARSE_SOFTMAX_CE)
+SOFTMAX_CE_CDEF = prototypes([INCLUDE / f"{op}.h" for op in SOFTMAX_CE_OPS], "FT78NE_API")
+CDEF += SOFTMAX_CE_CDEF
+VENDOR_OPS += SOFTMAX_CE_OPS  # the manual's pages: called in any library that exports them

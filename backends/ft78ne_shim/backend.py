@@ -32,6 +32,7 @@ from . import (
     nll,
     options,
     sigmoid_ce,
+    softmax_ce,
     staging,
     vocab_parallel,
 )
@@ -160,6 +161,13 @@ class DspBackend(Backend):
 
     def binary_cross_entropy(self, a):
         loss_forward.binary_cross_entropy(self, a)
+
+    # softmax cross entropy (issue #30)
+    def softmax_cross_entropy_with_logits(self, a):
+        softmax_ce.softmax_cross_entropy_with_logits(self, a)
+
+    def cross_entropy_loss(self, a):
+        softmax_ce.cross_entropy_loss(self, a)
 
     # -- configurations and checked mode ------------------------------------------------------------
     def configurations(self) -> list:

@@ -98,3 +98,22 @@ TABLE += (Declaration("bce_with_logits",
                             "pos_weight in the DSP signature; reductions and the upstream gradient applied by the "
                             "adapter"),)
 DECLARATIONS = {d.kernel: d for d in TABLE}
+
+
+# -- softmax cross entropy (issue #30) ----------------------------------------------------------------------
+# The manual's softmax_cross_entropy_with_logits is the dense row itself (loss per row and softmax - labels).
+# Its sparse_softmax_cross_entropy_with_logits computes -log softmax[label] per row from logits, nothing more:
+# no class weight, label smoothing or z-loss can be expressed; ignore_index rows and the sum/mean over the kept
+# rows are the adapter's, and so are the log-probabilities (x - max - the page's loss for the argmax label).
+# The backward row takes log-probabilities, not logits: the page has no form for it.
+TABLE += (
+    Declaration("softmax_cross_entropy_with_logits", ops=(abi.SOFTMAX_CE,),
+                notes="softmax_cross_entropy_with_logits: output (loss per row) and grads (softmax - labels); probs "
+                      "and sum_data are the adapter's scratch"),
+    Declaration("cross_entropy_loss", ops=(abi.SPARSE_SOFTMAX_CE,),
+                variants={"weight": False, "label_smoothing": False, "zloss": False},
+                notes="sparse_softmax_cross_entropy_with_logits: -log softmax[label] per row; no weight, label "
+                      "smoothing or z-loss in the DSP signature; ignored rows, reductions and log_prob (x - max - "
+                      "the loss of a call labelled with each row's argmax) applied by the adapter"),
+)
+DECLARATIONS = {d.kernel: d for d in TABLE}

@@ -94,6 +94,8 @@ def extents(op: str, es: int, v: dict, codes: dict) -> dict:
     def upstream(n, red):
         return 0 if n == 0 else (n * es if red == codes["none"] else es)
 
+    if op in ("softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits"):
+        return _softmax_ce_extents(op, es, v)
     if op in ("sigmoidcrossentropywithlogits", "sigmoidcrossentropywithlogitsgrad"):  # every buffer: length elements
         return {name: max(v["length"], 0) * es for name in ARGS[op][:3]}
 
@@ -272,3 +274,31 @@ ARGS.update({
 })
 OP_OUTPUTS.update({op: frozenset({"output"}) for op in ("sigmoidcrossentropywithlogits",
                                                        "sigmoidcrossentropywithlogitsgrad")})
+
+
+# -- softmax cross entropy (issue #30): the manual's dense and sparse pages, one row per sample -------------
+ARGS.update({
+    "softmax_cross_entropy_with_logits": ("logits", "labels", "probs", "grads", "output", "sum_data", "batch_size",
+                                          "num_of_classes", "need_grads", "core_mask"),
+    "sparse_softmax_cross_entropy_with_logits": ("input", "losses", "sum_data", "inner_size", "outter_size",
+                                                 "axis_size", "labels", "is_grad", "output", "batch_size",
+                                                 "number_of_classes", "partial_losses", "core_mask"),
+})
+OP_OUTPUTS.update({
+    "softmax_cross_entropy_with_logits": frozenset({"probs", "grads", "output", "sum_data"}),
+    "sparse_softmax_cross_entropy_with_logits": frozenset({"losses", "sum_data", "output", "partial_losses"}),
+})
+
+
+def _softmax_ce_extents(op: str, es: int, v: dict) -> dict:
+    """The pages' extents: row buffers batch_size elements, matrices batch_size x classes (the gradient's only
+    when asked for); the workspaces batch_size elements (include/*softmax_cross_entropy_with_logits.h)."""
+    n = max(v["batch_size"], 0)
+    if op == "softmax_cross_entropy_with_logits":
+        nk = n * max(v["num_of_classes"], 0) * es
+        return {"logits": nk, "labels": nk, "probs": nk, "grads": nk if v["need_grads"] else 0, "output": n * es,
+                "sum_data": n * es}
+    nk = n * max(v["number_of_classes"], 0) * es
+    return {"input": nk, "losses": n * es, "sum_data": n * es, "labels": n * 4,
+            "output": nk if v["is_grad"] else 0, "partial_losses": n * es}
+

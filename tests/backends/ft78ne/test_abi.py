@@ -177,7 +177,8 @@ def test_python_tables_match_the_headers():
     # the checked mode's argument names are the header's parameter names (the _s form)
     header = "".join((abi.EMULATOR.parent / "include" / h).read_text()
                      for h in ("ft78ne.h", "fusedlinearonlinemaxsum.h", "fusedcrossentropylosswithmaxsum.h",
-                               "nllloss.h", "binarycrossentropy.h"))
+                               "nllloss.h", "binarycrossentropy.h", "softmax_cross_entropy_with_logits.h",
+                               "sparse_softmax_cross_entropy_with_logits.h"))
     for op, names in guards.ARGS.items():
         params = re.search(rf"void fp_{op}_s\((.*?)\);", header, re.DOTALL).group(1)
         assert tuple(p.split()[-1].lstrip("*") for p in params.split(",")) == names, op
@@ -238,7 +239,7 @@ def test_exports_exactly_the_abi_and_the_helpers(emu):
     out = subprocess.run(["nm", "-D", "--defined-only", str(abi.EMULATOR)], capture_output=True, text=True,
                          check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.split()[-2] in "TDB"}
-    expected = set(_prototypes(abi.VENDOR_CDEF + abi.VOCAB_PARALLEL_CDEF + abi.LOSS_FORWARD_CDEF,
+    expected = set(_prototypes(abi.VENDOR_CDEF + abi.VOCAB_PARALLEL_CDEF + abi.LOSS_FORWARD_CDEF + abi.SOFTMAX_CE_CDEF,
                                r"void (\w+)\((.*?)\);")) | set(
         _prototypes(abi.EMU_CDEF, r"(ft78ne_emu_\w+)\((.*?)\);")) | {abi.EXT_MARKER}
     assert names == expected
