@@ -213,3 +213,37 @@ def build_bce_with_logits(out_dir, variants=None, *, cc: str | None = None) -> d
         _run(_cc(cc) + list(CFLAGS) + ["-shared"] + objs + ["-o", str(lib)] + shim_link + ["-lm"])
         out[v] = lib
     return out
+
+
+# -- softmax cross entropy (issue #30): its own libraries ---------------------------------------------------
+# port_common.c with softmax_ce.c only, so the ports above are unchanged.
+SOFTMAX_CE_SOURCES = ("port_common.c", "softmax_ce.c")
+SOFTMAX_CE_VARIANTS: dict[str, tuple[str, ...]] = {
+    "smce_correct": (),
+    "smce_no_max": ("BUG_SMCE_NO_MAX",),  # both pages' softmax without the max shift: inf / inf
+    "smce_split_by_eight": ("BUG_SMCE_SPLIT_BY_EIGHT",),  # dense rows cut for 8 cores whatever the mask
+    "smce_labels_sum_to_one": ("BUG_SMCE_LABELS_SUM_TO_ONE",),  # dense loss assumes rows of labels sum to 1
+    "smce_sum_of_first_row": ("BUG_SMCE_SUM_OF_FIRST_ROW",),  # sparse rows normalised by their slice's first row
+}
+
+
+def build_softmax_ce(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
+    """The softmax cross entropy port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    build_shim(out_dir, cc=cc)
+    shim_link = [f"-L{out_dir}", "-lxloss_ft78ne_private", f"-Wl,-rpath,{out_dir.resolve()}"]
+    out = {}
+    for v in variants or SOFTMAX_CE_VARIANTS:
+        objs = []
+        for s in SOFTMAX_CE_SOURCES:
+            defines = [d for d in SOFTMAX_CE_VARIANTS[v] if d in (HERE / s).read_text()]
+            obj = out_dir / (Path(s).stem + "".join("." + d for d in defines) + ".o")
+            if not obj.exists():
+                _run(_cc(cc) + list(CFLAGS) + [f"-I{INCLUDE}", f"-I{HERE.parent}", "-c"] + [f"-D{d}" for d in defines]
+                     + [str(HERE / s), "-o", str(obj)])
+            objs.append(str(obj))
+        lib = out_dir / library_name(v)
+        _run(_cc(cc) + list(CFLAGS) + ["-shared"] + objs + ["-o", str(lib)] + shim_link + ["-lm"])
+        out[v] = lib
+    return out

@@ -1,0 +1,94 @@
+"""`xloss check` against seeded-bug FT78NE/MT7004 ports of the manual's softmax_cross_entropy_with_logits and
+sparse_softmax_cross_entropy_with_logits (source: ft78ne/softmax_ce.c; libraries: ft78ne/build.py's
+``build_softmax_ce``). The correct port passes every declared target of the two kernels the pages serve (the dense
+row and the class-index forward); each buggy port fails the targets its bug lives in and passes the others, with
+a failing input that ``xloss check --replay`` reproduces against the buggy port and passes against the correct
+one. The _s calls run on core_mask 0x07 (three cores: most row counts do not split evenly).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xloss
+from xloss import cli
+from xloss.conformance import runner
+from xloss.conformance import targets as declared_targets
+from xloss.conformance.casefile import case_from_json
+from xloss.conformance.report import write_failures
+
+HERE = Path(__file__).resolve().parent
+DENSE, SPARSE = "softmax_cross_entropy_with_logits", "cross_entropy_loss"
+SEED = 0
+MAX_EXAMPLES = 12
+DTYPES = ("float16", "float32")
+
+
+def _targets(*kernels):
+    return frozenset((k, dt, None) for k in kernels for dt in DTYPES)
+
+
+#: variant -> the targets it must fail (every other declared target must pass)
+BUGS = {
+    "smce_no_max": _targets(DENSE, SPARSE),  # e^x overflows: inf / inf on the extreme-logits rows
+    "smce_split_by_eight": _targets(DENSE),  # the rows of five of eight slices are never written
+    "smce_labels_sum_to_one": _targets(DENSE),  # unnormalised label rows
+    "smce_sum_of_first_row": _targets(SPARSE),  # rows normalised by their slice's first row
+}
+#: the bugs that need more drawn cases than MAX_EXAMPLES: unnormalised label rows are one of four label kinds (in
+#: half, every label row's rounded sum already misses 1)
+EXAMPLES = {"smce_labels_sum_to_one": 30}
+
+
+@pytest.fixture(scope="module")
+def ports(tmp_path_factory, port_harness):
+    build = port_harness.load_module(HERE / "ft78ne" / "build.py", "ft78ne_port_build_smce")
+    return build.build_softmax_ce(tmp_path_factory.mktemp("smce_ft78ne"))
+
+
+def _mt7004(path):
+    return xloss.backend("mt7004", lib=str(path), core_mask=0x07)
+
+
+def _run(backend, max_examples=MAX_EXAMPLES):
+    todo = [t for t in declared_targets(backend) if t[0] in (DENSE, SPARSE)]
+    return todo, {t: runner.run_target(backend, *t, max_examples=max_examples, seed=SEED, shrink=False)
+                  for t in todo}
+
+
+def _numel(case_json) -> int:
+    case = case_from_json(case_json)
+    return max((v.size for v in case.kwargs.values() if isinstance(v, np.ndarray)), default=0)
+
+
+def test_the_correct_port_passes_every_declared_target(ports):
+    todo, results = _run(_mt7004(ports["smce_correct"]), max_examples=2 * MAX_EXAMPLES)
+    assert set(todo) == _targets(DENSE, SPARSE)
+    assert all(r.status == "pass" for r in results.values()), {t: r.message for t, r in results.items()
+                                                               if r.status != "pass"}
+
+
+@pytest.mark.parametrize("variant", sorted(BUGS))
+def test_seeded_bug_fails_its_targets_only(variant, ports, tmp_path, port_findings, capsys):
+    lib, must = ports[variant], BUGS[variant]
+    todo, results = _run(_mt7004(lib), EXAMPLES.get(variant, MAX_EXAMPLES))
+    assert must <= set(todo)
+    failing = {t for t, r in results.items() if r.status != "pass"}
+    assert failing == must, sorted(failing, key=str)
+    assert all(results[t].status == "fail" and "outside tolerance" in results[t].message for t in failing)
+    shrunk = min(must, key=lambda t: _numel(results[t].case))
+    assert _numel(results[shrunk].case) <= 100_000  # a replay file holds it
+    saved = write_failures([results[shrunk]], tmp_path / "failures", "ft78ne", str(lib))
+    path = saved[next(iter(saved))]
+    options = ["--option", "core_mask=7"]
+    assert cli.main(["check", "--replay", str(path), "--backend", "mt7004", "--lib", str(lib), *options]) == 1
+    assert cli.main(["check", "--replay", str(path), "--backend", "mt7004", "--lib", str(ports["smce_correct"]),
+                     *options]) == 0
+    r = results[shrunk]
+    port_findings.append(dict(vendor="ft78ne", port=variant, target=shrunk, first_failure=r.found_at,
+                              examples=r.examples, seconds=r.seconds,
+                              sweep_seconds=sum(x.seconds for x in results.values())))
+    capsys.readouterr()
