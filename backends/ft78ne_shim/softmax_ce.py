@@ -13,7 +13,8 @@ labelled with each row's largest logit ``m`` (``ln sum e^(x - m)``: the target's
 ``sum``/``mean`` over the kept rows in float64 too, each result rounded once: with float16 logits the
 ``fp_`` form runs on exact float32 copies where the library has it, so that no loss is rounded twice.
 
-Private memory: tiles of whole rows (a row that does not fit the arena is refused, naming the bytes).
+Private memory: tiles of whole rows; a row too long for a core's arena is called in chunks of its classes, whose
+log-sum-exps (from the page's own outputs) are combined here in float64 (:func:`_class_chunks`).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def _rows(b, op: str, x: np.ndarray, y: np.ndarray, grads: bool):
         return mats * b._blk(r * c * es) + 3 * b._blk(r * es) + (0 if dense else b._blk(r * 4))
 
     t = fit(b._budget(), need, n)
-    if t == 0:
-        raise b._too_big(f"{fname} on one row of {c} classes", need(1))
+    if t == 0:  # a row does not fit a core's private memory: class chunks, combined here
+        return _class_chunks(b, op, fname, ct, x, y, grads)
     tiles = ranges(n, t)
     specs = {"x": (ct, dt, t * c), "y": (lt, dt if dense else np.int32, t * c if dense else t),
              "loss": (ct, dt, t), "sums": (ct, dt, t), "work": (ct, dt, t * c if dense else t)}
@@ -80,6 +81,84 @@ def _rows(b, op: str, x: np.ndarray, y: np.ndarray, grads: bool):
 
     b._run_private(specs, len(tiles), stage)
     return loss, grad
+
+
+def _class_chunks(b, op, fname, ct, x, y, grads):
+    """(loss, gradient) of rows too long for private memory, from calls on chunks of their classes.
+
+    Each chunk's call is the page on those classes alone; its log-sum-exp ``lse_c`` comes from the page's own
+    outputs: for the sparse page the loss of the chunk's largest logit (``lse_c - max_c``), for the dense page
+    the probability of that logit (``e^(max_c - lse_c)``, at least 1/chunk: no cancellation). In float64 here:
+    ``lse`` of the row from the chunks', the sparse loss ``lse - x[label]``, the dense loss
+    ``sum_c output_c + (lse - lse_c) sum_c y`` and gradient ``probs_c e^(lse_c - lse) - y``, each rounded once."""
+    n, c = x.shape
+    out_dt = x.dtype
+    dense = op == abi.SOFTMAX_CE
+    if out_dt == np.float16 and b.lib.has("fp" + fname[2:]):
+        # half chunk results would be rounded before they are combined: exact float32 copies
+        fname, ct = "fp" + fname[2:], "float"
+        x, y = x.astype(np.float32), (y.astype(np.float32) if dense else y)
+    dt, es = x.dtype, x.dtype.itemsize
+    budget = b._budget()
+
+    def need(r, cc):
+        if dense:
+            return 3 * b._blk(r * cc * es) + 2 * b._blk(r * es)
+        return b._blk(r * cc * es) + 3 * b._blk(r * es) + b._blk(r * 4)
+
+    cc = fit(budget, lambda k: need(1, k), c)
+    if cc == 0:
+        raise b._too_big(f"{fname} on one row and one class", need(1, 1))
+    rmax = fit(budget, lambda r: need(r, cc), n)
+    bounds = ranges(c, cc)  # balanced: chunk j starts where it starts, not at j * cc
+    tiles = [(lo, hi, j) for lo, hi in ranges(n, rmax) for j in range(len(bounds))]
+    chunks = len(bounds)
+    lse_c = np.zeros((n, chunks))
+    out_c = np.zeros((n, chunks))
+    probs = np.zeros((n, c)) if dense else None
+    x64 = x.astype(np.float64)
+    specs = {"x": (ct, dt, rmax * cc), "loss": (ct, dt, rmax), "sums": (ct, dt, rmax),
+             "work": (ct, dt, rmax * cc if dense else rmax)}
+    specs["y"] = (ct, dt, rmax * cc) if dense else ("int", np.int32, rmax)
+    null = b.ffi.NULL
+
+    def stage(i, bufs):
+        lo, hi, j = tiles[i]
+        (c0, c1), m = bounds[j], hi - lo
+        k = c1 - c0
+        part = x[lo:hi, c0:c1]
+        top = np.argmax(part, axis=1)
+        bufs["x"].arr[:m * k] = part.reshape(-1)
+        if dense:
+            bufs["y"].arr[:m * k] = y[lo:hi, c0:c1].reshape(-1)
+            b._invoke(fname, bufs["x"].ptr, bufs["y"].ptr, bufs["work"].ptr, null, bufs["loss"].ptr, bufs["sums"].ptr,
+                      m, k, 0)
+            p = bufs["work"].arr[:m * k].reshape(m, k).astype(np.float64)
+            probs[lo:hi, c0:c1] = p
+            with np.errstate(divide="ignore"):
+                lse_c[lo:hi, j] = part[np.arange(m), top].astype(np.float64) - np.log(p[np.arange(m), top])
+        else:
+            bufs["y"].arr[:m] = top
+            b._invoke(fname, bufs["x"].ptr, bufs["loss"].ptr, bufs["sums"].ptr, 1, m, k, bufs["y"].ptr, 0, null, m, k,
+                      bufs["work"].ptr)
+            lse_c[lo:hi, j] = bufs["loss"].arr[:m].astype(np.float64) + part[np.arange(m), top]
+        out_c[lo:hi, j] = bufs["loss"].arr[:m]
+
+    b._run_private(specs, len(tiles), stage)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        top = lse_c.max(axis=1, keepdims=True)
+        lse = (top + np.log(np.exp(lse_c - np.where(np.isfinite(top), top, 0.0)).sum(axis=1, keepdims=True)))[:, 0]
+        if not dense:
+            return (lse - x64[np.arange(n), y]).astype(out_dt), None
+        y64 = y.astype(np.float64)
+        ysum = np.stack([y64[:, c0:c1].sum(axis=1) for c0, c1 in bounds], axis=1)
+        loss = (out_c + (lse[:, None] - lse_c) * ysum).sum(axis=1)
+        grad = None
+        if grads:
+            scale = np.concatenate([np.repeat(np.exp(lse_c[:, [j]] - lse[:, None]), c1 - c0, axis=1)
+                                    for j, (c0, c1) in enumerate(bounds)], axis=1)
+            grad = (probs * scale - y64).astype(out_dt)
+        return loss.astype(out_dt), grad
 
 
 def softmax_cross_entropy_with_logits(b, a) -> None:
