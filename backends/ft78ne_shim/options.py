@@ -112,3 +112,29 @@ def _private_bytes(chip: str, private_bytes) -> int | None:
     if private_bytes < ALIGN:
         raise XLossValueError(f"backend {chip!r}: private_bytes must be >= {ALIGN}; got {private_bytes}")
     return int(private_bytes)
+
+
+# -- softmax cross entropy (issue #30): how many losses one call writes ------------------------------------
+# The dense page calls its loss output "usually a scalar or each sample's loss" (and the sparse page gives
+# `losses` no shape, beside a partial_losses workspace "for the reduction"); both pages' formulas are per row.
+# "rows" (the default, the emulator's): batch_size losses per call. "one": a library that writes a single value
+# per call is called one row at a time, so that value is that row's loss whatever reduction it applies.
+SOFTMAX_CE_LOSSES = ("rows", "one")
+OPTIONS += ("softmax_ce_losses",)
+_parse_without_softmax_ce = parse
+
+
+def parse(chip: str, options: dict) -> DspOptions:  # noqa: F811 -- the parser above, plus this option
+    value = options.get("softmax_ce_losses")
+    if value is not None and value not in SOFTMAX_CE_LOSSES:
+        raise XLossValueError(f"backend {chip!r}: softmax_ce_losses must be 'rows' (batch_size losses per call, "
+                              f"the pages' formulas) or 'one' (one loss per call); got {value!r}")
+    o = _parse_without_softmax_ce(chip, options)
+    if value is not None:
+        o.shown["softmax_ce_losses"] = value
+    return o
+
+
+def rows_per_call(given: dict) -> int | None:
+    """The most rows one softmax cross entropy call may take under ``softmax_ce_losses`` (None: any)."""
+    return 1 if given.get("softmax_ce_losses") == "one" else None

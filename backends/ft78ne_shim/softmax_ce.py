@@ -13,7 +13,8 @@ labelled with each row's largest logit ``m`` (``ln sum e^(x - m)``: the target's
 ``sum``/``mean`` over the kept rows in float64 too, each result rounded once: with float16 logits the
 ``fp_`` form runs on exact float32 copies where the library has it, so that no loss is rounded twice.
 
-Private memory: tiles of whole rows; a row too long for a core's arena is called in chunks of its classes, whose
+Option ``softmax_ce_losses`` (:mod:`.options`): ``one`` calls a library that writes one loss per call a row at
+a time. Private memory: tiles of whole rows; a row too long for a core's arena is called in chunks of its classes, whose
 log-sum-exps (from the page's own outputs) are combined here in float64 (:func:`_class_chunks`).
 """
 
@@ -23,7 +24,7 @@ import math
 
 import numpy as np
 
-from . import abi
+from . import abi, options
 from .staging import fit, ranges
 
 
@@ -47,11 +48,13 @@ def _rows(b, op: str, x: np.ndarray, y: np.ndarray, grads: bool):
         else:  # input, losses, sum_data, inner, outer, axis, labels, is_grad, output, batch, classes, partial
             b._invoke(fname, xp, lp, sp, 1, m, c, yp, int(grads), gp, m, c, wp, *mask)
 
+    per_call = options.rows_per_call(b._given) or n
     if b.memory == "shared":
         work = np.empty((n, c) if dense else n, dt)  # probs (dense) or partial_losses (sparse): scratch
         sums = np.empty(n, dt)
-        call(b._ptr(x, ct), b._ptr(y, lt), b._ptr(grad, ct) if grads else null, b._ptr(loss, ct), b._ptr(sums, ct),
-             b._ptr(work, ct), n, b.core_mask)
+        for lo, hi in ranges(n, per_call):
+            call(b._ptr(x[lo:hi], ct), b._ptr(y[lo:hi], lt), b._ptr(grad[lo:hi], ct) if grads else null,
+                 b._ptr(loss[lo:hi], ct), b._ptr(sums[lo:hi], ct), b._ptr(work[lo:hi], ct), hi - lo, b.core_mask)
         return loss, grad
     es = dt.itemsize
 
@@ -59,7 +62,7 @@ def _rows(b, op: str, x: np.ndarray, y: np.ndarray, grads: bool):
         mats = (3 if dense else 1) + (1 if grads else 0)
         return mats * b._blk(r * c * es) + 3 * b._blk(r * es) + (0 if dense else b._blk(r * 4))
 
-    t = fit(b._budget(), need, n)
+    t = fit(b._budget(), need, per_call)
     if t == 0:  # a row does not fit a core's private memory: class chunks, combined here
         return _class_chunks(b, op, fname, ct, x, y, grads)
     tiles = ranges(n, t)
@@ -109,7 +112,7 @@ def _class_chunks(b, op, fname, ct, x, y, grads):
     cc = fit(budget, lambda k: need(1, k), c)
     if cc == 0:
         raise b._too_big(f"{fname} on one row and one class", need(1, 1))
-    rmax = fit(budget, lambda r: need(r, cc), n)
+    rmax = fit(budget, lambda r: need(r, cc), options.rows_per_call(b._given) or n)
     bounds = ranges(c, cc)  # balanced: chunk j starts where it starts, not at j * cc
     tiles = [(lo, hi, j) for lo, hi in ranges(n, rmax) for j in range(len(bounds))]
     chunks = len(bounds)

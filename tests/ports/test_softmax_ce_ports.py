@@ -92,3 +92,14 @@ def test_seeded_bug_fails_its_targets_only(variant, ports, tmp_path, port_findin
                               examples=r.examples, seconds=r.seconds,
                               sweep_seconds=sum(x.seconds for x in results.values())))
     capsys.readouterr()
+
+
+def test_a_port_of_the_scalar_reading_passes_under_its_option_only(ports):
+    """The pages' loss output is "usually a scalar or each sample's loss": a port writing one mean loss per call
+    fails the default reading (a loss per row) and passes softmax_ce_losses=one (a row per call)."""
+    lib = str(ports["smce_scalar_loss"])
+    for given, status in (({}, "fail"), ({"softmax_ce_losses": "one"}, "pass")):
+        b = xloss.backend("mt7004", lib=lib, core_mask=0x07, **given)
+        results = {t: runner.run_target(b, *t, max_examples=3, seed=SEED, shrink=False, configurations=False)
+                   for t in _targets(DENSE, SPARSE)}
+        assert all(r.status == status for r in results.values()), (given, {t: r.message for t, r in results.items()})

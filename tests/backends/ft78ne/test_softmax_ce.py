@@ -161,3 +161,10 @@ def test_what_the_sparse_page_cannot_express_is_refused(kw):
     x, _, t = _problem("float32", n=5, c=4)
     with pytest.raises(XLossError):
         xloss.cross_entropy_loss(x, t.astype(np.int64), backend="mt7004", **kw)
+
+
+def test_the_loss_reading_option_is_validated_and_shown():
+    with pytest.raises(XLossError, match="softmax_ce_losses must be 'rows'"):
+        xloss.backend("mt7004", softmax_ce_losses="scalar")
+    b = xloss.backend("mt7004", softmax_ce_losses="one")
+    assert "softmax_ce_losses" in repr(b) or b.options.get("softmax_ce_losses") == "one"

@@ -224,6 +224,8 @@ SOFTMAX_CE_VARIANTS: dict[str, tuple[str, ...]] = {
     "smce_split_by_eight": ("BUG_SMCE_SPLIT_BY_EIGHT",),  # dense rows cut for 8 cores whatever the mask
     "smce_labels_sum_to_one": ("BUG_SMCE_LABELS_SUM_TO_ONE",),  # dense loss assumes rows of labels sum to 1
     "smce_sum_of_first_row": ("BUG_SMCE_SUM_OF_FIRST_ROW",),  # sparse rows normalised by their slice's first row
+    # correct, but reads the pages' "usually a scalar": one mean loss per call (option softmax_ce_losses=one)
+    "smce_scalar_loss": ("PORT_SMCE_SCALAR_LOSS",),
 }
 
 
