@@ -265,3 +265,10 @@ mkdir -p "$here/out"
 ${CC:-cc} -std=c99 ${CFLAGS:--O1} -I"$here/src" "$here/src/xloss_runner.c" -o "$here/xloss_runner" "$lib" "$@"
 echo "built $here/xloss_runner; run: $here/xloss_runner $here"
 """
+
+
+# -- softmax cross entropy (issue #30): the two pages, each in its own header --------------------------------
+HEADERS += tuple(f"{op}.h" for op in abi.SOFTMAX_CE_OPS)
+MACROS.update({abi.SOFTMAX_CE: "SMCE", abi.SPARSE_SOFTMAX_CE: "SSMCE"})
+VENDOR_SYMBOLS = frozenset(capabilities.symbol(d, op, s) for d in capabilities.PREFIX for op in MACROS
+                           for s in ("_s", "_p"))

@@ -8,6 +8,9 @@ one. The _s calls run on core_mask 0x07 (three cores: most row counts do not spl
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,8 @@ from xloss import cli
 from xloss.conformance import runner
 from xloss.conformance import targets as declared_targets
 from xloss.conformance.casefile import case_from_json
+from xloss.conformance.export import export
+from xloss.conformance.judge import judge_results
 from xloss.conformance.report import write_failures
 
 HERE = Path(__file__).resolve().parent
@@ -25,6 +30,7 @@ DENSE, SPARSE = "softmax_cross_entropy_with_logits", "cross_entropy_loss"
 SEED = 0
 MAX_EXAMPLES = 12
 DTYPES = ("float16", "float32")
+CC = os.environ.get("CC", "gcc").split()[0]
 
 
 def _targets(*kernels):
@@ -103,3 +109,29 @@ def test_a_port_of_the_scalar_reading_passes_under_its_option_only(ports):
         results = {t: runner.run_target(b, *t, max_examples=3, seed=SEED, shrink=False, configurations=False)
                    for t in _targets(DENSE, SPARSE)}
         assert all(r.status == status for r in results.values()), (given, {t: r.message for t, r in results.items()})
+
+
+def test_on_target_verdicts_equal_the_hosts(ports, tmp_path):
+    """``xloss check --export``, the runner built against a port (runner/xloss_runner.c's SMCE/SSMCE dispatch)
+    and the judge give the host check's verdicts on both pages: a port whose sparse page is wrong and whose dense
+    page is right."""
+    variant = "smce_sum_of_first_row"
+    if shutil.which(CC) is None:
+        pytest.skip("no C compiler")
+    lib = str(ports[variant])
+    settings = {"max_examples": 3, "seed": 0, "kernels": [DENSE, SPARSE], "large": False, "repeat": 3,
+                "repeat_given": False}
+    folder = tmp_path / "x"
+    export(folder, "mt7004", {"lib": lib, "core_mask": 0x07}, settings)
+    shim = str(Path(lib).with_name("libxloss_ft78ne_private.so"))
+    built = subprocess.run([str(folder / "build.sh"), lib, shim, f"-Wl,-rpath,{Path(lib).parent}"],
+                           capture_output=True, text=True, env=dict(os.environ, CC=CC), check=False)
+    assert built.returncode == 0, built.stderr
+    subprocess.run([str(folder / "xloss_runner"), str(folder)], capture_output=True, text=True, check=False,
+                   timeout=300)
+    _, on_target = judge_results(folder)
+    host = runner.run_suite(_mt7004(lib), kernels=[DENSE, SPARSE], max_examples=3, seed=0)
+    got = {(r.kernel, r.dtype, str(r.mode), r.group): r.status for r in on_target}
+    want = {(r.kernel, r.dtype, str(r.mode), r.group): r.status for r in host}
+    assert got == want
+    assert {"pass", "fail"} <= set(got.values())

@@ -32,6 +32,8 @@
 #include "fusedcrossentropylosswithmaxsum.h"
 #include "fusedlinearonlinemaxsum.h"
 #include "nllloss.h"
+#include "softmax_cross_entropy_with_logits.h"
+#include "sparse_softmax_cross_entropy_with_logits.h"
 
 #if XLOSS_RUNNER_ERRORS || XLOSS_RUNNER_CHIP || XLOSS_RUNNER_PRIVATE
 #include "ft78ne_emu.h"
@@ -347,6 +349,29 @@ static int dispatch(const Call *c) {
     if (IS(sym)) {                                                                                                   \
         sym(I(0), I(1), (float *)P(2), (float *)P(3), (float *)P(4), (T *)P(5), (float *)P(6), (float *)P(7), I(8)); \
         return 0;                                                                                                    \
+    }
+/* the softmax cross entropy pages (issue #30); the sparse page's sizes are uint64_t, recorded as ints */
+#define SMCE_S(sym, T)                                                                                 \
+    if (IS(sym)) {                                                                                     \
+        sym((T *)P(0), (T *)P(1), (T *)P(2), (T *)P(3), (T *)P(4), (T *)P(5), I(6), I(7), I(8), I(9)); \
+        return 0;                                                                                      \
+    }
+#define SMCE_P(sym, T)                                                                           \
+    if (IS(sym)) {                                                                               \
+        sym((T *)P(0), (T *)P(1), (T *)P(2), (T *)P(3), (T *)P(4), (T *)P(5), I(6), I(7), I(8)); \
+        return 0;                                                                                \
+    }
+#define U(k) ((uint64_t)c->a[k].i)
+#define SSMCE_S(sym, T)                                                                                               \
+    if (IS(sym)) {                                                                                                    \
+        sym((T *)P(0), (T *)P(1), (T *)P(2), U(3), U(4), U(5), (int *)P(6), U(7), (T *)P(8), U(9), U(10), (T *)P(11), \
+            I(12));                                                                                                   \
+        return 0;                                                                                                     \
+    }
+#define SSMCE_P(sym, T)                                                                                                \
+    if (IS(sym)) {                                                                                                     \
+        sym((T *)P(0), (T *)P(1), (T *)P(2), U(3), U(4), U(5), (int *)P(6), U(7), (T *)P(8), U(9), U(10), (T *)P(11)); \
+        return 0;                                                                                                      \
     }
 #include "runner_calls.h"
     return RUNNER_NOT_LINKED;
