@@ -178,8 +178,15 @@ class DspBackend(Backend):
                 for m in CONFIG_MASKS]
 
     def readings(self, kernel: str) -> list:
-        """nlllossgrad's page gives two sets of reduction codes: the other reading, with the option
-        that selects it (the library's results are compared under it when NLL fails)."""
+        """nlllossgrad's page gives two sets of reduction codes, the softmax cross entropy pages two shapes of
+        their loss output: the other reading, with the option that selects it (the library's results are
+        compared under it when the kernel fails)."""
+        if kernel in ("softmax_cross_entropy_with_logits", "cross_entropy_loss"):  # issue #30: the loss output
+            mine = self._given.get("softmax_ce_losses", "rows")
+            return [(f"softmax_ce_losses={other} ({'one loss per call' if other == 'one' else 'a loss per row'})",
+                     f"--option softmax_ce_losses={other}",
+                     DspBackend(self.chip, **dict(self._given, softmax_ce_losses=other)))
+                    for other in options.SOFTMAX_CE_LOSSES if other != mine]
         if kernel != "nll_loss_grad":
             return []
         codes = self._codes["nlllossgrad"]
