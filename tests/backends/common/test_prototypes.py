@@ -22,7 +22,7 @@ BACKENDS = {
     "ascend": ({"CDEF": _cdef.CDEF}, sorted(ASCEND_INCLUDE.rglob("*.h")), "ACL_FUNC_VISIBILITY"),
     # ft78ne_private_shim.h is for port authors: xloss calls none of its functions
     "ft78ne": ({"VENDOR_CDEF": abi.VENDOR_CDEF, "VOCAB_PARALLEL_CDEF": abi.VOCAB_PARALLEL_CDEF,
-                "LOSS_FORWARD_CDEF": abi.LOSS_FORWARD_CDEF,
+                "LOSS_FORWARD_CDEF": abi.LOSS_FORWARD_CDEF, "SOFTMAX_CE_CDEF": abi.SOFTMAX_CE_CDEF,
                 "EMU_CDEF": abi.EMU_CDEF},
                sorted(h for h in FT_INCLUDE.glob("*.h") if h.name != "ft78ne_private_shim.h"), "FT78NE_API"),
 }
