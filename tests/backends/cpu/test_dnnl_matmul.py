@@ -1,0 +1,147 @@
+"""The float32 logits of bf16 operands (``gemm.logits_f32``): oneDNN's bf16 matmul where the optional
+``onednn-cpu-gomp`` wheel is installed (``dnnl_matmul``), the widened float32 GEMM otherwise.
+
+Every result is compared with the float64 product of the same operands: the products of bf16 values
+are exact in float32, so the only error allowed is float32 accumulation over K terms (plus the
+bias addition and one final rounding), bounded by ``(K + 2) * 2**-24 * (|x| @ |w|.T + |b|)``.
+The oneDNN tests skip where the package is absent; the fallback tests run everywhere.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from xloss.backends.cpu_onednn import dnnl_matmul, gemm  # noqa: E402
+
+needs_dnnl = pytest.mark.skipif(not dnnl_matmul.available(), reason=f"oneDNN route: {dnnl_matmul.status()}")
+
+
+def operands(m, k, n, seed, bias=None, x_t=False, w_t=False):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(k, m, generator=g).T if x_t else torch.randn(m, k, generator=g)).bfloat16()
+    w = (torch.randn(k, n, generator=g).T if w_t else torch.randn(n, k, generator=g) * 0.1).bfloat16()
+    b = None if bias is None else torch.randn(n, generator=g).to(bias)
+    return x, w, b
+
+
+def assert_logits(out, x, w, b=None):
+    """``out`` within float32 accumulation error of the float64 ``x @ w.T + b``."""
+    x64, w64 = x.double(), w.double()
+    ref = x64 @ w64.T
+    mag = x64.abs() @ w64.abs().T
+    if b is not None:
+        ref, mag = ref + b.double(), mag + b.double().abs()
+    bound = (x.shape[1] + 2) * 2.0**-24 * mag
+    err = (out.double() - ref).abs()
+    assert out.dtype == torch.float32 and bool((err <= bound).all()), f"max excess {(err - bound).max().item()}"
+
+
+SHAPES = [(1, 1, 1), (7, 5, 3), (33, 17, 65), (129, 1000, 257), (64, 2048, 40), (3, 31, 1000)]
+
+
+@needs_dnnl
+@pytest.mark.parametrize("m,k,n", SHAPES)
+@pytest.mark.parametrize("bias", [None, torch.bfloat16, torch.float32])
+def test_dnnl_logits_match_float64(m, k, n, bias):
+    x, w, b = operands(m, k, n, seed=m * 31 + n, bias=bias)
+    out = torch.full((m, n), float("nan"))
+    assert dnnl_matmul.logits(out, x, w, b)
+    assert_logits(out, x, w, b)
+
+
+@needs_dnnl
+@pytest.mark.parametrize("x_t,w_t", [(True, False), (False, True), (True, True)])
+def test_dnnl_strided_operands_and_column_slice(x_t, w_t):
+    """Transposed views of either operand, into a column slice of a wider buffer (the FLCE tile layout):
+    the columns outside the slice are left alone."""
+    x, w, b = operands(37, 70, 90, seed=5, bias=torch.bfloat16, x_t=x_t, w_t=w_t)
+    buf = torch.full((37, 200), 7.0)
+    out = buf[:, 60:150]
+    assert dnnl_matmul.logits(out, x, w, b)
+    assert_logits(out, x, w, b)
+    assert bool((buf[:, :60] == 7.0).all() and (buf[:, 150:] == 7.0).all())
+
+
+@needs_dnnl
+@pytest.mark.parametrize("m,k,n", [(0, 4, 5), (4, 0, 5), (4, 5, 0), (0, 0, 0)])
+def test_dnnl_empty_dims(m, k, n):
+    x, w, b = operands(m, k, n, seed=1, bias=torch.float32)
+    out = torch.full((m, n), float("nan"))
+    assert dnnl_matmul.logits(out, x, w, b)
+    assert_logits(out, x, w, b)  # K = 0: the bias alone
+
+
+@needs_dnnl
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 70), k=st.integers(1, 300), n=st.integers(1, 130), seed=st.integers(0, 2**16),
+       scale=st.sampled_from([1e-3, 1.0, 64.0]))
+def test_dnnl_logits_property(m, k, n, seed, scale):
+    x, w, _ = operands(m, k, n, seed)
+    x = (x.float() * scale).bfloat16()
+    out = torch.empty(m, n)
+    gemm.logits_f32(out, x.float(), w)  # the entry point the FLCE engines use
+    assert_logits(out, x, w)
+
+
+@needs_dnnl
+def test_dnnl_is_the_first_route(monkeypatch):
+    """``logits_f32`` on bf16 operands goes to oneDNN (and the float32 route is not run)."""
+    def fail(*a, **k):
+        raise AssertionError("fell back")
+
+    monkeypatch.setattr(gemm, "_linear_f32", fail)
+    x, w, b = operands(40, 96, 300, seed=3, bias=torch.bfloat16)
+    out = torch.empty(40, 300)
+    gemm.logits_f32(out, x.float(), w, b, cols=64)
+    assert_logits(out, x, w, b)
+
+
+def _spy_fallback(monkeypatch):
+    calls = []
+    real = gemm._linear_f32
+
+    def spy(*a):
+        calls.append(a[0].shape)
+        real(*a)
+
+    monkeypatch.setattr(gemm, "_linear_f32", spy)
+    return calls
+
+
+@pytest.mark.parametrize("how", ["disabled", "declined", "missing"])
+def test_fallback_route(monkeypatch, how):
+    """Without oneDNN (turned off, declining, or not installed) ``logits_f32`` takes the widened float32
+    GEMM, a ``cols`` tile at a time, with the same accuracy."""
+    if how == "disabled":
+        monkeypatch.setenv("XLOSS_ONEDNN_MATMUL", "0")
+    elif how == "declined":
+        monkeypatch.setattr(dnnl_matmul, "logits", lambda *a: False)
+    else:
+        monkeypatch.setattr(dnnl_matmul, "_loaded", None)
+        monkeypatch.setattr(dnnl_matmul, "_why", dnnl_matmul._why)  # (restored with _loaded)
+        monkeypatch.setattr(dnnl_matmul, "library_path", lambda: None)
+        assert not dnnl_matmul.available() and "not found" in dnnl_matmul.status()
+    calls = _spy_fallback(monkeypatch)
+    x, w, b = operands(45, 130, 250, seed=9, bias=torch.bfloat16)
+    out = torch.empty(45, 250)
+    gemm.logits_f32(out, x.float(), w, b, cols=100)
+    assert calls == [(45, 100), (45, 100), (45, 50)]
+    assert_logits(out, x, w, b)
+
+
+def test_declines_what_it_cannot_do_exactly(monkeypatch):
+    """float16 operands, and a float32 ``x`` that is not a bf16 value widened, go to the float32 route:
+    narrowing such an ``x`` to bf16 would round it."""
+    calls = _spy_fallback(monkeypatch)
+    out = torch.empty(3, 4)
+    assert not dnnl_matmul.logits(out, torch.randn(3, 5).half(), torch.randn(4, 5).half())
+    x32 = torch.randn(6, 9) / 3  # not representable in bf16
+    w = torch.randn(11, 9).bfloat16()
+    out = torch.empty(6, 11)
+    gemm.logits_f32(out, x32, w)
+    assert calls == [(6, 11)]
+    ref = x32.double() @ w.double().T
+    assert bool(((out.double() - ref).abs() <= 11 * 2.0**-24 * (x32.double().abs() @ w.double().abs().T)).all())
