@@ -145,3 +145,21 @@ def test_declines_what_it_cannot_do_exactly(monkeypatch):
     assert calls == [(6, 11)]
     ref = x32.double() @ w.double().T
     assert bool(((out.double() - ref).abs() <= 11 * 2.0**-24 * (x32.double().abs() @ w.double().abs().T)).all())
+
+
+@needs_dnnl
+def test_a_library_that_brings_a_second_openmp_runtime_is_not_used(monkeypatch):
+    """Loaded beside PyTorch's pool, a second OpenMP pool would compete for the cores: refused."""
+    import xloss.openmp
+
+    seen = iter([["/lib/libgomp.so.1"], ["/lib/libgomp.so.1", "/opt/other/libiomp5.so"]])
+    monkeypatch.setattr(xloss.openmp, "loaded_openmp_runtimes", lambda: next(seen))
+    monkeypatch.setattr(dnnl_matmul, "_loaded", None)
+    monkeypatch.setattr(dnnl_matmul, "_why", dnnl_matmul._why)
+    assert not dnnl_matmul.available()
+    assert "second OpenMP runtime" in dnnl_matmul.status() and "libiomp5" in dnnl_matmul.status()
+    x, w, _ = operands(5, 8, 6, seed=2)
+    out = torch.empty(5, 6)
+    assert not dnnl_matmul.logits(out, x, w)
+    gemm.logits_f32(out, x.float(), w)
+    assert_logits(out, x, w)
