@@ -10,7 +10,9 @@ OpenMP; this module binds the handful of C functions it needs through cffi's ABI
 **One OpenMP runtime.** ``libdnnl`` needs ``libgomp.so.1``; loaded after ``import torch`` the dynamic
 linker gives it PyTorch's copy (the same soname), so oneDNN runs on PyTorch's thread pool, with
 PyTorch's thread count (``torch.set_num_threads`` sets the calling thread's OpenMP count, which oneDNN
-reads) and PyTorch's fork rule (``threads.py`` sets one thread in a forked child). A library that
+reads) and PyTorch's fork rule (``threads.py`` sets one thread in a forked child). Like PyTorch's GEMMs
+beside it, it does not follow the cpu backend's ``threads=`` option (Numba's count: oneDNN's C API has no
+per-call thread count for OpenMP builds; the count is the calling thread's OpenMP setting). A library that
 brings a second runtime, or a non-OpenMP build (e.g. the TBB-based ``onednn`` 2026 wheel), is not used.
 
 :func:`logits` returns False wherever it declines (no library, other dtypes, a reference-only

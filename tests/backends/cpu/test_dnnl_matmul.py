@@ -163,3 +163,23 @@ def test_a_library_that_brings_a_second_openmp_runtime_is_not_used(monkeypatch):
     assert not dnnl_matmul.logits(out, x, w)
     gemm.logits_f32(out, x.float(), w)
     assert_logits(out, x, w)
+
+
+@needs_dnnl
+def test_dnnl_runs_on_torchs_openmp_runtime_with_torchs_thread_count():
+    """One OpenMP runtime in the process, and ``torch.set_num_threads(1)`` keeps oneDNN on the calling
+    thread (a fresh interpreter: no OS thread appears during the call)."""
+    import os
+    import subprocess
+    import sys
+
+    from xloss.openmp import loaded_openmp_runtimes
+
+    assert len({os.path.realpath(p) for p in loaded_openmp_runtimes()}) == 1
+    code = ("import os, torch\ntorch.set_num_threads(1)\nfrom xloss.backends.cpu_onednn import dnnl_matmul\n"
+            "x = torch.randn(256, 256).bfloat16(); out = torch.empty(256, 256)\n"
+            "before = len(os.listdir('/proc/self/task'))\nassert dnnl_matmul.logits(out, x, x)\n"
+            "print(before, len(os.listdir('/proc/self/task')))")
+    before, after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                   timeout=120).stdout.split()
+    assert before == after
