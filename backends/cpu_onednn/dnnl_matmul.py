@@ -28,6 +28,8 @@ import site
 import sys
 import threading
 
+from . import threads as _threads
+
 _CDEF = """
 typedef struct dnnl_engine *dnnl_engine_t;
 typedef struct dnnl_stream *dnnl_stream_t;
@@ -73,6 +75,14 @@ _loaded = None  # (ffi, lib, engine) once loaded; False once refused
 _why = "not loaded yet"
 _cache: collections.OrderedDict = collections.OrderedDict()  # key -> _Primitive
 _local = threading.local()  # one stream per thread
+
+
+def _new_lock_in_child() -> None:  # another thread may have held the lock at the fork
+    global _lock
+    _lock = threading.Lock()
+
+
+_threads.on_fork_child(_new_lock_in_child)
 
 
 def _enabled() -> bool:
@@ -175,20 +185,19 @@ def _md(ffi, lib, dims, strides, dt):
     return ffi.gc(md[0], lib.dnnl_memory_desc_destroy)
 
 
-def _primitive(loaded, key, with_bias: bool) -> _Primitive:
+def _primitive(loaded, key) -> _Primitive:
     with _lock:
         p = _cache.get(key)
         if p is not None:
             _cache.move_to_end(key)
             return p
     ffi, lib, engine = loaded
-    (m, n, k), sx, sw, so, bias_dt, _threads = key
-    mds = [_md(ffi, lib, [m, k], list(sx), _BF16),
-           _md(ffi, lib, [k, n], [sw[1], sw[0]], _BF16),  # W.T as a (K, N) view of W's storage
-           _md(ffi, lib, [m, n], list(so), _F32)]
-    if with_bias:
+    (m, n, k), sa, sb, so, out_dt, bias_dt, _nthr = key
+    mds = [_md(ffi, lib, [m, k], list(sa), _BF16), _md(ffi, lib, [k, n], list(sb), _BF16),
+           _md(ffi, lib, [m, n], list(so), out_dt)]
+    if bias_dt is not None:
         mds.append(_md(ffi, lib, [1, n], [n, 1], bias_dt))
-    p = _Primitive(ffi, lib, engine, mds, with_bias)
+    p = _Primitive(ffi, lib, engine, mds, bias_dt is not None)
     with _lock:
         _cache[key] = p
         while len(_cache) > _CACHE_SIZE:
@@ -218,30 +227,46 @@ def logits(out, x, w, b=None) -> bool:
     anything: the caller's own route writes all of it)."""
     import torch
 
-    if not (x.dtype == w.dtype == torch.bfloat16 and out.dtype == torch.float32 and x.dim() == w.dim() == 2):
+    if out.dtype != torch.float32 or x.dim() != 2 or w.dim() != 2:
         return False
-    if b is not None and (b.dtype not in (torch.bfloat16, torch.float32) or b.shape != (w.shape[0],)):
+    return matmul(out, x, w.T, b)
+
+
+def matmul(out, a, b, bias=None) -> bool:
+    """``out = a @ b (+ bias)``: bf16 ``a`` (M, K) and ``b`` (K, N), any strides; ``out`` (M, N) float32
+    or bf16 (rounded once from the float32 accumulator); ``bias`` (N,) bf16 or float32, or None.
+    True when done; False where declined (``out`` may then hold anything)."""
+    import torch
+
+    if not (a.dtype == b.dtype == torch.bfloat16 and out.dtype in (torch.float32, torch.bfloat16)):
         return False
-    if not (out.shape == (x.shape[0], w.shape[0]) and x.shape[1] == w.shape[1]) or out.is_conj():
+    if not (a.dim() == b.dim() == out.dim() == 2 and a.shape[1] == b.shape[0]):
         return False
-    if not (_strides_ok(x) and _strides_ok(w) and _strides_ok(out)) or not available():
+    if out.shape != (a.shape[0], b.shape[1]):
         return False
-    (m, k), n = x.shape, w.shape[0]
+    if not all(t.device.type == "cpu" for t in (a, b, out) + (() if bias is None else (bias,))):
+        return False
+    if bias is not None and (bias.dtype not in (torch.bfloat16, torch.float32) or bias.shape != (b.shape[1],)):
+        return False
+    if not (_strides_ok(a) and _strides_ok(b) and _strides_ok(out)) or not available():
+        return False
+    (m, k), n = a.shape, b.shape[1]
     if m == 0 or n == 0:
         return True
     if k == 0:  # an empty sum: oneDNN is not asked about zero-sized reductions
-        out.zero_() if b is None else out.copy_(b.float().expand(m, n))
+        out.zero_() if bias is None else out.copy_(bias.expand(m, n))
         return True
     loaded = _load()
     ffi, lib, engine = loaded
-    bias = None if b is None else b.contiguous()
-    bias_dt = None if bias is None else (_BF16 if bias.dtype == torch.bfloat16 else _F32)
+    bias = None if bias is None else bias.contiguous()
+    dt = {torch.bfloat16: _BF16, torch.float32: _F32}
     # oneDNN fixes its thread split when the primitive is made: the key holds the calling thread's count
-    key = ((m, n, k), x.stride(), w.stride(), out.stride(), bias_dt, torch.get_num_threads())
+    key = ((m, n, k), a.stride(), b.stride(), out.stride(), dt[out.dtype], None if bias is None else dt[bias.dtype],
+           torch.get_num_threads())
     try:
-        p = _primitive(loaded, key, bias is not None)
+        p = _primitive(loaded, key)
         stream = _stream(loaded)
-        tensors = [x, w, out] + ([bias] if bias is not None else [])
+        tensors = [a, b, out] + ([bias] if bias is not None else [])
         ids = [_ARG_SRC, _ARG_WEIGHTS, _ARG_DST, _ARG_BIAS]
         mems = []
         for md, t in zip(p.mds, tensors):

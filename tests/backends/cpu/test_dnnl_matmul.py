@@ -183,3 +183,22 @@ def test_dnnl_runs_on_torchs_openmp_runtime_with_torchs_thread_count():
     before, after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                    timeout=120).stdout.split()
     assert before == after
+
+
+@needs_dnnl
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (True, False), (False, True)])
+def test_dnnl_matmul_general_layouts(out_dtype, a_t, b_t):
+    """``matmul(out, a, b)`` over the gradient GEMMs' layouts (``G @ W``, ``G.T @ x``): a bf16 output
+    is the float32 accumulator rounded once (half a bf16 ulp on top of the accumulation bound)."""
+    g = torch.Generator().manual_seed(11)
+    m, k, n = 45, 300, 70
+    a = (torch.randn(k, m, generator=g).T if a_t else torch.randn(m, k, generator=g)).bfloat16()
+    b = (torch.randn(n, k, generator=g).T if b_t else torch.randn(k, n, generator=g)).bfloat16()
+    out = torch.empty(m, n, dtype=out_dtype)
+    assert dnnl_matmul.matmul(out, a, b)
+    ref = a.double() @ b.double()
+    bound = (k + 2) * 2.0**-24 * (a.double().abs() @ b.double().abs())
+    if out_dtype == torch.bfloat16:
+        bound = bound * (1 + 2.0**-8) + 2.0**-8 * ref.abs()  # bf16's unit roundoff: 2**-8
+    assert bool(((out.double() - ref).abs() <= bound).all())
