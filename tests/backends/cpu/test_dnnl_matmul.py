@@ -120,6 +120,7 @@ def test_fallback_route(monkeypatch, how):
     elif how == "declined":
         monkeypatch.setattr(dnnl_matmul, "logits", lambda *a: False)
     else:
+        monkeypatch.delenv("XLOSS_ONEDNN_MATMUL", raising=False)
         monkeypatch.setattr(dnnl_matmul, "_loaded", None)
         monkeypatch.setattr(dnnl_matmul, "_why", dnnl_matmul._why)  # (restored with _loaded)
         monkeypatch.setattr(dnnl_matmul, "library_path", lambda: None)
