@@ -14,7 +14,7 @@ The torch-tensor helpers below serve both FLCE entry points (the NumPy API's :mo
 * :func:`logits_f32`: float32 logits of 16-bit operands, never rounded to 16 bits. Where the optional
   ``onednn-cpu-gomp`` wheel is installed, bf16 operands go to oneDNN's matmul with a float32
   destination (:mod:`.dnnl_matmul`: 0.8-0.9x the time of ``torch.mm``'s bf16 GEMM on the reference
-  machine, 2.6x as fast as the route below); otherwise, and for float16: PyTorch's CPU
+  machine, 2.3-2.6x as fast as the route below); otherwise, and for float16: PyTorch's CPU
   GEMMs of bfloat16 operands return only bfloat16 (``mm(out_dtype=float32)`` is not implemented on
   CPU; MKL's ``cblas_gemm_bf16bf16f32``, exported by this build, ran at float32 speed on the
   reference AMD machine). The products of 16-bit values are exact in float32, so the operands are
