@@ -23,6 +23,7 @@ turns the route off (ours, for A/B measurements).
 from __future__ import annotations
 
 import collections
+import importlib.metadata
 import os
 import site
 import sys
@@ -90,7 +91,15 @@ def _enabled() -> bool:
 
 
 def library_path() -> str | None:
-    """Where the wheel put ``libdnnl.so.3`` (the environment's ``lib``, or the user base's), or None."""
+    """Where the wheel put ``libdnnl.so.3``: the file its installed record lists (any install scheme),
+    else the environment's ``lib`` or the user base's; None if it is not installed."""
+    try:
+        dist = importlib.metadata.distribution("onednn-cpu-gomp")
+        for f in dist.files or ():
+            if f.name == _LIBRARY and os.path.exists(dist.locate_file(f)):
+                return os.path.normpath(str(dist.locate_file(f)))
+    except importlib.metadata.PackageNotFoundError:
+        pass
     for base in (sys.prefix, site.getuserbase()):
         path = os.path.join(base, "lib", _LIBRARY)
         if os.path.exists(path):
