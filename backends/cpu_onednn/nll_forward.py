@@ -41,8 +41,11 @@ def nll_forward_kernel(x, target, w, weighted, classes, inner, ignore_index, per
                     if per_row:
                         store(out, r, 0.0)
                     continue
-                sample = r // inner
-                at = (sample * classes + t) * inner + (r - sample * inner)
+                if inner == 1:  # (C) and (N, C): no integer division per position
+                    at = r * classes + t
+                else:
+                    sample = r // inner
+                    at = (sample * classes + t) * inner + (r - sample * inner)
                 xv = load(x, at)
                 wv = load(w, t) if weighted else load(w, 0)
                 if per_row:

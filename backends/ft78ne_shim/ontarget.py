@@ -33,7 +33,8 @@ HEADERS = ("ft78ne.h", "ft78ne_emu.h", "fusedlinearonlinemaxsum.h", "fusedcrosse
 MACROS = {"binarycrossentropygrad": "BCE", "sigmoidfocalloss": "FOCAL", "sigmoidfocallossgrad": "FOCALGRAD",
           "nlllossgrad": "NLL", "fusedlinearcrossentropylossgrad": "FLCE", "fusedlinearonlinemaxsum": "MAXSUM",
           "fusedcrossentropylosswithmaxsum": "LOSS",
-          "nllloss": "NLLF", "binarycrossentropy": "BCEF"}  # the forward pages (issue #30)
+          "nllloss": "NLLF", "binarycrossentropy": "BCEF",  # the forward pages (issue #30)
+          "sigmoidcrossentropywithlogits": "SCE", "sigmoidcrossentropywithlogitsgrad": "SCE"}
 VENDOR_SYMBOLS = frozenset(capabilities.symbol(d, op, s) for d in capabilities.PREFIX for op in MACROS
                            for s in ("_s", "_p"))
 #: the runner's back guard after a shared buffer: the host check's (a page, or the buffer's own size),

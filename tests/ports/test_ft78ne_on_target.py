@@ -126,6 +126,19 @@ def test_every_port_on_target(ports, build_mod, tmp_path):
         shutil.rmtree(folder)
 
 
+def test_bce_with_logits_ports_on_target(build_mod, tmp_path):
+    """BCE with logits' pages (ported in libraries of their own) through the runner: the correct port
+    passes and the seeded bug fails, with the host's verdicts; before the runner knew these entry
+    points, the export recorded no call and the judge reported a target it never ran."""
+    libs = {v: str(p) for v, p in build_mod.build_bce_with_logits(tmp_path / "ports",
+                                                                   ["sce_correct", "sce_literal_log"]).items()}
+    for variant in libs:
+        target = on_target(tmp_path / variant, libs, variant, "mt7004", ["bce_with_logits"], max_examples=2)
+        assert_same_verdicts(target, on_host(libs, variant, "mt7004", ["bce_with_logits"], max_examples=2))
+        assert (variant == "sce_correct") != any(r.status in runner.FAILING for r in target.values())
+        assert sum(r.examples for r in target.values() if r.status == runner.PASS) > 0
+
+
 def test_a_crashing_port_fails_as_not_run(ports, tmp_path):
     """The runner dies in a call: every call from there on is "not run", a FAIL, never a pass."""
     folder = tmp_path / "x"

@@ -321,6 +321,16 @@ static int dispatch(const Call *c) {
     }
 #define BCEF_S(sym, T) BCE_S(sym, T)
 #define BCEF_P(sym, T) BCE_P(sym, T)
+#define SCE_S(sym, T)                                     \
+    if (IS(sym)) {                                        \
+        sym((T *)P(0), (T *)P(1), (T *)P(2), I(3), I(4)); \
+        return 0;                                         \
+    }
+#define SCE_P(sym, T)                               \
+    if (IS(sym)) {                                  \
+        sym((T *)P(0), (T *)P(1), (T *)P(2), I(3)); \
+        return 0;                                   \
+    }
 #define FLCE(sym, T)                                                                                                  \
     if (IS(sym)) {                                                                                                    \
         sym(I(0), I(1), I(2), (float *)P(3), (T *)P(4), (T *)P(5), (unsigned char *)P(6), (int *)P(7), (float *)P(8), \
