@@ -107,7 +107,7 @@ def test_a_port_of_the_scalar_reading_passes_under_its_option_only(ports):
     for given, status in (({}, "fail"), ({"softmax_ce_losses": "one"}, "pass")):
         b = xloss.backend("mt7004", lib=lib, core_mask=0x07, **given)
         results = {t: runner.run_target(b, *t, max_examples=2, seed=SEED, shrink=False, configurations=False)
-                   for t in _targets(DENSE, SPARSE)}
+                   for t in _targets(DENSE, SPARSE) if t[1] == "float32"}  # the reading is the same in half
         assert all(r.status == status for r in results.values()), (given, {t: r.message for t, r in results.items()})
         if status == "fail":  # the report names the reading the library matches
             assert all("pass --option softmax_ce_losses=one" in r.message for r in results.values())
