@@ -54,6 +54,9 @@ CASES = {
     "bf16_none_cpu_softcap_zloss_accuracy": dict(dtype="bfloat16", bt=16, h=8, v=27, reduction="none", bias=True,
                                                  chunk=5, backend="cpu", softcap=2.0, z=1e-3, accuracy=True,
                                                  scaling=True),
+    # under torch.compile(fullgraph=True, dynamic=True), the cpu backend's native bf16 path
+    "bf16_mean_cpu_compiled": dict(dtype="bfloat16", bt=21, h=8, v=35, reduction="mean", ls=0.1, bias=True, chunk=8,
+                                   backend="cpu", compiled=True),
     "f64_sum_reference_accuracy_ties": dict(dtype="float64", bt=8, h=3, v=9, reduction="sum", zero_input=True,
                                             chunk=3, block=2, backend="reference", accuracy=True),
 }
@@ -96,9 +99,16 @@ def run_case(name, cfg, seed, group):
     x = x.to(dt).requires_grad_()
     ws = xt.shard_vocab(w.to(dt), group).clone().requires_grad_()
     bs = None if b is None else xt.shard_vocab(b.to(dt), group).clone().requires_grad_()
-    loss = xt.fused_linear_cross_entropy(x, ws, t, bs, reduction=cfg["reduction"], label_smoothing=cfg.get("ls", 0.0),
-                                         chunk_size=cfg.get("chunk"), backend=cfg["backend"], class_weight=cw,
-                                         vocab_chunk_size=cfg.get("block"), process_group=group, **extras(cfg))
+
+    def loss_fn(x, ws, bs):
+        return xt.fused_linear_cross_entropy(x, ws, t, bs, reduction=cfg["reduction"],
+                                             label_smoothing=cfg.get("ls", 0.0), chunk_size=cfg.get("chunk"),
+                                             backend=cfg["backend"], class_weight=cw,
+                                             vocab_chunk_size=cfg.get("block"), process_group=group, **extras(cfg))
+
+    if cfg.get("compiled"):  # one graph: the ranks agree on the layout inside the ops
+        loss_fn = torch.compile(loss_fn, fullgraph=True, backend="eager", dynamic=True)
+    loss = loss_fn(x, ws, bs)
     acc = None
     if cfg.get("accuracy"):
         loss, acc = loss.loss, loss.token_accuracy

@@ -357,26 +357,28 @@ def test_the_megatron_flow_compiles_in_one_graph():
     assert {"fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum"} <= set(ops.OPS)
 
 
-def test_process_group_under_torch_compile_is_a_graph_break_that_fullgraph_refuses_saying_so():
-    """The vocabulary-parallel call runs eagerly (its first collective compares the ranks' settings in
-    Python): under torch.compile a graph break, with the same result and gradients as eager; with
-    fullgraph=True dynamo refuses it, and the explanation (not only the debug context) says why."""
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_process_group_compiles_in_one_graph(dynamic):
+    """Under torch.compile the ranks agree on the layout inside the ops (their first collective), so
+    fullgraph=True traces the call, static and dynamic, with eager's loss and gradients; a setting that
+    differs between the ranks still raises the same error on every rank, from inside the compiled op."""
     x, w, t, _ = make_case(4, bt=9, h=4, v=11)
 
     def rank_fn(rank, group):
         ws = xt.shard_vocab(w, group)
 
-        def loss(x, ws):
-            return xt.fused_linear_cross_entropy(x, ws, t, reduction="sum", process_group=group, backend="reference")
+        def loss(x, ws, s):
+            return xt.fused_linear_cross_entropy(x, ws, t, reduction="sum", process_group=group, backend="reference",
+                                                 label_smoothing=s)
 
-        with pytest.raises(torch._dynamo.exc.Unsupported, match="process_group runs eagerly"):
-            torch.compile(loss, fullgraph=True, backend="eager")(x, ws)
         results = []
-        for fn in (torch.compile(loss, backend="eager"), loss):
+        for fn in (torch.compile(loss, fullgraph=True, backend="eager", dynamic=dynamic), loss):
             xr, wr = x.clone().requires_grad_(), ws.clone().requires_grad_()
-            out = fn(xr, wr)
+            out = fn(xr, wr, 0.125)
             out.backward()
             results.append((out.detach(), xr.grad, wr.grad))
+        with pytest.raises(xloss.XLossError, match="label_smoothing"):  # rank 1 disagrees
+            torch.compile(loss, fullgraph=True, backend="eager", dynamic=dynamic)(x, ws, 0.125 * (1 + rank))
         return results
 
     for (compiled, eager) in run_ranks(2, rank_fn):

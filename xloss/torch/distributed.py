@@ -221,13 +221,22 @@ def group_key(group) -> str | None:
     """What crosses into the FLCE ops for ``process_group``: None, or a key filed for the group."""
     if group is None:
         return None
-    key = f"<process group {id(group):#x}>"
-    _groups.setdefault(key, group)
+    key = _key(group)
+    if not torch.compiler.is_compiling():  # a traced side effect would not be replayed in time: group_of finds it
+        _groups[key] = group
     return key
+
+
+def _key(group) -> str:
+    return f"<process group {id(group):#x}>"
 
 
 def group_of(key: str | None):
     """Inverse of :func:`group_key` (inside the op bodies)."""
+    if key is not None and key not in _groups:  # filed while torch.compile traced (not replayed): torch's groups
+        from torch.distributed import distributed_c10d as c10d
+
+        _groups.update({_key(group): group for group in c10d._world.pg_map})
     return None if key is None else _groups[key]
 
 

@@ -4,7 +4,6 @@
 """
 
 import weakref
-import zlib
 from typing import NamedTuple
 
 import torch
@@ -17,9 +16,8 @@ from ..validation import real_number
 from . import _checks as checks
 from . import flce_native, ops
 from .chunking import resolve_sizes
-from .distributed import Collectives, group_key, view_range
-from .flce_chunks import dtype_name
-from .flce_passes import FlceOptions
+from .distributed import Collectives, group_key
+from .flce_passes import FlceOptions, settled
 
 
 class FusedLinearCrossEntropyOutput(NamedTuple):
@@ -129,8 +127,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     ``return_*``, a :class:`FusedLinearCrossEntropyOutput`). ``process_group``: vocabulary parallelism;
     ``weight`` and ``bias`` are this rank's contiguous shard, in rank order (:func:`xloss.torch.shard_vocab`),
     every rank gets the full loss and input gradient, and any rank's argument error or disagreement raises
-    the same error on every rank. It runs eagerly: under torch.compile a graph break (``fullgraph=True``
-    refuses it, saying so).
+    the same error on every rank. Under torch.compile the ranks agree inside the ops: one graph.
     """
     kw = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing, chunk_size=chunk_size,
               backend=backend, class_weight=class_weight, vocab_chunk_size=vocab_chunk_size,
@@ -146,9 +143,9 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
                 input, weight = input.to(cast), weight.to(cast) if weight.dtype != torch.float64 else weight
                 bias = None if bias is None else checks.float_tensor(bias, "bias").to(cast)
             return fused_linear_cross_entropy(input, weight, target, bias, **kw)
-    if process_group is not None and torch.compiler.is_compiling():  # a graph break: see _EAGER
-        return _eager(input, weight, target, bias, **kw)
-    coll = Collectives(process_group)
+    # under torch.compile the layout is settled inside the ops (their first collective), so no graph break
+    in_graph = process_group is not None and torch.compiler.is_compiling()
+    coll = Collectives(None if in_graph else process_group)
     try:  # with a process group, an argument error reaches every rank through the first collective
         weight, bias, target, class_weight, o = _checked(input, weight, target, bias, **kw)
     except XLossError as exc:
@@ -156,29 +153,12 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
             raise
         coll.agree(0, [], exc)  # raises it on every rank
         raise
-    hidden, rows, bt = input.shape[-1], weight.shape[0], target.numel()
-    settings = [] if not coll.active else [  # what must be equal on every rank
-        ("tokens", bt), ("hidden size", hidden), ("chunk_size", 0 if chunk_size is None else chunk_size),
-        ("targets (checksum)", _checksum(target)), ("reduction", o.reduction), ("ignore_index", o.ignore_index),
-        ("label_smoothing", o.label_smoothing), ("dtype", dtype_name(input.dtype)),
-        ("class_weight (checksum)", None if class_weight is None else _checksum(class_weight)),
-        ("softcap", o.softcap), ("lse_square_scale", o.z_scale), ("use_token_scaling", o.token_scaling),
-        ("return_token_accuracy", o.accuracy), ("accum_dtype", o.accum),
-        ("backend", getattr(backend, "name", backend)), ("bias given", bias is not None)]
-    start, vocab = coll.agree(rows, settings, None, view_range(weight) if coll.active else None)
-    # the token chunk is one round of collectives, so the same on every rank: its default depends on the
-    # global vocabulary only. From here on an error depends only on what every rank shares.
-    chunk, _ = resolve_sizes(chunk_size, 1, hidden, vocab, half=o.native and input.dtype in flce_native.HALF)
-    _, block = resolve_sizes(chunk, vocab_chunk_size, hidden, rows)
-    if vocab < 1 and bt:
-        raise XLossValueError("weight has no rows: the vocabulary must hold at least one class")
-    if class_weight is not None and tuple(class_weight.shape) != (vocab,):
-        raise XLossValueError(f"class_weight must have shape ({vocab},), one per class of the (global) "
-                              f"vocabulary; got {checks.shape_str(class_weight.shape)}")
     # a gradient is wanted for what requires grad, and for what carries a forward-mode tangent
     want = (checks.wants_derivative(input), checks.wants_derivative(weight), checks.wants_derivative(bias))
-    o = FlceOptions(*o[:5], chunk, block, start, vocab, group_key(process_group), *o[10:14], *want,
-                    ops.backend_key(backend))
+    o = FlceOptions(*o[:5], chunk_size or 0, vocab_chunk_size or 0, -1, -1, group_key(process_group), *o[10:14],
+                    *want, ops.backend_key(backend))
+    o = o if in_graph else settled(o, input, weight, bias, target, class_weight, coll)
+    hidden = input.shape[-1]
     operands = (input.reshape(-1, hidden).contiguous(), weight.contiguous(),
                 None if bias is None else bias.contiguous(), target.reshape(-1).to(torch.int64), class_weight)
     out = (_FusedLinearCrossEntropy.call(*operands, o) if any(want)
@@ -191,16 +171,6 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     return FusedLinearCrossEntropyOutput(loss, z_loss, out[2].reshape(loss.shape) if o.accuracy else None)
 
 
-_EAGER = ("fused_linear_cross_entropy with process_group runs eagerly, outside the graph (its first collective "
-          "compares every rank's settings in Python); under torch.compile(fullgraph=True) call it outside the "
-          "compiled function")
-_eager = torch.compiler.disable(fused_linear_cross_entropy, reason=_EAGER)
-
-
-def _checksum(t: torch.Tensor) -> int:
-    """CRC-32 of a tensor's values (int64 or float64) and shape: equal tensors on every rank, equal sums."""
-    wide = t.detach().to(torch.float64 if t.is_floating_point() else torch.int64).contiguous().cpu()
-    return zlib.crc32(wide.numpy().tobytes(), zlib.crc32(repr(tuple(t.shape)).encode()))
 
 
 def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoothing, chunk_size, backend,

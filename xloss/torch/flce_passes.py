@@ -14,18 +14,19 @@ tokens not ignored, the z-loss and the accuracy by their count; ``sum`` still av
 
 from __future__ import annotations
 
+import zlib
 from collections import namedtuple
 from typing import NamedTuple
 
 import torch
 
-from ..errors import UnsupportedRequestError
+from ..errors import UnsupportedRequestError, XLossValueError
 from . import _checks as checks
 from . import flce_chunks as chunks
 from . import flce_max_sum as VP
 from . import flce_native
-from .chunking import spans
-from .distributed import Collectives, group_of
+from .chunking import resolve_sizes, spans
+from .distributed import Collectives, group_of, view_range
 from .ops import backend_of
 
 
@@ -64,6 +65,38 @@ class FlceOptions(NamedTuple):
 Params = namedtuple("Params", FlceOptions._fields[:14])
 
 
+def settled(o: FlceOptions, input, weight, bias, target, class_weight, coll: Collectives) -> FlceOptions:
+    """``o`` with the vocabulary layout and the chunk sizes (given as ``chunk_size or 0`` and
+    ``vocab_chunk_size or 0``): from the call's first collective, which compares what must be equal on
+    every rank. In eager mode before the ops; under torch.compile in them (no graph break)."""
+    hidden, rows, bt = input.shape[-1], weight.shape[0], target.numel()
+    settings = [] if not coll.active else [  # what must be equal on every rank
+        ("tokens", bt), ("hidden size", hidden), ("chunk_size", o.chunk),
+        ("targets (checksum)", _checksum(target)), ("reduction", o.reduction), ("ignore_index", o.ignore_index),
+        ("label_smoothing", o.label_smoothing), ("dtype", chunks.dtype_name(input.dtype)),
+        ("class_weight (checksum)", None if class_weight is None else _checksum(class_weight)),
+        ("softcap", o.softcap), ("lse_square_scale", o.z_scale), ("use_token_scaling", o.token_scaling),
+        ("return_token_accuracy", o.accuracy), ("accum_dtype", o.accum),
+        ("backend", getattr(backend_of(o.backend), "name", o.backend)), ("bias given", bias is not None)]
+    start, vocab = coll.agree(rows, settings, None, view_range(weight) if coll.active else None)
+    # the token chunk is one round of collectives, so the same on every rank: its default depends on the
+    # global vocabulary only. From here on an error depends only on what every rank shares.
+    chunk, _ = resolve_sizes(o.chunk or None, 1, hidden, vocab, half=o.native and input.dtype in flce_native.HALF)
+    _, block = resolve_sizes(chunk, o.block or None, hidden, rows)
+    if vocab < 1 and bt:
+        raise XLossValueError("weight has no rows: the vocabulary must hold at least one class")
+    if class_weight is not None and tuple(class_weight.shape) != (vocab,):
+        raise XLossValueError(f"class_weight must have shape ({vocab},), one per class of the (global) "
+                              f"vocabulary; got {checks.shape_str(class_weight.shape)}")
+    return o._replace(chunk=chunk, block=block, start=start, vocab=vocab)
+
+
+def _checksum(t: torch.Tensor) -> int:
+    """CRC-32 of a tensor's values (int64 or float64) and shape: equal tensors on every rank, equal sums."""
+    wide = t.detach().to(torch.float64 if t.is_floating_point() else torch.int64).contiguous().cpu()
+    return zlib.crc32(wide.numpy().tobytes(), zlib.crc32(repr(tuple(t.shape)).encode()))
+
+
 def loss_dtype(dtype: torch.dtype) -> torch.dtype:
     """Losses of 16-bit operands are float32; otherwise the operands' dtype."""
     return torch.float32 if dtype in flce_native.HALF else dtype
@@ -96,6 +129,7 @@ def _divided(values: torch.Tensor, d: float) -> torch.Tensor:
 
 def forward(x, w, b, target, cw, o: FlceOptions):
     """The forward op's body (outputs: the module docstring)."""
+    o = o if o.vocab >= 0 else settled(o, x, w, b, target, cw, Collectives(group_of(o.group)))
     checks.check_class_indices(target, o.vocab, o.ignore_index)
     sh = _shard(x, w, b, target, cw, o)
     bt, cdt, pre = x.shape[0], sh.cdt, o.precomputed
@@ -147,6 +181,7 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_ta
             return tuple(t * g if wanted else t.new_empty(0) for t, wanted in zip((dx, dw, db), want))
     if x is None or w is None:
         raise UnsupportedRequestError("fused_linear_cross_entropy backward: the operands were not saved")
+    o = o if o.vocab >= 0 else settled(o, x, w, b, target, cw, Collectives(group_of(o.group)))
     sh = _shard(x, w, b, target, cw, o)
     if o.precomputed:  # 16-bit, g not a power of two: recompute with g folded in, so G is rounded once
         g_all, gz_all = _upstreams(sh, o, g)[1]
