@@ -1,7 +1,8 @@
 """The NLL and BCE forward through CANN's ``aclnnNLLLoss`` / ``aclnnNLLLoss2d`` and ``aclnnBinaryCrossEntropy``.
 
 ``aclnnNLLLoss`` takes (C) and (N, C) input; (N, C, d1, ..., dk) input goes to ``aclnnNLLLoss2d`` as the
-(N, C, D, 1) view of the same memory (D = d1 * ... * dk). The vendor requires the weight (ones stand in for
+(N, C, d1, W) view of the same memory (W = d2 * ... * dk, 1 for k = 1), so that a 4-D input reaches a port
+as it is, both plane dimensions exercised. The vendor requires the weight (ones stand in for
 none) and writes ``totalWeightOut`` only for reductions 1 and 2: a (C) input's ``none`` is called as ``sum``
 (one element either way, and its total weight written, as PyTorch returns it); batched ``none`` leaves it
 unwritten, and the adapter gives PyTorch's total weight there, 0. ``aclnnBinaryCrossEntropy`` takes target and weight of
@@ -22,10 +23,10 @@ def nll_loss(backend, a) -> None:
     dt = a.self.dtype
     x, t = a.self, a.target
     op = NLL_FORWARD
-    if x.ndim > 2:  # (N, C, d1, ..., dk) -> (N, C, D, 1): the same memory
-        n, c = x.shape[:2]
-        d = math.prod(x.shape[2:])
-        x, t, op = x.reshape(n, c, d, 1), t.reshape(n, d, 1), NLL_FORWARD_2D
+    if x.ndim > 2:  # (N, C, d1, ..., dk) -> (N, C, d1, d2 * ... * dk): the same memory
+        n, c, h = x.shape[:3]
+        w = math.prod(x.shape[3:])
+        x, t, op = x.reshape(n, c, h, w), t.reshape(n, h, w), NLL_FORWARD_2D
     reduction = "sum" if a.reduction == "none" and x.ndim == 1 else a.reduction
     weight = np.ones(a.classes, dt) if a.weight is None else a.weight
     out_shape = t.shape if reduction == "none" else (1,)

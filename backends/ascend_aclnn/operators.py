@@ -97,7 +97,8 @@ TABLE = (
                       "float16 or bfloat16"),
     # NLL and BCE forward (issue #30)
     Declaration("nll_loss", FLOATS, (NLL_FORWARD, NLL_FORWARD_2D),
-                notes="aclnnNLLLoss for (C) and (N, C) input; aclnnNLLLoss2d for (N, C, d1, ..., dk) as (N, C, D, 1)"),
+                notes="aclnnNLLLoss for (C) and (N, C) input; aclnnNLLLoss2d for (N, C, d1, ..., dk) as "
+                      "(N, C, d1, d2 * ... * dk)"),
     Declaration("binary_cross_entropy", FLOATS, (BCE_FORWARD,),
                 notes="aclnnBinaryCrossEntropy: a broadcast weight is materialised to self's shape"),
 )

@@ -94,6 +94,7 @@ SEEDED = {
     # the NLL and BCE forward (issue #30)
     "nllf_mean_by_n": _bug(("nll_loss",), {("nll_loss", dt, None) for dt in FLOATS}),
     "nllf_ignored_in_total": _bug(("nll_loss",), {("nll_loss", dt, None) for dt in FLOATS}),
+    "nll2d_target_column_major": _bug(("nll_loss",), {("nll_loss", dt, None) for dt in FLOATS}),
     "bcef_log_unclamped": _bug(("binary_cross_entropy",), {("binary_cross_entropy", dt, None) for dt in FLOATS}),
     "bcef_mean_by_weight_sum": _bug(("binary_cross_entropy",),
                                     {("binary_cross_entropy", dt, None) for dt in FLOATS}),

@@ -84,6 +84,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     # the NLL and BCE forward (issue #30): the vendor pages read the way an outside port author errs
     "nllf_mean_by_n": ("BUG_NLLF_MEAN_BY_N",),  # mean over the positions, not the total weight
     "nllf_ignored_in_total": ("BUG_NLLF_IGNORED_IN_TOTAL",),  # ignored positions' class weight in the total
+    "nll2d_target_column_major": ("BUG_NLL2D_TARGET_COLUMN_MAJOR",),  # aclnnNLLLoss2d: the target plane as W x H
     "bcef_log_unclamped": ("BUG_BCEF_LOG_UNCLAMPED",),  # no -100 clamp of the logs
     "bcef_mean_by_weight_sum": ("BUG_BCEF_MEAN_BY_WEIGHT_SUM",),  # a weighted mean
     # cross entropy (aclnnCrossEntropyLoss / aclnnCrossEntropyLossGrad) as an outside port author errs

@@ -3,6 +3,8 @@
  *
  * Seeded bugs here, the way an outside port author errs reading the vendor pages:
  * BUG_NLLF_MEAN_BY_N (mean divides by the number of positions, not the total weight),
+ * BUG_NLL2D_TARGET_COLUMN_MAJOR (aclnnNLLLoss2d reads each target plane column-major, as a W x H array,
+ * which a (N, C, H, 1) input cannot show),
  * BUG_NLLF_IGNORED_IN_TOTAL (a position whose target is ignoreIndex still adds its class weight to the
  * total when ignoreIndex is a class),
  * BUG_BCEF_LOG_UNCLAMPED (no -100 clamp of the logs: inf at probabilities 0 and 1),
@@ -35,7 +37,12 @@ static nllf_walk nllf_walk_of(const nllf_plan *p)
     }
     if (s->ndim == 4) {
         k.h = s->dims[2], k.w = s->dims[3], k.sh = s->strides[2], k.sw = s->strides[3];
+#ifdef BUG_NLL2D_TARGET_COLUMN_MAJOR
+        /* BUG: the target plane read column-major (a W x H array; in bounds, wrong wherever W > 1). */
+        k.th = t->strides[2], k.tw = t->strides[2] * t->dims[1];
+#else
         k.th = t->strides[1], k.tw = t->strides[2];
+#endif
         k.oh = o->ndim == 3 ? o->strides[1] : 0, k.ow = o->ndim == 3 ? o->strides[2] : 0;
     }
     return k;
