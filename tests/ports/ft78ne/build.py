@@ -239,3 +239,16 @@ SOFTMAX_CE_VARIANTS: dict[str, tuple[str, ...]] = {
 def build_softmax_ce(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
     """The softmax cross entropy port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
     return build_separate(out_dir, SOFTMAX_CE_SOURCES, SOFTMAX_CE_VARIANTS, variants, cc=cc)
+
+
+# -- the cross-entropy gradient through the sparse page (issue #30): bugs of its is_grad path only --------------------
+SOFTMAX_CE_GRAD_VARIANTS: dict[str, tuple[str, ...]] = {
+    "smce_correct": (),
+    "smce_grad_no_one_hot": ("BUG_SMCE_GRAD_NO_ONE_HOT",),  # softmax(x) as the gradient: no - onehot(label)
+    "smce_grad_slice_rows": ("BUG_SMCE_GRAD_SLICE_ROWS",),  # _s gradient rows indexed within each core's slice
+}
+
+
+def build_softmax_ce_grad(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
+    """The sparse page's gradient port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+    return build_separate(out_dir, SOFTMAX_CE_SOURCES, SOFTMAX_CE_GRAD_VARIANTS, variants, cc=cc)
