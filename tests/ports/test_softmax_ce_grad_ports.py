@@ -8,9 +8,6 @@ on core_mask 0x07 (three cores: most row counts do not split evenly).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +18,6 @@ from xloss import cli
 from xloss.conformance import runner
 from xloss.conformance import targets as declared_targets
 from xloss.conformance.casefile import case_from_json
-from xloss.conformance.export import export
-from xloss.conformance.judge import judge_results
 from xloss.conformance.report import write_failures
 
 HERE = Path(__file__).resolve().parent
@@ -30,7 +25,6 @@ GRAD, SPARSE, DENSE = "cross_entropy_loss_grad", "cross_entropy_loss", "softmax_
 SEED = 0
 MAX_EXAMPLES = 6
 DTYPES = ("float16", "float32")
-CC = os.environ.get("CC", "gcc").split()[0]
 #: variant -> the targets it must fail (the other declared targets of the three rows must pass)
 BUGS = {
     "smce_grad_no_one_hot": frozenset((GRAD, dt, None) for dt in DTYPES),
@@ -60,7 +54,7 @@ def _numel(case_json) -> int:
 
 
 def test_the_correct_port_passes_the_gradient_row(ports):
-    todo, results = _run(_mt7004(ports["smce_correct"]), (GRAD,), 2 * MAX_EXAMPLES)
+    todo, results = _run(_mt7004(ports["smce_correct"]), (GRAD,))
     assert {t[1] for t in todo} == set(DTYPES)
     assert all(r.status == "pass" for r in results.values()), {t: r.message for t, r in results.items()
                                                                if r.status != "pass"}
@@ -110,22 +104,3 @@ def test_a_core_split_bug_is_invisible_on_one_core(ports):
     r = runner.run_target(one, GRAD, "float32", None, max_examples=2, seed=SEED, shrink=False)
     assert r.status in runner.FAILING, r.message
 
-
-def test_on_target_verdicts_equal_the_hosts(ports, tmp_path):
-    """``xloss check --export`` of the gradient row, the runner built against a port whose gradient is wrong (the
-    SSMCE dispatch with is_grad = 1) and the judge give the host check's verdict: fail, in both dtypes."""
-    if shutil.which(CC) is None:
-        pytest.skip("no C compiler")
-    lib = str(ports["smce_grad_no_one_hot"])
-    folder = tmp_path / "x"
-    export(folder, "mt7004", {"lib": lib, "core_mask": 0x07},
-           {"max_examples": 1, "seed": 0, "kernels": [GRAD], "large": False, "repeat": 1, "repeat_given": False})
-    shim = str(Path(lib).with_name("libxloss_ft78ne_private.so"))
-    built = subprocess.run([str(folder / "build.sh"), lib, shim, f"-Wl,-rpath,{Path(lib).parent}"],
-                           capture_output=True, text=True, env=dict(os.environ, CC=CC), check=False)
-    assert built.returncode == 0, built.stderr
-    subprocess.run([str(folder / "xloss_runner"), str(folder)], capture_output=True, text=True, check=False,
-                   timeout=300)
-    _, on_target = judge_results(folder)
-    got = {(r.kernel, r.dtype): r.status for r in on_target if r.dtype in DTYPES}  # the others: refused, as on the host
-    assert got == {(GRAD, dt): "fail" for dt in DTYPES}
