@@ -20,22 +20,20 @@ from pathlib import Path
 import numpy as np
 
 from ...clib import MissingSymbolError
-from ...conformance.export_format import RUNNER_STATUS, Buffer, Double, Int64, Tensor, digest
+from ...conformance.export_format import RUNNER_STATUS, Bool, Buffer, Double, Int64, String, Tensor, digest
 from ...errors import BackendUnavailableError, KernelError
 from . import AscendBackend, emulator_library_path
 from . import _cdef as C
-from .operators import CROSS_ENTROPY, CROSS_ENTROPY_GRAD, OPERATORS, declare
+from .operators import OPERATORS, declare
 from .runtime import WRITTEN_INPUTS, Session, contiguous_strides
 
 RUNNER_DIR = Path(__file__).resolve().with_name("runner")
 INCLUDE_DIR = Path(__file__).resolve().with_name("include")
-#: cffi type name -> the runner's argument macro (xloss_runner.c)
-MACROS = {"int64_t": "L", "double": "D", "float": "F"}
-#: operators whose arguments the record format cannot carry yet (a ``char *`` reduction, a ``bool``):
-#: an on-target library is not declared for them (their kernels are checked on the host)
-HOST_ONLY = (CROSS_ENTROPY, CROSS_ENTROPY_GRAD)
-#: the operators the on-target runner calls
-ON_TARGET_OPERATORS = tuple(op for op in OPERATORS if op not in HOST_ONLY)
+#: cffi type name -> the runner's argument macro (xloss_runner.c); a ``char *`` is S, an aclTensor T
+MACROS = {"int64_t": "L", "double": "D", "float": "F", "_Bool": "B"}
+#: the operators the on-target runner calls: every one (CANN's ``char *`` reductions and ``bool`` flags are
+#: records of their own, export_format.String and Bool)
+ON_TARGET_OPERATORS = OPERATORS
 #: each side of a workspace (runtime.Session.malloc's guard; the runner's WORKSPACE_GUARD)
 WORKSPACE_GUARD = 64
 
@@ -79,7 +77,9 @@ def describe(s: OnTargetSession, op: str, args):
     types = ffi.typeof(s.lib.symbol(op + "GetWorkspaceSize")).args
     buffers, index, out = [], {}, []
     for ct, a in zip(types, args):
-        if ct.kind == "pointer":
+        if ct.kind == "pointer" and ct.item.cname == "char":  # a C string: CANN's reduction name
+            out.append(None if a is None or a == ffi.NULL else String(bytes(a)))
+        elif ct.kind == "pointer":
             if a == ffi.NULL:
                 out.append(None)
                 continue
@@ -94,6 +94,8 @@ def describe(s: OnTargetSession, op: str, args):
             out.append(Double(float(a)))
         elif ct.cname == "int64_t":
             out.append(Int64(int(a)))
+        elif ct.cname == "_Bool":
+            out.append(Bool(bool(a)))
         else:
             out.append(float(a))
     written = WRITTEN_INPUTS.get(op, frozenset())
@@ -221,7 +223,7 @@ def write_runner(folder: Path, facts: dict, calls: list[dict]) -> None:
     lines = []
     for op in sorted({c["fname"] for c in calls}):
         fn = ffi.typeof(f"aclnnStatus(*)({_params(op)})")
-        args = [f"T({i})" if t.kind == "pointer" else f"{MACROS[t.cname]}({i})" for i, t in enumerate(fn.args)]
+        args = [f"{_macro(t)}({i})" for i, t in enumerate(fn.args)]
         lines.append(f"OP({op}, {', '.join(args)})")
     (src / "runner_calls.h").write_text(
         "/* written by xloss check --export: the operators the cases call, with their arguments */\n"
@@ -229,6 +231,13 @@ def write_runner(folder: Path, facts: dict, calls: list[dict]) -> None:
     build = folder / "build.sh"
     build.write_text(BUILD_SH)
     build.chmod(0o755)
+
+
+def _macro(t) -> str:
+    """The runner's argument macro for the cffi type ``t``: S a C string, T an aclTensor, else by the scalar type."""
+    if t.kind == "pointer":
+        return "S" if t.item.cname == "char" else "T"
+    return MACROS[t.cname]
 
 
 def _params(op: str) -> str:

@@ -33,6 +33,7 @@ from . import (
     options,
     sigmoid_ce,
     softmax_ce,
+    softmax_ce_grad,
     staging,
     vocab_parallel,
 )
@@ -168,6 +169,9 @@ class DspBackend(Backend):
 
     def cross_entropy_loss(self, a):
         softmax_ce.cross_entropy_loss(self, a)
+
+    def cross_entropy_loss_grad(self, a):
+        softmax_ce_grad.cross_entropy_loss_grad(self, a)
 
     # -- configurations and checked mode ------------------------------------------------------------
     def configurations(self) -> list:

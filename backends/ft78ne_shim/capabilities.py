@@ -9,6 +9,8 @@ undeclared. One :class:`Declaration` per kernel (:data:`TABLE`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...declaration import Declaration
 from ...errors import BackendUnavailableError
 from . import abi
@@ -116,4 +118,26 @@ TABLE += (
                       "smoothing or z-loss in the DSP signature; ignored rows, reductions and log_prob (x - max - "
                       "the loss of a call labelled with each row's argmax) applied by the adapter"),
 )
+DECLARATIONS = {d.kernel: d for d in TABLE}
+
+
+# -- cross entropy gradient (issue #30): the sparse page with is_grad = 1 on the log-probabilities -----------------
+# Its output is softmax(input) - onehot(label); the softmax of log-probabilities is their exponential up to the
+# re-normalisation the adapter undoes (softmax_ce_grad.py). Nothing of weight, smoothing or z-loss can be expressed;
+# ignored rows, the upstream gradient and the mean's divisor are the adapter's, each element rounded once, so a
+# float16 request runs through the fp_ form on exact float32 copies: float16 is declared where the library has both.
+@dataclass(frozen=True)
+class _HalfThroughFloat(Declaration):
+    """A row whose float16 requests the adapter runs through the float32 entry points."""
+
+    def caps(self, has, dtypes=None, **kw):
+        return super().caps(lambda d, *ops: has(d, *ops) and (d != "float16" or has("float32", *ops)), dtypes, **kw)
+
+
+TABLE += (_HalfThroughFloat(
+    "cross_entropy_loss_grad", ops=(abi.SPARSE_SOFTMAX_CE,),
+    variants={"weight": False, "label_smoothing": False, "zloss": False},
+    notes="sparse_softmax_cross_entropy_with_logits with is_grad=1 on the log-probabilities (its re-normalisation "
+          "undone from its own output); no weight, label smoothing or z-loss in the DSP signature; ignored rows, "
+          "the upstream gradient and the mean's divisor applied by the adapter; float16 through the fp_ form"),)
 DECLARATIONS = {d.kernel: d for d in TABLE}

@@ -205,3 +205,7 @@ def cross_entropy_loss(b, a) -> None:
         a.loss_out[...] = np.asarray(out).astype(a.loss_out.dtype)
         if a.log_prob_out is not None:
             a.log_prob_out[...] = log_prob.astype(a.log_prob_out.dtype) if n else 0
+
+
+#: the page's calls over whole rows, for the gradient row (:mod:`.softmax_ce_grad`)
+page_rows = _rows

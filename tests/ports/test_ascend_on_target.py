@@ -32,13 +32,13 @@ REACH = {"bce_": ("bce_grad",), "focal_": ("focal_loss",), "nll_": ("nll_loss_gr
          "no_focal": ("focal_loss",)}
 
 
-#: kernels whose operators take arguments the on-target record cannot carry (ontarget.HOST_ONLY: a char *
-#: reduction, a bool): checked on the host only, so the on-target comparison leaves them out
-HOST_ONLY = ("cross_entropy_loss", "cross_entropy_loss_grad")
+#: the cross-entropy kernels (a char * reduction, a bool: their own records) have their own small on-target test
+#: (test_cross_entropy_on_target), so the sweep of every port leaves them out
+OWN_TEST = ("cross_entropy_loss", "cross_entropy_loss_grad")
 
 
 def reach(variant):
-    every = [k for k in xloss.kernels.KERNELS if k not in HOST_ONLY]
+    every = [k for k in xloss.kernels.KERNELS if k not in OWN_TEST]
     return next((list(k) for p, k in REACH.items() if variant.startswith(p)), every)
 
 
@@ -55,8 +55,8 @@ def ports(tmp_path_factory, build_mod) -> dict[str, str]:
     return {v: str(p) for v, p in build_mod.build(out).items()}
 
 
-def _settings(kernels, max_examples):
-    return {"max_examples": max_examples, "seed": 0, "kernels": kernels, "large": False, "repeat": 3,
+def _settings(kernels, max_examples, repeat=3):
+    return {"max_examples": max_examples, "seed": 0, "kernels": kernels, "large": False, "repeat": repeat,
             "repeat_given": False}
 
 
@@ -67,8 +67,8 @@ def build_runner(folder: Path, lib: str, *extra) -> None:
     assert res.returncode == 0, res.stderr
 
 
-def on_target(folder, lib, kernels, max_examples, **options):
-    export(folder, "ascend", dict(options, lib=lib), _settings(kernels, max_examples))
+def on_target(folder, lib, kernels, max_examples, repeat=3, **options):
+    export(folder, "ascend", dict(options, lib=lib), _settings(kernels, max_examples, repeat))
     build_runner(folder, lib)
     res = subprocess.run([str(folder / "xloss_runner"), str(folder)], capture_output=True, text=True, check=False,
                          timeout=300)
@@ -113,6 +113,18 @@ def test_an_output_element_never_written_fails_on_target(ports, tmp_path):
     assert any(r.status == runner.FAIL for r in target.values())
 
 
+def test_cross_entropy_on_target(ports, tmp_path):
+    """aclnnCrossEntropyLoss[Grad] through the runner: their `char *` reduction and `bool` returnZloss cross as the
+    records' strings and bools, and a port whose gradient divides the mean by every row gets the host's verdicts:
+    the gradient fails, the forward passes. One example and one repeat: the edge cases carry the bug."""
+    lib, kernels = ports["ce_grad_mean_counts_ignored"], ["cross_entropy_loss", "cross_entropy_loss_grad"]
+    target = on_target(tmp_path / "x", lib, kernels, 1, repeat=1)
+    # the host check's verdicts on this port (test_ascend_ports: the bug fails the gradient in every dtype)
+    declared = {k: r.status for k, r in target.items() if r.status != runner.REFUSED}
+    assert declared == {(k, dt, "None", runner.DRAWN): "fail" if k.endswith("grad") else "pass"
+                        for k in kernels for dt in ("bfloat16", "float16", "float32")}, declared
+
+
 def test_runner_builds_warning_free(ports, tmp_path):
     folder = tmp_path / "x"
     export(folder, "ascend", {"lib": ports["correct"]}, _settings(["bce_grad"], 1))
@@ -137,7 +149,7 @@ def write_runner_for_every_operator(folder: Path) -> None:
 @pytest.mark.slow  # every port (23), the kernels its code changes (all for the correct port): 2-4 minutes
 def test_every_port_on_target(ports, tmp_path):
     for variant, lib in ports.items():
-        if variant.startswith("ce_"):  # their bugs live in host-only operators
+        if variant.startswith("ce_"):  # their bugs live in the cross-entropy operators: test_cross_entropy_on_target
             continue
         kernels = reach(variant)
         folder = tmp_path / variant

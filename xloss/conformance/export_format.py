@@ -30,6 +30,10 @@ CASES_MAGIC = b"XLRCASE1"
 RESULTS_MAGIC = b"XLRSLT01"
 FORMAT = "xloss-on-target-1"
 ARG_INT, ARG_FLOAT, ARG_NULL, ARG_BUFFER, ARG_INT64, ARG_DOUBLE, ARG_TENSOR = 0, 1, 2, 3, 4, 5, 6
+#: a C string (``char *``: CANN's reduction names) and a C ``bool`` (the runners check both as they read them)
+ARG_STRING, ARG_BOOL = 7, 8
+#: the longest string a record holds, in bytes (the runners' buffer less its NUL)
+MAX_STRING = 63
 FRONT_CHANGED, BACK_CHANGED, INPUT_CHANGED, NOT_MADE = 1, 2, 4, 8
 #: runner statuses below zero are the runner's own (xloss_runner.c)
 RUNNER_STATUS = {-2: "the runner could not allocate the buffers in the core's private memory",
@@ -71,6 +75,31 @@ class Double:
     """A C ``double`` argument (a ``float`` is a C ``float``)."""
 
     value: float
+
+
+@dataclass(frozen=True)
+class String:
+    """A C string argument (``char *``): printable ASCII, at most :data:`MAX_STRING` bytes, no NUL; data, passed
+    to the operator as it is and never interpreted."""
+
+    value: bytes
+
+    def __post_init__(self):
+        v = self.value
+        if not isinstance(v, bytes) or len(v) > MAX_STRING or any(b < 0x20 or b > 0x7E for b in v):
+            raise OnTargetFormatError(f"a string argument must be printable ASCII of at most {MAX_STRING} bytes; "
+                                      f"got {v!r:.80}")
+
+
+@dataclass(frozen=True)
+class Bool:
+    """A C ``bool`` argument (one byte, 0 or 1 in the record)."""
+
+    value: bool
+
+    def __post_init__(self):
+        if not isinstance(self.value, bool):
+            raise OnTargetFormatError(f"a bool argument must be True or False; got {self.value!r:.80}")
 
 
 @dataclass(frozen=True)
@@ -163,6 +192,10 @@ class Recording(_Attempts):
                 f.write(bytes([ARG_INT64]) + struct.pack("<q", a.value))
             elif isinstance(a, Double):
                 f.write(bytes([ARG_DOUBLE]) + struct.pack("<d", a.value))
+            elif isinstance(a, String):
+                f.write(bytes([ARG_STRING, len(a.value)]) + a.value)
+            elif isinstance(a, Bool):
+                f.write(bytes([ARG_BOOL, int(a.value)]))
             elif isinstance(a, Tensor):
                 f.write(bytes([ARG_TENSOR]) + struct.pack("<Iii", a.buffer, a.dtype, a.fmt)
                         + bytes([len(a.shape)]) + struct.pack(f"<{len(a.shape)}q", *a.shape)

@@ -27,6 +27,8 @@
 #include "aclnnop/aclnn_binary_cross_entropy_backward.h"
 #include "aclnnop/aclnn_binary_cross_entropy_with_logits.h"
 #include "aclnnop/aclnn_binary_cross_entropy_with_logits_backward.h"
+#include "aclnnop/aclnn_cross_entropy_loss.h"
+#include "aclnnop/aclnn_cross_entropy_loss_grad.h"
 #include "aclnnop/aclnn_fused_cross_entropy_loss_with_max_sum.h"
 #include "aclnnop/aclnn_fused_linear_cross_entropy_loss_grad.h"
 #include "aclnnop/aclnn_fused_linear_online_max_sum.h"
@@ -45,6 +47,7 @@
 #define MAX_ARGS 24
 #define MAX_DIMS 8
 #define MAX_NAME 64
+#define MAX_STRING 63 /* export_format.MAX_STRING */
 #define CHUNK 4096
 #define GUARD_FILL 0xA5 /* the host adapter's guard byte (runtime.py) */
 #define WORKSPACE_GUARD 64
@@ -53,7 +56,17 @@
 #define RUNNER_NOT_LINKED (-4)
 #define RUNNER_NO_TENSOR (-5)
 
-enum { ARG_INT = 0, ARG_FLOAT = 1, ARG_NULL = 2, ARG_BUFFER = 3, ARG_INT64 = 4, ARG_DOUBLE = 5, ARG_TENSOR = 6 };
+enum {
+    ARG_INT = 0,
+    ARG_FLOAT = 1,
+    ARG_NULL = 2,
+    ARG_BUFFER = 3,
+    ARG_INT64 = 4,
+    ARG_DOUBLE = 5,
+    ARG_TENSOR = 6,
+    ARG_STRING = 7, /* a C string (CANN's reduction names): u8 length, then printable ASCII, no NUL */
+    ARG_BOOL = 8    /* a C bool: one byte, 0 or 1 */
+};
 
 typedef struct {
     int kind;
@@ -61,6 +74,8 @@ typedef struct {
     float f;
     int64_t l;
     double d;
+    char s[MAX_STRING + 1];
+    int b;
     int output;
     size_t extent, front, back;
     long data_at;
@@ -248,6 +263,22 @@ static int read_call(Call *c)
         }
         case ARG_NULL:
             break;
+        case ARG_STRING: {
+            size_t n = (size_t)read_u(1), k;
+            if (n > MAX_STRING)
+                die("cases.bin: a string argument longer than 63 bytes");
+            read_exact(a->s, n);
+            a->s[n] = '\0';
+            for (k = 0; k < n; k++) /* data for the operator, never interpreted here: printable ASCII only */
+                if (a->s[k] < 0x20 || a->s[k] > 0x7e)
+                    die("cases.bin: a string argument with a byte that is not printable ASCII");
+            break;
+        }
+        case ARG_BOOL:
+            a->b = (int)read_u(1);
+            if (a->b != 0 && a->b != 1)
+                die("cases.bin: a bool argument that is neither 0 nor 1");
+            break;
         case ARG_BUFFER:
             a->output = (int)read_u(1);
             a->extent = (size_t)read_u(8);
@@ -376,6 +407,8 @@ static void phase_two(Outcome *o, PhaseTwo fn, aclOpExecutor *exe)
 #define L(k) (c->a[first + (k)].l)
 #define D(k) (c->a[first + (k)].d)
 #define F(k) (c->a[first + (k)].f)
+#define S(k) (c->a[first + (k)].kind == ARG_NULL ? (char *)NULL : c->a[first + (k)].s)
+#define B(k) (c->a[first + (k)].b != 0)
 /* one operator: phase one with the recorded arguments, then phase two */
 #define OP(op, ...)                                                         \
     if (strcmp(c->name, #op) == 0) {                                        \

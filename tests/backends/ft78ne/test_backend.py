@@ -208,7 +208,8 @@ def test_port_library_by_environment(port_lib, monkeypatch):
     assert set(both.capabilities()) == {"bce_grad", "focal_loss", "nll_loss_grad", "fused_linear_cross_entropy_grad",
                                         "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum",
                                         "nll_loss", "binary_cross_entropy", "bce_with_logits",
-                                        "softmax_cross_entropy_with_logits", "cross_entropy_loss"}
+                                        "softmax_cross_entropy_with_logits", "cross_entropy_loss",
+                                        "cross_entropy_loss_grad"}
 
 
 def test_port_failure_leaves_the_callers_output_untouched(port_lib):

@@ -83,7 +83,7 @@ def _tiled_exactly(case):
         return False  # vocabulary tiles' statistics are combined in float64: within rounding, not bits
     if case.kernel in ("nll_loss", "binary_cross_entropy"):  # the forward of issue #30: tile sums are combined
         return case.kwargs["reduction"] == "none"
-    if case.kernel in ("cross_entropy_loss", "softmax_cross_entropy_with_logits"):
+    if case.kernel in ("cross_entropy_loss", "softmax_cross_entropy_with_logits", "cross_entropy_loss_grad"):
         return False  # issue #30's softmax pages: a row too long for the arena is class chunks, combined in float64
     if case.dtype == "float32":
         return not (case.kernel == "focal_loss" and case.mode != "grad" and case.kwargs["reduction"] != "none")

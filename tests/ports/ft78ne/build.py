@@ -193,17 +193,19 @@ BCE_WITH_LOGITS_VARIANTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def build_bce_with_logits(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
-    """The BCE-with-logits port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+def build_separate(out_dir, sources, table, variants=None, *, cc: str | None = None) -> dict[str, Path]:
+    """Port libraries built apart from the ports above: each variant of ``table`` ({variant: BUG_ switches}, default
+    all of them) compiled from ``sources`` into ``out_dir``, a source with a variant's switch in it compiled with
+    that switch (its object shared by every variant with the same switches). {variant: library path}."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     build_shim(out_dir, cc=cc)
     shim_link = [f"-L{out_dir}", "-lxloss_ft78ne_private", f"-Wl,-rpath,{out_dir.resolve()}"]
     out = {}
-    for v in variants or BCE_WITH_LOGITS_VARIANTS:
+    for v in variants or table:
         objs = []
-        for s in BCE_WITH_LOGITS_SOURCES:
-            defines = [d for d in BCE_WITH_LOGITS_VARIANTS[v] if d in (HERE / s).read_text()]
+        for s in sources:
+            defines = [d for d in table[v] if d in (HERE / s).read_text()]
             obj = out_dir / (Path(s).stem + "".join("." + d for d in defines) + ".o")
             if not obj.exists():
                 _run(_cc(cc) + list(CFLAGS) + [f"-I{INCLUDE}", f"-I{HERE.parent}", "-c"] + [f"-D{d}" for d in defines]
@@ -213,6 +215,11 @@ def build_bce_with_logits(out_dir, variants=None, *, cc: str | None = None) -> d
         _run(_cc(cc) + list(CFLAGS) + ["-shared"] + objs + ["-o", str(lib)] + shim_link + ["-lm"])
         out[v] = lib
     return out
+
+
+def build_bce_with_logits(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
+    """The BCE-with-logits port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+    return build_separate(out_dir, BCE_WITH_LOGITS_SOURCES, BCE_WITH_LOGITS_VARIANTS, variants, cc=cc)
 
 
 # -- softmax cross entropy (issue #30): its own libraries ---------------------------------------------------
@@ -231,21 +238,17 @@ SOFTMAX_CE_VARIANTS: dict[str, tuple[str, ...]] = {
 
 def build_softmax_ce(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
     """The softmax cross entropy port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    build_shim(out_dir, cc=cc)
-    shim_link = [f"-L{out_dir}", "-lxloss_ft78ne_private", f"-Wl,-rpath,{out_dir.resolve()}"]
-    out = {}
-    for v in variants or SOFTMAX_CE_VARIANTS:
-        objs = []
-        for s in SOFTMAX_CE_SOURCES:
-            defines = [d for d in SOFTMAX_CE_VARIANTS[v] if d in (HERE / s).read_text()]
-            obj = out_dir / (Path(s).stem + "".join("." + d for d in defines) + ".o")
-            if not obj.exists():
-                _run(_cc(cc) + list(CFLAGS) + [f"-I{INCLUDE}", f"-I{HERE.parent}", "-c"] + [f"-D{d}" for d in defines]
-                     + [str(HERE / s), "-o", str(obj)])
-            objs.append(str(obj))
-        lib = out_dir / library_name(v)
-        _run(_cc(cc) + list(CFLAGS) + ["-shared"] + objs + ["-o", str(lib)] + shim_link + ["-lm"])
-        out[v] = lib
-    return out
+    return build_separate(out_dir, SOFTMAX_CE_SOURCES, SOFTMAX_CE_VARIANTS, variants, cc=cc)
+
+
+# -- the cross-entropy gradient through the sparse page (issue #30): bugs of its is_grad path only --------------------
+SOFTMAX_CE_GRAD_VARIANTS: dict[str, tuple[str, ...]] = {
+    "smce_correct": (),
+    "smce_grad_no_one_hot": ("BUG_SMCE_GRAD_NO_ONE_HOT",),  # softmax(x) as the gradient: no - onehot(label)
+    "smce_grad_slice_rows": ("BUG_SMCE_GRAD_SLICE_ROWS",),  # _s gradient rows indexed within each core's slice
+}
+
+
+def build_softmax_ce_grad(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
+    """The sparse page's gradient port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+    return build_separate(out_dir, SOFTMAX_CE_SOURCES, SOFTMAX_CE_GRAD_VARIANTS, variants, cc=cc)

@@ -5,7 +5,11 @@
  * sum of e^x, no max subtracted: inf / inf for large logits), BUG_SMCE_SPLIT_BY_EIGHT (the dense rows cut for eight
  * cores whatever the mask: rows of a core the mask leaves out are never written), BUG_SMCE_LABELS_SUM_TO_ONE (the
  * dense loss as ln s + m - sum y x, true only when a row of labels sums to 1), BUG_SMCE_SUM_OF_FIRST_ROW (the sparse
- * row sum hoisted out of the core's row loop: every row of a slice normalised by its first row's sum).
+ * row sum hoisted out of the core's row loop: every row of a slice normalised by its first row's sum); in the sparse
+ * gradient only (is_grad = 1, the cross-entropy gradient row): BUG_SMCE_GRAD_NO_ONE_HOT (the softmax written as the
+ * gradient, the label's 1 never subtracted), BUG_SMCE_GRAD_SLICE_ROWS (gradient rows addressed within the core's
+ * slice, as in a private tile, in the _s form too: the slices overwrite the first rows, the others are never
+ * written).
  * PORT_SMCE_SCALAR_LOSS (not a bug): the pages' other reading, one mean loss per call in output[0] / losses[0]
  * (xloss's option softmax_ce_losses=one). */
 #include "port.h"
@@ -179,11 +183,21 @@ static void sparse(const char *fn, int h, int is_private, void *x, void *losses,
 #endif
             port_st(partial, h, r, loss);
             port_st(sums, h, r, s);
-            if (is_grad)
+            if (is_grad) {
+#ifdef BUG_SMCE_GRAD_SLICE_ROWS
+                size_t at = (r - lo) * k; /* BUG: the row within the core's slice, as in a private tile */
+#else
+                size_t at = r * k;
+#endif
                 for (size_t j = 0; j < k; j++) {
                     float p = expf(port_ld(x, h, r * k + j) - m) / s;
-                    port_st(out, h, r * k + j, j == t ? p - 1.0f : p);
+#ifdef BUG_SMCE_GRAD_NO_ONE_HOT
+                    port_st(out, h, at + j, p); /* BUG: the softmax alone, the label's 1 never subtracted */
+#else
+                    port_st(out, h, at + j, j == t ? p - 1.0f : p);
+#endif
                 }
+            }
         }
     }
 #ifdef PORT_SMCE_SCALAR_LOSS
