@@ -33,6 +33,12 @@ VENDOR_PROTOTYPES = {
         "const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor"),
     ("aclnn_cross_entropy_loss_grad.h", GRAD): (
         "void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream"),
+    # dense labels: ops-nn activation/softmax_cross_entropy_with_logits (docs and op_api; labels is not const)
+    ("aclnn_softmax_cross_entropy_with_logits.h", "aclnnSoftmaxCrossEntropyWithLogitsGetWorkspaceSize"): (
+        "const aclTensor *features, aclTensor *labels, aclTensor *loss, aclTensor *backprop, "
+        "uint64_t *workspaceSize, aclOpExecutor **executor"),
+    ("aclnn_softmax_cross_entropy_with_logits.h", "aclnnSoftmaxCrossEntropyWithLogits"): (
+        "void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, const aclrtStream stream"),
 }
 
 
