@@ -27,6 +27,7 @@ from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossTypeError, XLossValueError
 from . import bce, cross_entropy, flce, focal, loss_forward, nll, vocab_parallel
 from . import bce_with_logits as _bce_with_logits
+from . import softmax_ce as _softmax_ce
 from .operators import OPERATORS, declare
 from .runtime import GUARD_BYTES, LAYOUTS, AclRuntime, Session
 
@@ -202,6 +203,10 @@ class AscendBackend(Backend):
 
     def cross_entropy_loss_grad(self, a):
         cross_entropy.cross_entropy_loss_grad(self, a)
+
+    # -- dense-label cross entropy (xloss/kernels/cross_entropy)
+    def softmax_cross_entropy_with_logits(self, a):
+        _softmax_ce.softmax_cross_entropy_with_logits(self, a)
 
 
 class _DlInfo(ctypes.Structure):

@@ -148,3 +148,13 @@ TABLE += (Declaration("bce_with_logits", FLOATS,
                       modes={"forward": (BCE_WITH_LOGITS,), "grad": (BCE_WITH_LOGITS_BACKWARD,),
                              "forward+grad": (BCE_WITH_LOGITS, BCE_WITH_LOGITS_BACKWARD)},
                       notes="forward+grad runs both operators in one device session"),)
+
+# -- dense-label cross entropy (xloss/kernels/cross_entropy, the softmax_ce row) ------------------------------
+SOFTMAX_CE = "aclnnSoftmaxCrossEntropyWithLogits"
+OPERATORS += (SOFTMAX_CE,)
+# ops-nn activation/softmax_cross_entropy_with_logits: FLOAT, FLOAT16, BF16 on Atlas A2/A3 and Ascend 950 (the op_api's
+# list; Atlas training/inference products FLOAT and FLOAT16 only). ops-nn's own kernel is arch35 (Ascend 950) only;
+# the page lists A2/A3, Atlas training and inference products too: the emulator takes the A2/A3 dtypes.
+TABLE += (Declaration("softmax_cross_entropy_with_logits", FLOATS, (SOFTMAX_CE,),
+                      notes="aclnnSoftmaxCrossEntropyWithLogits: labels of features' shape and dtype, float32 "
+                            "arithmetic"),)

@@ -177,8 +177,8 @@ def test_correct_port_passes_everything_it_declares_through_the_cli(ports, port_
     assert len(declared) == 36
     assert all(by[k]["status"] == "pass" and by[k]["examples"] > MAX_EXAMPLES for k in declared)
     undeclared = {k: r["status"] for k, r in by.items() if not r["declared"]}
-    # kernels with no operator in this port are not implemented: the dense-label cross entropy (CANN's is
-    # Ascend 950 only), and BCE with logits (its operators are ported in libraries of their own)
+    # kernels with no operator in this port are not implemented: the dense-label cross entropy and BCE with
+    # logits (their operators are ported in libraries of their own)
     absent = {k for k, _, _ in runner.universe()} - set(port_backend("correct").capabilities())
     assert DENSE_CE in absent and "bce_with_logits" in absent
     assert all(s == "not implemented" for k, s in undeclared.items() if k[0] in absent)
@@ -210,9 +210,11 @@ def test_a_port_without_an_operator_reports_it_not_implemented(ports):
     filled = make_backend(lib=os.pathsep.join([str(ports["no_focal_backward"]), emulator_library_path()]))
     assert filled.capabilities()["focal_loss"].variants["mode"] == {"forward", "grad", "forward+grad"}
     origin = filled.info()["operators"]
-    # the focal operators the port lacks, and BCE with logits (ported in libraries of its own)
+    # the focal operators the port lacks, and BCE with logits and the dense-label cross entropy (ported in
+    # libraries of their own)
     assert (f"aclnnXlossSigmoidFocalLossBackward, aclnnSigmoidFocalLoss, aclnnSigmoidFocalLossGrad, "
-            f"aclnnBinaryCrossEntropyWithLogits, aclnnBinaryCrossEntropyWithLogitsBackward from "
+            f"aclnnBinaryCrossEntropyWithLogits, aclnnBinaryCrossEntropyWithLogitsBackward, "
+            f"aclnnSoftmaxCrossEntropyWithLogits from "
             f"{emulator_library_path()} (not the first library given)") in origin
     assert f"aclnnXlossSigmoidFocalLoss, aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, " \
            f"aclnnFusedLinearCrossEntropyLossGrad, aclnnFusedLinearOnlineMaxSum, " \

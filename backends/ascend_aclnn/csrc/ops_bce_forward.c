@@ -41,18 +41,8 @@ static aclnnStatus bce_forward_run(const emu_plan *ex, char *ws, uint64_t ws_siz
         emu_elementwise(self, in, 3, outs, 1, bce_forward_chunk, &c);
         return ACLNN_SUCCESS;
     }
-    int64_t blocks = (self->numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK;
-    if ((uint64_t)blocks * sizeof(double) > ws_size)
-        return ACLNN_ERR_INNER; /* phase one sized it; never write past it */
-    c.partial = (double *)ws;
-    for (int64_t b = 0; b < blocks; b++)
-        c.partial[b] = 0.0;
-    emu_elementwise(self, in, 3, NULL, 0, bce_forward_chunk, &c);
-    double total = 0.0;
-    for (int64_t b = 0; b < blocks; b++)
-        total += c.partial[b];
-    if (ex->reduction == EMU_REDUCTION_MEAN)
-        total = self->numel ? total / (double)self->numel : NAN; /* mean of nothing is NaN, as torch */
+    double total;
+    EMU_CHECK(emu_elementwise_sum(self, in, 3, ex->reduction, bce_forward_chunk, &c, &c.partial, ws, ws_size, &total));
     emu_store_f64(out, out->offset, total);
     return ACLNN_SUCCESS;
 }
@@ -96,8 +86,7 @@ EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyGetWorkspaceSize(const aclTensor *
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (reduction != EMU_REDUCTION_NONE) /* one double partial sum per block of EMU_REDUCE_BLOCK elements */
-        ex.workspace_size =
-            emu_round_up((uint64_t)((s->numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK) * sizeof(double));
+        ex.workspace_size = emu_reduce_workspace(s->numel);
     ex.run = bce_forward_run;
     return emu_make_executor(&ex, workspaceSize, executor);
 }

@@ -73,20 +73,8 @@ static aclnnStatus bcel_forward_run(const emu_plan *ex, char *ws, uint64_t ws_si
         emu_elementwise(self, in, 4, outs, 1, bcel_forward_chunk, &c);
         return ACLNN_SUCCESS;
     }
-    double total = 0.0;
-    if (self->numel) {
-        int64_t blocks = (self->numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK;
-        if ((uint64_t)blocks * sizeof(double) > ws_size)
-            return ACLNN_ERR_INNER; /* phase one sized it; never write past it */
-        c.partial = (double *)ws;
-        for (int64_t b = 0; b < blocks; b++)
-            c.partial[b] = 0.0;
-        emu_elementwise(self, in, 4, NULL, 0, bcel_forward_chunk, &c);
-        for (int64_t b = 0; b < blocks; b++)
-            total += c.partial[b];
-    }
-    if (ex->reduction == EMU_REDUCTION_MEAN)
-        total = self->numel ? total / (double)self->numel : NAN; /* ops-nn HandleEmptyTensor: NaN for a mean */
+    double total;
+    EMU_CHECK(emu_elementwise_sum(self, in, 4, ex->reduction, bcel_forward_chunk, &c, &c.partial, ws, ws_size, &total));
     /* an empty self fills out whatever its shape (HandleEmptyTensor's Fill); otherwise out has one element */
     int64_t fill = self->numel ? 1 : out->numel;
     for (int64_t i = 0; i < fill; i++) {
@@ -165,8 +153,7 @@ EMU_EXPORT aclnnStatus aclnnBinaryCrossEntropyWithLogitsGetWorkspaceSize(
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (reduction != EMU_REDUCTION_NONE && ex.t[BCEL_SELF].numel) /* one float64 partial per block */
-        ex.workspace_size = emu_round_up((uint64_t)((ex.t[BCEL_SELF].numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK) *
-                                         sizeof(double));
+        ex.workspace_size = emu_reduce_workspace(ex.t[BCEL_SELF].numel);
     ex.run = bcel_forward_run;
     return emu_make_executor(&ex, workspaceSize, executor);
 }

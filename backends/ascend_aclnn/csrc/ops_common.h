@@ -117,6 +117,15 @@ typedef void (*emu_ew_fn)(void *ctx, int64_t flat, int64_t n, float *const *in, 
 void emu_elementwise(const emu_view *shape_of, const emu_view *const *in, int nin, const emu_view *const *out, int nout,
                      emu_ew_fn fn, void *ctx);
 
+/* A reduced elementwise loss (mean or sum) over the shape of `shape_of`: fn adds each element's value to
+ * (*partial)[flat / EMU_REDUCE_BLOCK] (float64 partial sums, one per block, in the workspace: *partial is set to
+ * it and zeroed here); *total gets the blocks' sum in order, divided by the element count for a mean (NaN when
+ * empty, as torch). ACLNN_ERR_INNER, nothing written, if the workspace is below emu_reduce_workspace's size. */
+aclnnStatus emu_elementwise_sum(const emu_view *shape_of, const emu_view *const *in, int nin, int64_t reduction,
+                                emu_ew_fn fn, void *ctx, double **partial, char *ws, uint64_t ws_size, double *total);
+/* The workspace emu_elementwise_sum needs for `numel` elements. */
+uint64_t emu_reduce_workspace(int64_t numel);
+
 /* 1 if the byte ranges the two views span overlap (a conservative test: interleaved views that
  * share no element still count). Empty views overlap nothing. */
 int emu_views_overlap(const emu_view *a, const emu_view *b);

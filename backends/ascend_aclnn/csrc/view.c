@@ -344,3 +344,27 @@ void emu_elementwise(const emu_view *shape_of, const emu_view *const *in, int ni
         }
     }
 }
+
+uint64_t emu_reduce_workspace(int64_t numel)
+{
+    return emu_round_up((uint64_t)((numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK) * sizeof(double));
+}
+
+aclnnStatus emu_elementwise_sum(const emu_view *shape_of, const emu_view *const *in, int nin, int64_t reduction,
+                                emu_ew_fn fn, void *ctx, double **partial, char *ws, uint64_t ws_size, double *total)
+{
+    int64_t blocks = (shape_of->numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK;
+    if ((uint64_t)blocks * sizeof(double) > ws_size)
+        return ACLNN_ERR_INNER; /* phase one sized it; never write past it */
+    *partial = (double *)ws;
+    for (int64_t b = 0; b < blocks; b++)
+        (*partial)[b] = 0.0;
+    emu_elementwise(shape_of, in, nin, NULL, 0, fn, ctx);
+    double sum = 0.0;
+    for (int64_t b = 0; b < blocks; b++)
+        sum += (*partial)[b];
+    if (reduction == EMU_REDUCTION_MEAN)
+        sum = shape_of->numel ? sum / (double)shape_of->numel : NAN; /* mean of nothing is NaN, as torch */
+    *total = sum;
+    return ACLNN_SUCCESS;
+}

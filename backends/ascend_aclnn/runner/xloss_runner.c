@@ -37,6 +37,7 @@
 #include "aclnnop/aclnn_nll_loss_backward.h"
 #include "aclnnop/aclnn_sigmoid_focal_loss.h"
 #include "aclnnop/aclnn_sigmoid_focal_loss_grad.h"
+#include "aclnnop/aclnn_softmax_cross_entropy_with_logits.h"
 #include "aclnnop/aclnn_xloss_sigmoid_focal_loss.h"
 #include "aclnnop/aclnn_xloss_sigmoid_focal_loss_backward.h"
 

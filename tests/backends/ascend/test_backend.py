@@ -55,7 +55,8 @@ def test_registered_and_shows_its_library(emu):
                                        "aclnnNLLLoss, aclnnNLLLoss2d, aclnnBinaryCrossEntropy, "
                                        "aclnnCrossEntropyLoss, aclnnCrossEntropyLossGrad, "
                                        "aclnnBinaryCrossEntropyWithLogits, "
-                                       "aclnnBinaryCrossEntropyWithLogitsBackward from "
+                                       "aclnnBinaryCrossEntropyWithLogitsBackward, "
+                                       "aclnnSoftmaxCrossEntropyWithLogits from "
                                        f"{ascend_aclnn.emulator_library_path()}")
     # the runtime library alone: a working runtime with no operator at all
     bare = ascend_aclnn.make_backend(lib=ascend_aclnn.emulator_runtime_path())
@@ -64,7 +65,8 @@ def test_registered_and_shows_its_library(emu):
     assert set(emu.capabilities()) == {"focal_loss", "bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad",
                                        "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum",
                                        "nll_loss", "binary_cross_entropy", "bce_with_logits",
-                                       "cross_entropy_loss", "cross_entropy_loss_grad"}
+                                       "cross_entropy_loss", "cross_entropy_loss_grad",
+                                       "softmax_cross_entropy_with_logits"}
 
 
 def test_only_vendor_supported_requests_are_declared(emu):
@@ -114,7 +116,8 @@ def test_a_library_without_some_symbols(vendor_like):
     assert set(b.capabilities()) == {"bce_grad", "nll_loss_grad", "fused_linear_cross_entropy_grad",
                                      "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum",
                                      "nll_loss", "binary_cross_entropy", "bce_with_logits",
-                                     "cross_entropy_loss", "cross_entropy_loss_grad"}
+                                     "cross_entropy_loss", "cross_entropy_loss_grad",
+                                     "softmax_cross_entropy_with_logits"}
     assert b.info()["implementation"] == "vendor library"
     assert b.info()["error reporting"].startswith("no") and emu_info_error_reporting().startswith("yes")
     assert b.rt.live() is None  # no leak counter: tolerated
@@ -317,8 +320,8 @@ def test_emulator_passes_every_declared_target_with_strided_layout():
     assert b.options["layout"] == "strided" and b.info()["layout"] == "strided"
     results = [runner.run_target(b, *t, max_examples=2, seed=1) for t in targets(b)]  # mostly the edge cases
     # 24, the NLL and BCE forward's 3 dtypes each, BCE with logits' 3 dtypes x 3 modes, cross entropy's two
-    # rows x 3 dtypes (issue #30)
-    assert len(results) == 45, len(results)
+    # rows x 3 dtypes (issue #30), the dense-label row's 3 dtypes
+    assert len(results) == 48, len(results)
     assert {r.status for r in results} == {"pass"}, \
         [(r.kernel, r.dtype, r.mode, r.message) for r in results if r.status != "pass"]
 

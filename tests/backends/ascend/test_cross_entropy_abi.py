@@ -33,6 +33,12 @@ VENDOR_PROTOTYPES = {
         "const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor"),
     ("aclnn_cross_entropy_loss_grad.h", GRAD): (
         "void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream"),
+    # dense labels: ops-nn activation/softmax_cross_entropy_with_logits (docs and op_api; labels is not const)
+    ("aclnn_softmax_cross_entropy_with_logits.h", "aclnnSoftmaxCrossEntropyWithLogitsGetWorkspaceSize"): (
+        "const aclTensor *features, aclTensor *labels, aclTensor *loss, aclTensor *backprop, "
+        "uint64_t *workspaceSize, aclOpExecutor **executor"),
+    ("aclnn_softmax_cross_entropy_with_logits.h", "aclnnSoftmaxCrossEntropyWithLogits"): (
+        "void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, const aclrtStream stream"),
 }
 
 
@@ -151,3 +157,60 @@ def test_grad_takes_int64_targets_and_a_0d_gradient_for_mean(session, abi):
     assert abi.phase_one(GRAD, *bad.values())[0] == INVALID
     bad = dict(base, out=abi.NULL)
     assert abi.phase_one(GRAD, *bad.values())[0] == NULLPTR
+
+
+# ---- aclnnSoftmaxCrossEntropyWithLogits: ops-nn activation/softmax_cross_entropy_with_logits (op_api, docs) --------
+SCE = "aclnnSoftmaxCrossEntropyWithLogits"
+
+
+def _sce_args(s, x, y, dt=np.float32, loss_shape=None, backprop_shape=None):
+    bufs = {}
+    d = {"features": s.put(x)[0], "labels": s.put(y)[0]}
+    for name, shape in (("loss", loss_shape or x.shape[:1]), ("backprop", backprop_shape or x.shape)):
+        d[name], bufs[name] = s.empty(shape, dt)
+    return d, bufs
+
+
+def test_dense_matches_the_reference_in_float32_arithmetic(session):
+    """Per row, the arch35 kernel's steps in float32: max, exp(x - max), the sum; backprop e / s - y, loss
+    sum y (log s - (x - max)); each result rounded once (float16 here)."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 4, (6, 33)).astype(np.float16)
+    y = rng.dirichlet(np.ones(33), 6).astype(np.float16)
+    d, bufs = _sce_args(session, x, y, np.float16)
+    session.run(SCE, *d.values())
+    loss, backprop = ref.softmax_cross_entropy_with_logits(x, y)
+    np.testing.assert_allclose(session.download(bufs["loss"], (6,), np.float16), loss, rtol=1e-3)
+    np.testing.assert_allclose(session.download(bufs["backprop"], x.shape, np.float16), backprop, atol=5e-4)
+
+
+@pytest.mark.parametrize("label, change, code", [
+    ("NULL features", {"features": None}, NULLPTR),
+    ("NULL backprop", {"backprop": None}, NULLPTR),
+    ("DOUBLE features", {"features": np.zeros((4, 3))}, INVALID),
+    ("INT32 labels", {"labels": np.zeros((4, 3), np.int32)}, INVALID),
+    ("FLOAT16 loss with FLOAT features", {"loss": np.zeros(4, np.float16)}, INVALID),
+    ("3-D features", {"features": np.zeros((4, 3, 1), np.float32)}, INVALID),
+    ("1-D labels", {"labels": np.zeros(12, np.float32)}, INVALID),
+    # the page's rules (the op_api leaves them to its kernel): labels of features' dtype and shape, loss (N)
+    ("FLOAT16 labels with FLOAT features", {"labels": np.zeros((4, 3), np.float16)}, INVALID),
+    ("labels of another shape", {"labels": np.zeros((1, 3), np.float32)}, INVALID),
+    ("loss of another length", {"loss": np.zeros(3, np.float32)}, INVALID),
+])
+def test_dense_refuses_what_cann_refuses(session, abi, label, change, code):
+    d, _ = _sce_args(session, np.zeros((4, 3), np.float32), np.full((4, 3), 1 / 3, np.float32))
+    for k, v in change.items():
+        d[k] = abi.NULL if v is None else session.put(v)[0]
+    st, _, ex = abi.phase_one(SCE, *d.values())
+    assert st == code and ex == abi.NULL, (label, st, abi.message())
+
+
+def test_dense_empty_features_succeed_and_write_nothing(session, abi):
+    """The op_api returns before its kernel for an empty features (here C = 0): success, no workspace, the loss
+    untouched."""
+    d, bufs = _sce_args(session, np.zeros((4, 0), np.float32), np.zeros((4, 0), np.float32))
+    session.upload(np.full(4, 7.5, np.float32), bufs["loss"])
+    st, ws, ex = abi.phase_one(SCE, *d.values())
+    assert st == 0 and ws == 0
+    assert abi.phase_two(SCE, abi.NULL, 0, ex, session.stream) == 0
+    np.testing.assert_array_equal(session.download(bufs["loss"], (4,), np.float32), np.full(4, 7.5))

@@ -261,15 +261,21 @@ BCE_WITH_LOGITS_VARIANTS: dict[str, tuple[str, ...]] = {
 
 def build_bce_with_logits(out_dir, variants=None) -> dict[str, Path]:
     """The BCE-with-logits port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+    return _build_own(out_dir, BCE_WITH_LOGITS_VARIANTS, BCE_WITH_LOGITS_SOURCES, variants)
+
+
+def _build_own(out_dir, table: dict, sources, variants=None) -> dict[str, Path]:
+    """Libraries of ``sources`` alone, one per variant of ``table`` (default all), in ``out_dir``: {variant: path}.
+    Objects are shared between calls on the same folder (named by their inputs)."""
     out_dir = Path(out_dir)
     obj_dir = out_dir / "obj"
     obj_dir.mkdir(parents=True, exist_ok=True)
     runtime = runtime_library(out_dir, False)
     out = {}
-    for v in variants or BCE_WITH_LOGITS_VARIANTS:
+    for v in variants or table:
         objs = []
-        for src in BCE_WITH_LOGITS_SOURCES:
-            sw = tuple(s for s in BCE_WITH_LOGITS_VARIANTS[v] if s in src.read_text())
+        for src in sources:
+            sw = tuple(s for s in table[v] if s in src.read_text())
             obj = _object_path(obj_dir, src, sw)
             if not obj.exists():
                 _compile(src, obj, sw, [])
@@ -282,3 +288,19 @@ def build_bce_with_logits(out_dir, variants=None) -> dict[str, Path]:
             raise RuntimeError(f"linking {lib.name} failed:\n{res.stderr}")
         out[v] = lib
     return out
+
+
+# -- dense-label cross entropy (aclnnSoftmaxCrossEntropyWithLogits): its own libraries ---------------------------
+SOFTMAX_CE_SOURCES = [HERE / "port_common.c", HERE / "port_softmax_ce.c"]
+SOFTMAX_CE_VARIANTS: dict[str, tuple[str, ...]] = {
+    "sce_correct": (),
+    "sce_no_max_shift": ("BUG_SCE_NO_MAX_SHIFT",),  # exp(x) unshifted: inf / inf above ~88
+    "sce_backprop_sign": ("BUG_SCE_BACKPROP_SIGN",),  # labels - softmax
+    "sce_half_loss_sum": ("BUG_SCE_HALF_LOSS_SUM",),  # the loss summed in the 16-bit output dtype
+    "sce_one_hot_labels": ("BUG_SCE_ONE_HOT_LABELS",),  # the loss at the label row's largest entry only
+}
+
+
+def build_softmax_ce(out_dir, variants=None) -> dict[str, Path]:
+    """The dense-label cross-entropy port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+    return _build_own(out_dir, SOFTMAX_CE_VARIANTS, SOFTMAX_CE_SOURCES, variants)

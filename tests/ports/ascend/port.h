@@ -80,6 +80,10 @@ aclnnStatus port_need_broadcast(const char *api, const char *name, const port_te
 aclnnStatus port_need_same_shape(const char *api, const char *name, const port_tensor *t, const port_tensor *as);
 aclnnStatus port_need_reduction(const char *api, int64_t reduction);
 int port_one_element(const port_tensor *t); /* shape () or (1,) */
+/* out of an elementwise loss: self's shape for reduction 0, one element (() or (1,)) otherwise */
+aclnnStatus port_need_loss_out(const char *api, const port_tensor *out, const port_tensor *self, int64_t reduction);
+/* the workspace of a reduction's float partial sums, one per tile of `tile` elements (none for reduction 0) */
+uint64_t port_tile_workspace(int64_t numel, int64_t tile, int64_t reduction);
 uint64_t port_align32(uint64_t bytes);
 /* Phase one's last step: the runtime checks the views of the present operands (as the kernel will
  * index them) and makes an executor running kernel(plan) under opName's phase two. */

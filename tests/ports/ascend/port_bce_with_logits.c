@@ -174,17 +174,10 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnBinaryCrossEntropyWithLogitsGetWorkspaceSiz
     const aclTensor *tensors[6] = {self, target, weightOptional, posWeightOptional, NULL, out};
     PORT_TRY(describe(api, &p, tensors));
     PORT_TRY(port_need_reduction(api, reduction));
-    if (reduction == 0) {
-        PORT_TRY(port_need_same_shape(api, "out", &p.t[L_OUT], &p.t[L_SELF]));
-    } else if (p.t[L_SELF].numel && !port_one_element(&p.t[L_OUT])) {
-        char s[160];
-        xlossEmuSetErrMsg("%s: out must have shape () or (1,) for reduction %lld; got %s", api, (long long)reduction,
-                          port_shape(&p.t[L_OUT], s, sizeof s));
-        return ACLNN_ERR_PARAM_INVALID;
-    }
+    if (reduction == 0 || p.t[L_SELF].numel) /* an empty self's mean/sum fills out whatever its shape */
+        PORT_TRY(port_need_loss_out(api, &p.t[L_OUT], &p.t[L_SELF], reduction));
     p.reduction = reduction;
-    int64_t tiles = (p.t[L_SELF].numel + BCEL_TILE - 1) / BCEL_TILE;
-    uint64_t ws = reduction != 0 ? port_align32((uint64_t)tiles * sizeof(float)) : 0;
+    uint64_t ws = port_tile_workspace(p.t[L_SELF].numel, BCEL_TILE, reduction);
     return port_create_executor("aclnnBinaryCrossEntropyWithLogits", p.t, operand_names, 6, &p, sizeof p,
                                 bcel_forward_kernel, ws, workspaceSize, executor);
 }

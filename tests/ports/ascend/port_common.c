@@ -190,6 +190,24 @@ aclnnStatus port_need_reduction(const char *api, int64_t reduction)
 
 int port_one_element(const port_tensor *t) { return t->ndim == 0 || (t->ndim == 1 && t->dims[0] == 1); }
 
+aclnnStatus port_need_loss_out(const char *api, const port_tensor *out, const port_tensor *self, int64_t reduction)
+{
+    if (reduction == 0)
+        return port_need_same_shape(api, "out", out, self);
+    if (!port_one_element(out)) {
+        char s[160];
+        xlossEmuSetErrMsg("%s: out must have shape () or (1,) for reduction %lld; got %s", api, (long long)reduction,
+                          port_shape(out, s, sizeof s));
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    return ACLNN_SUCCESS;
+}
+
+uint64_t port_tile_workspace(int64_t numel, int64_t tile, int64_t reduction)
+{
+    return reduction != 0 ? port_align32((uint64_t)((numel + tile - 1) / tile) * sizeof(float)) : 0;
+}
+
 uint64_t port_align32(uint64_t bytes) { return (bytes + 31u) & ~(uint64_t)31u; }
 
 /* ---- 16-bit conversions --------------------------------------------------------------------- */

@@ -176,16 +176,8 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnXlossSigmoidFocalLossGetWorkspaceSize(
     PORT_TRY(port_describe(api, "weightOptional", weightOptional, &p.t[F_WEIGHT]));
     PORT_TRY(port_describe(api, "out", out, &p.t[F_OUT]));
     PORT_TRY(check_operands(api, &p, gamma, alpha, reduction));
-    if (reduction == 0) {
-        PORT_TRY(port_need_same_shape(api, "out", &p.t[F_OUT], &p.t[F_SELF]));
-    } else if (!port_one_element(&p.t[F_OUT])) {
-        char s[160];
-        xlossEmuSetErrMsg("%s: out must have shape () or (1,) for reduction %lld; got %s", api, (long long)reduction,
-                          port_shape(&p.t[F_OUT], s, sizeof s));
-        return ACLNN_ERR_PARAM_INVALID;
-    }
-    int64_t tiles = (p.t[F_SELF].numel + FOCAL_TILE - 1) / FOCAL_TILE;
-    uint64_t ws = reduction != 0 ? port_align32((uint64_t)tiles * sizeof(float)) : 0;
+    PORT_TRY(port_need_loss_out(api, &p.t[F_OUT], &p.t[F_SELF], reduction));
+    uint64_t ws = port_tile_workspace(p.t[F_SELF].numel, FOCAL_TILE, reduction);
     return port_create_executor("aclnnXlossSigmoidFocalLoss", p.t, operand_names, 5, &p, sizeof p, focal_forward_kernel,
                                 ws, workspaceSize, executor);
 }
