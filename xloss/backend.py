@@ -246,7 +246,8 @@ class Backend:
         fn = self.kernel(req.kernel)
         if fn is None:
             raise UnsupportedRequestError(f"backend {self.name!r} declares kernel {req.kernel} but does not "
-                                          f"implement it (no entry for it in its implementations)")
+                                          f"implement it (no entry for its row in the backend's implementations "
+                                          f"table, and no method {req.kernel})")
         try:
             fn(args)
         except MemoryError as exc:
