@@ -1,16 +1,19 @@
-"""What a backend is: declared capabilities plus one method per kernel of the table.
+"""What a backend is: declared capabilities plus an implementation table, ``{row: function}``.
 
-A backend subclasses :class:`Backend`, declares per kernel a :class:`KernelCaps`, and
-implements the kernel methods it declares. xloss validates every call before a backend sees
-it (:mod:`xloss.kernel_args` states the invariants), then checks the request against the
-declared capabilities: a backend is never asked for something it did not declare.
+A backend subclasses :class:`Backend`, declares per kernel a :class:`KernelCaps`, and lists in
+:attr:`Backend.implementations` the function that runs each kernel it declares, keyed by the
+kernel's row (:mod:`xloss.kernels`). xloss validates every call before a backend sees it
+(:mod:`xloss.kernel_args` states the invariants), then checks the request against the declared
+capabilities: a backend is never asked for something it did not declare.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import ClassVar
 
 from .dtypes import FLOAT_DTYPES
 from .errors import UnsupportedRequestError, XLossError, XLossMemoryError
@@ -207,11 +210,26 @@ class Backend:
             )
 
     # -- the kernels --------------------------------------------------------------------
-    # A backend implements a kernel of the table (:mod:`xloss.kernels`) with one method named after
-    # it, taking that row's Args and writing into its ``*_out`` arrays.
+    #: The kernels this backend runs: ``{row: function}``, ``row`` a :class:`xloss.kernels.KernelSpec`
+    #: (the object, not its name) and ``function(backend, args)`` writing that row's ``*_out`` arrays.
+    #: Adding a kernel to a backend is one function and one entry here. (A plain class attribute,
+    #: not a dataclass field; a subclass sets its own.)
+    implementations: ClassVar[Mapping] = MappingProxyType({})
+
     def kernel(self, name: str):
-        """The method that runs kernel ``name``, or None."""
+        """What runs kernel ``name`` here, as ``fn(args)``, or None: an attribute of that name where
+        there is one (a method a subclass defines, or a callable set on the instance, as tests do),
+        else the :attr:`implementations` entry for the kernel's row, bound to this backend."""
         return getattr(self, name, None) if name in KERNELS else None
+
+    def __getattr__(self, name: str):
+        # Reached only when ordinary lookup finds nothing: a kernel's name reads the table, so
+        # ``backend.nll_loss_grad(args)`` runs the entry (unchecked, like calling a method).
+        row = KERNELS.get(name)
+        fn = self.implementations.get(row) if row is not None else None
+        if fn is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return functools.partial(fn, self)
 
     def flce_row_passes(self):
         """The per-row passes (statistics; G in place) that ``xloss.torch``'s FLCE may run on this
@@ -228,7 +246,8 @@ class Backend:
         fn = self.kernel(req.kernel)
         if fn is None:
             raise UnsupportedRequestError(f"backend {self.name!r} declares kernel {req.kernel} but does not "
-                                          f"implement it (no method {req.kernel})")
+                                          f"implement it (no entry for its row in the backend's implementations "
+                                          f"table, and no method {req.kernel})")
         try:
             fn(args)
         except MemoryError as exc:

@@ -25,6 +25,16 @@ from pathlib import Path
 from ...backend import Backend
 from ...clib import library_paths
 from ...errors import BackendUnavailableError, XLossTypeError, XLossValueError
+from ...kernels.bce import FORWARD as BCE
+from ...kernels.bce import ROW as BCE_GRAD
+from ...kernels.bce_with_logits import ROW as BCE_WITH_LOGITS
+from ...kernels.cross_entropy import DENSE as SOFTMAX_CE
+from ...kernels.cross_entropy import FORWARD as CROSS_ENTROPY
+from ...kernels.cross_entropy import GRAD as CROSS_ENTROPY_GRAD
+from ...kernels.flce import FLCE_GRAD, LOSS_WITH_MAX_SUM, ONLINE_MAX_SUM
+from ...kernels.focal import ROW as FOCAL
+from ...kernels.nll import FORWARD as NLL
+from ...kernels.nll import ROW as NLL_GRAD
 from . import bce, cross_entropy, flce, focal, loss_forward, nll, vocab_parallel
 from . import bce_with_logits as _bce_with_logits
 from . import softmax_ce as _softmax_ce
@@ -69,11 +79,33 @@ def library_path() -> str:
     return os.pathsep.join(library_paths(None, ENV_VAR, _EMULATOR))
 
 
+#: ``{row: function(backend, args)}``: what runs each kernel (declared from :mod:`.operators`)
+IMPLEMENTATIONS = {
+    FOCAL: focal.run,
+    BCE_GRAD: bce.bce_grad,
+    NLL_GRAD: nll.nll_loss_grad,
+    FLCE_GRAD: flce.fused_linear_cross_entropy_grad,
+    ONLINE_MAX_SUM: vocab_parallel.online_max_sum,
+    LOSS_WITH_MAX_SUM: vocab_parallel.loss_with_max_sum,
+    BCE_WITH_LOGITS: _bce_with_logits.run,
+    # NLL and BCE forward (issue #30)
+    NLL: loss_forward.nll_loss,
+    BCE: loss_forward.binary_cross_entropy,
+}
+# -- cross entropy (xloss/kernels/cross_entropy)
+IMPLEMENTATIONS[CROSS_ENTROPY] = cross_entropy.cross_entropy_loss
+IMPLEMENTATIONS[CROSS_ENTROPY_GRAD] = cross_entropy.cross_entropy_loss_grad
+# -- dense-label cross entropy (xloss/kernels/cross_entropy)
+IMPLEMENTATIONS[SOFTMAX_CE] = _softmax_ce.softmax_cross_entropy_with_logits
+
+
 class AscendBackend(Backend):
     """Runs the kernels through an aclnn library: the emulator, or a vendor's.
 
     Option ``checked``: every input is compared with what was uploaded after every operator
     (guard regions around every buffer are always there and always checked)."""
+
+    implementations = IMPLEMENTATIONS
 
     def __init__(self, lib=None, *, device: int = 0, layout: str = "contiguous", checked: bool = False):
         if layout not in LAYOUTS:
@@ -164,49 +196,6 @@ class AscendBackend(Backend):
         if self.rt is None:
             raise BackendUnavailableError(self._why)
         return self.rt.session(layout or self.layout, checked=self.is_checked)
-
-    # -- the kernels -----------------------------------------------------------------------------
-    def focal_loss(self, a):
-        if self.focal_abi == "drivingsdk":
-            focal.run_drivingsdk(self, a)
-        else:
-            focal.run_xloss(self, a)
-
-    def bce_grad(self, a):
-        bce.bce_grad(self, a)
-
-    def nll_loss_grad(self, a):
-        nll.nll_loss_grad(self, a)
-
-    def fused_linear_cross_entropy_grad(self, a):
-        flce.fused_linear_cross_entropy_grad(self, a)
-
-    def fused_linear_online_max_sum(self, a):
-        vocab_parallel.online_max_sum(self, a)
-
-    def fused_cross_entropy_loss_with_max_sum(self, a):
-        vocab_parallel.loss_with_max_sum(self, a)
-
-    def bce_with_logits(self, a):
-        _bce_with_logits.run(self, a)
-
-    # NLL and BCE forward (issue #30)
-    def nll_loss(self, a):
-        loss_forward.nll_loss(self, a)
-
-    def binary_cross_entropy(self, a):
-        loss_forward.binary_cross_entropy(self, a)
-
-    # -- cross entropy (xloss/kernels/cross_entropy)
-    def cross_entropy_loss(self, a):
-        cross_entropy.cross_entropy_loss(self, a)
-
-    def cross_entropy_loss_grad(self, a):
-        cross_entropy.cross_entropy_loss_grad(self, a)
-
-    # -- dense-label cross entropy (xloss/kernels/cross_entropy)
-    def softmax_cross_entropy_with_logits(self, a):
-        _softmax_ce.softmax_cross_entropy_with_logits(self, a)
 
 
 class _DlInfo(ctypes.Structure):

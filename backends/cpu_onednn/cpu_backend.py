@@ -7,10 +7,21 @@ import functools
 import importlib
 import importlib.util
 import threading
+from dataclasses import dataclass
 
 from ... import openmp
 from ...backend import Backend, KernelCaps
 from ...dtypes import FLOAT_DTYPES
+from ...kernels.bce import FORWARD as BCE
+from ...kernels.bce import ROW as BCE_GRAD
+from ...kernels.bce_with_logits import ROW as BCE_WITH_LOGITS
+from ...kernels.cross_entropy import DENSE as SOFTMAX_CROSS_ENTROPY
+from ...kernels.cross_entropy import FORWARD as CROSS_ENTROPY
+from ...kernels.cross_entropy import GRAD as CROSS_ENTROPY_GRAD
+from ...kernels.flce import FLCE_GRAD, LOSS_WITH_MAX_SUM, ONLINE_MAX_SUM
+from ...kernels.focal import ROW as FOCAL
+from ...kernels.nll import FORWARD as NLL
+from ...kernels.nll import ROW as NLL_GRAD
 from . import threads as _threads
 
 _ALL_DTYPES = tuple(FLOAT_DTYPES)  # float16, bfloat16 (widened in-kernel), float32, float64
@@ -50,24 +61,40 @@ _CAPS["cross_entropy_loss_grad"] = KernelCaps.declare("cross_entropy_loss_grad",
 _CAPS["softmax_cross_entropy_with_logits"] = KernelCaps.declare("softmax_cross_entropy_with_logits",
                                                                  dtypes=_ALL_DTYPES)
 
-#: kernel -> (module, function): ``function(args, backend)`` writes the kernel's outputs
-_IMPLEMENTATIONS = {
-    "focal_loss": ("focal", "run"),
-    "bce_grad": ("bce", "run"),
-    "nll_loss_grad": ("nll", "run"),
-    "fused_linear_cross_entropy_grad": ("flce", "run"),
-    "fused_linear_online_max_sum": ("vocab_parallel", "online_max_sum"),
-    "fused_cross_entropy_loss_with_max_sum": ("vocab_parallel", "loss_with_max_sum"),
+
+@dataclass(frozen=True)
+class NumbaKernel:
+    """An implementation-table entry: ``<module>.<function>(args, backend)`` of this package, imported
+    on first use (with every other kernel module, :func:`kernels`: Numba loads then) and launched under
+    the backend's thread count, launch lock and SIGINT hold."""
+
+    module: str
+    function: str
+
+    def __call__(self, backend, a) -> None:
+        k = getattr(kernels()[self.module], self.function)
+        with backend._thread_count():
+            k(a, backend)
+
+
+#: ``{row: function(backend, args)}``
+IMPLEMENTATIONS = {
+    FOCAL: NumbaKernel("focal", "run"),
+    BCE_GRAD: NumbaKernel("bce", "run"),
+    NLL_GRAD: NumbaKernel("nll", "run"),
+    FLCE_GRAD: NumbaKernel("flce", "run"),
+    ONLINE_MAX_SUM: NumbaKernel("vocab_parallel", "online_max_sum"),
+    LOSS_WITH_MAX_SUM: NumbaKernel("vocab_parallel", "loss_with_max_sum"),
     # binary cross entropy with logits (issue #30)
-    "bce_with_logits": ("bce_with_logits", "run"),
+    BCE_WITH_LOGITS: NumbaKernel("bce_with_logits", "run"),
     # NLL and BCE forward (issue #30)
-    "nll_loss": ("nll_forward", "run"),
-    "binary_cross_entropy": ("bce_forward", "run"),
+    NLL: NumbaKernel("nll_forward", "run"),
+    BCE: NumbaKernel("bce_forward", "run"),
 }
 # -- cross entropy (xloss/kernels/cross_entropy)
-_IMPLEMENTATIONS["cross_entropy_loss"] = ("cross_entropy", "forward")
-_IMPLEMENTATIONS["cross_entropy_loss_grad"] = ("cross_entropy", "backward")
-_IMPLEMENTATIONS["softmax_cross_entropy_with_logits"] = ("cross_entropy", "dense")
+IMPLEMENTATIONS[CROSS_ENTROPY] = NumbaKernel("cross_entropy", "forward")
+IMPLEMENTATIONS[CROSS_ENTROPY_GRAD] = NumbaKernel("cross_entropy", "backward")
+IMPLEMENTATIONS[SOFTMAX_CROSS_ENTROPY] = NumbaKernel("cross_entropy", "dense")
 
 _load_lock = threading.Lock()
 _kernels = None
@@ -138,13 +165,15 @@ def kernels():
         with _load_lock:
             if _kernels is None:
                 _threads.share_openmp_runtime()  # before anything loads Numba's threading layer
-                modules = {m for m, _ in _IMPLEMENTATIONS.values()} | {"gemm"}
+                modules = {k.module for k in IMPLEMENTATIONS.values() if isinstance(k, NumbaKernel)} | {"gemm"}
                 # (importing them checks the disk cache)
                 _kernels = {m: importlib.import_module(f".{m}", __package__) for m in sorted(modules)}
     return _kernels
 
 
 class CpuBackend(Backend):
+    implementations = IMPLEMENTATIONS
+
     def __init__(self, *, threads: int | None = None, blas: str = "auto", flce_chunk_bytes: int | None = None,
                  **unknown):
         if unknown:
@@ -219,16 +248,6 @@ class CpuBackend(Backend):
             stack.callback(numba.set_num_threads, before)
             numba.set_num_threads(min(self._threads, numba.config.NUMBA_NUM_THREADS))
             yield
-
-    # -- the kernels ---------------------------------------------------------------------
-    def kernel(self, name):
-        where = _IMPLEMENTATIONS.get(name)
-        return None if where is None else functools.partial(self._launch, *where)
-
-    def _launch(self, module: str, function: str, a) -> None:
-        k = getattr(kernels()[module], function)
-        with self._thread_count():
-            k(a, self)
 
     def flce_row_passes(self):
         """The FLCE engine of ``xloss.torch`` (:class:`.flce_engine.Engine`): its row passes, launched

@@ -21,6 +21,16 @@ import numpy as np
 
 from ...backend import Backend
 from ...errors import BackendUnavailableError, KernelError
+from ...kernels.bce import FORWARD as BCE
+from ...kernels.bce import ROW as BCE_GRAD
+from ...kernels.bce_with_logits import ROW as BCE_WITH_LOGITS
+from ...kernels.cross_entropy import DENSE as SOFTMAX_CROSS_ENTROPY
+from ...kernels.cross_entropy import FORWARD as CROSS_ENTROPY
+from ...kernels.cross_entropy import GRAD as CROSS_ENTROPY_GRAD
+from ...kernels.flce import FLCE_GRAD, LOSS_WITH_MAX_SUM, ONLINE_MAX_SUM
+from ...kernels.focal import ROW as FOCAL
+from ...kernels.nll import FORWARD as NLL
+from ...kernels.nll import ROW as NLL_GRAD
 from . import (
     abi,
     capabilities,
@@ -42,10 +52,30 @@ from . import (
 CONFIG_MASKS = (0x01, 0x55, 0x81, 0xF0, 0xFF)
 
 
+#: ``{row: function(backend, args)}``: what runs each kernel (declared from :mod:`.capabilities`)
+IMPLEMENTATIONS = {
+    FOCAL: elementwise.focal_loss,
+    BCE_GRAD: elementwise.bce_grad,
+    NLL_GRAD: nll.nll_loss_grad,
+    FLCE_GRAD: flce.fused_linear_cross_entropy_grad,
+    ONLINE_MAX_SUM: vocab_parallel.online_max_sum,
+    LOSS_WITH_MAX_SUM: vocab_parallel.loss_with_max_sum,
+    BCE_WITH_LOGITS: sigmoid_ce.bce_with_logits,
+    # NLL and BCE forward (issue #30)
+    NLL: loss_forward.nll_loss,
+    BCE: loss_forward.binary_cross_entropy,
+}
+# softmax cross entropy (issue #30)
+IMPLEMENTATIONS[SOFTMAX_CROSS_ENTROPY] = softmax_ce.softmax_cross_entropy_with_logits
+IMPLEMENTATIONS[CROSS_ENTROPY] = softmax_ce.cross_entropy_loss
+IMPLEMENTATIONS[CROSS_ENTROPY_GRAD] = softmax_ce_grad.cross_entropy_loss_grad
+
+
 class DspBackend(Backend):
     """``ft78ne`` (fp32) or ``mt7004`` (fp16, fp32) over the DSP calling convention."""
 
     OPTIONS = options.OPTIONS
+    implementations = IMPLEMENTATIONS
 
     def __init__(self, chip: str, **opts):
         o = options.parse(chip, opts)
@@ -133,45 +163,6 @@ class DspBackend(Backend):
         if self.refusal(req) is not None and req.dtype in capabilities.CHIP_DTYPES[self.chip]:
             capabilities.require_symbols(self.lib, self._features.ext, self.paths, self._suffix, req)
         self.check(req)
-
-    # -- the kernels ------------------------------------------------------------------------------
-    def focal_loss(self, a):
-        elementwise.focal_loss(self, a)
-
-    def bce_grad(self, a):
-        elementwise.bce_grad(self, a)
-
-    def nll_loss_grad(self, a):
-        nll.nll_loss_grad(self, a)
-
-    def fused_linear_cross_entropy_grad(self, a):
-        flce.fused_linear_cross_entropy_grad(self, a)
-
-    def fused_linear_online_max_sum(self, a):
-        vocab_parallel.online_max_sum(self, a)
-
-    def fused_cross_entropy_loss_with_max_sum(self, a):
-        vocab_parallel.loss_with_max_sum(self, a)
-
-    def bce_with_logits(self, a):
-        sigmoid_ce.bce_with_logits(self, a)
-
-    # NLL and BCE forward (issue #30)
-    def nll_loss(self, a):
-        loss_forward.nll_loss(self, a)
-
-    def binary_cross_entropy(self, a):
-        loss_forward.binary_cross_entropy(self, a)
-
-    # softmax cross entropy (issue #30)
-    def softmax_cross_entropy_with_logits(self, a):
-        softmax_ce.softmax_cross_entropy_with_logits(self, a)
-
-    def cross_entropy_loss(self, a):
-        softmax_ce.cross_entropy_loss(self, a)
-
-    def cross_entropy_loss_grad(self, a):
-        softmax_ce_grad.cross_entropy_loss_grad(self, a)
 
     # -- configurations and checked mode ------------------------------------------------------------
     def configurations(self) -> list:
