@@ -114,13 +114,27 @@ class _CrossEntropyFunction(torch.autograd.Function):
         ctx.params = (ignore_index, reduction, label_smoothing, backend)
         ctx.mark_non_differentiable(output[1])
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(output[1], target, weight)
+        # x too (a reference, no copy): a second backward through a retained graph recomputes log_prob from it
+        ctx.save_for_backward(output[1], target, weight, x)
+        ctx.log_prob_spent = False
 
     @staticmethod
     @checks.first_order_only(_WHAT)
     def backward(ctx, grad, _):
         if grad is None:
             return (None,) * 7
-        log_prob, target, weight = ctx.saved_tensors
-        dx = ops.call(torch_ops.cross_entropy_loss_backward, grad.detach(), log_prob, target, weight, *ctx.params)
+        log_prob, target, weight, x = ctx.saved_tensors
+        if ops.runs_directly((grad, log_prob, target, weight)):
+            # log_prob is this Function's own buffer, never handed out: the gradient is written over it
+            # (one (N, C) buffer a step instead of two). The graph may be retained for another backward,
+            # which finds it spent and recomputes it from x.
+            if ctx.log_prob_spent:
+                ignore_index, reduction, label_smoothing, backend = ctx.params
+                log_prob = ops.call(torch_ops.cross_entropy_loss_forward, x, target, weight, ignore_index, reduction,
+                                    label_smoothing, True, backend)[1]
+            ctx.log_prob_spent = True
+            dx = torch_ops.cross_entropy_loss_backward_over_log_prob(grad.detach(), log_prob, target, weight,
+                                                                     *ctx.params)
+        else:
+            dx = ops.call(torch_ops.cross_entropy_loss_backward, grad.detach(), log_prob, target, weight, *ctx.params)
         return checks.first_order_result(_WHAT, dx, log_prob), None, None, None, None, None, None
