@@ -144,3 +144,13 @@ def test_dense_labels_give_loss_and_backprop_as_torch_autograd():
     want = F.cross_entropy(xg, y, reduction="none")
     want.sum().backward()
     assert torch.allclose(loss, want.detach()) and torch.allclose(backprop, xg.grad)
+
+
+def test_the_bench_step_through_the_drop_in_gives_the_kernel_steps_gradient():
+    import numpy as np
+
+    from xloss.bench import impls, workloads
+
+    w = workloads.build("cross_entropy_loss_grad", "grad", "40x30", "float32")
+    steps = {c.name: c.fn for c in impls.xloss_candidates(w, ["cpu"])[0]}
+    np.testing.assert_array_equal(steps["xloss:cpu xloss.torch fwd+bwd"]().numpy(), steps["xloss:cpu fwd+bwd"]())
