@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from xloss import dtypes as xdt
-from xloss.containers import from_numpy
 from xloss.bench.impls import FLOOR, PYTORCH, Candidate, KernelImpls, Skip
 from xloss.bench.workloads import Workload, parse_dims
+from xloss.containers import from_numpy
 
 from . import api
 
