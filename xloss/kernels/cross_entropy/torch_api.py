@@ -7,6 +7,10 @@ Probability targets (a float target of the input's shape) are not class indices:
 PyTorch's own ``F.cross_entropy`` (a correct result, not this kernel's). The gradient w.r.t.
 ``weight`` is not computed (a weight that requires grad is refused), as for xloss's NLL loss.
 Under CPU autocast 16-bit logits are computed in float32 and the loss is float32, as PyTorch's.
+In eager use on CPU tensors the backward writes the gradient over the log-probabilities the forward
+saved (one (N, C) buffer a step, as PyTorch's own); it also keeps a reference to the logits, from which
+a second backward through a retained graph recomputes them (so, as for any op that saves its input,
+modifying the logits in place before the backward is refused by autograd).
 """
 
 from __future__ import annotations
