@@ -116,7 +116,7 @@ def test_the_backward_may_overwrite_the_log_probabilities_in_place():
         xloss.cross_entropy_loss_grad(0.5, lp[1:], t[1:], backend="cpu", out=lp[:-1])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])  # float64: its in-place backward was once wrong
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])  # float64 once went wrong
 def test_the_drop_in_backward_reuses_its_log_prob_buffer_and_a_retained_graph_still_backpropagates(dtype):
     g = torch.Generator().manual_seed(3)
     x = (torch.randn(6, 40, generator=g) * 2).to(dtype).requires_grad_()
