@@ -8,7 +8,8 @@ Per element (``pw`` = pos_weight, 1 if absent; ``lw = 1 + (pw - 1) y``; ``e = ex
 :mod:`.layout`, each by its own (rep, period): a stretch is where both layouts are uniform.
 Compute type: float64 for float64 data, float32 otherwise; sums are float32 over :data:`_SUB`
 elements, then float64 per fixed block. Four kernels, as :mod:`.focal`: every loss stored or only
-per-block sums, with or without the gradient (``store_loss`` is a compile-time constant of each).
+per-block sums, with or without the gradient (``store_loss`` is a compile-time constant of each);
+a fifth for the gradient alone, which skips the loss's log1p.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ def _parts(xv, yv, pw, want_grad):
 
 
 @njit(**_INL)
-def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, grad_out, want_grad):
+def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, grad_out, want_grad, want_sum):
     """Elements i0 .. i0+m-1: weight ``w[wo + j] * wk``, pos_weight ``pw[po + j] * pk``, upstream
-    gradient ``g[go + j] * gk``. Returns the sum of the weighted losses."""
+    gradient ``g[go + j] * gk``. Returns the sum of the weighted losses (0 unless ``want_sum``: with
+    neither the sum nor the stored losses wanted, LLVM drops the loss's arithmetic)."""
     inline_me()
     acc = 0.0
     zero = like(0.0, wk)
@@ -65,7 +67,8 @@ def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, gr
             lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, want_grad)
             wv = load(w, wo + j) * wk
             lv = wv * lv
-            sub = radd(sub, lv)
+            if want_sum:
+                sub = radd(sub, lv)
             if store_loss:
                 store(loss_out, i, lv)
             if want_grad:
@@ -76,7 +79,7 @@ def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, gr
 
 @njit(inline="always", error_model="numpy")  # IR-inlined: its prange must land in the kernel
 def _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, loss_out, store_loss,
-            grad_out, partials, want_grad):
+            grad_out, partials, want_grad, want_sum):
     """Walk the fixed blocks in parallel; within a block, the stretches where both layouts are uniform."""
     n = x.size
     x0 = load(x, 0)
@@ -98,7 +101,7 @@ def _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_sc
                 po = 0
             go = pos if g_full else 0
             acc += _run(x, y, pos, end - pos, wsrc, wo, wk, psrc, po, pk, g, go, gk, loss_out, store_loss,
-                        grad_out, want_grad)
+                        grad_out, want_grad, want_sum)
             pos = end
         partials[b] = acc
 
@@ -110,27 +113,35 @@ def _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_sc
 @njit(**_KERNEL)
 def logits_forward(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, loss_out, partials):
     _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, ones, False, 1.0, loss_out, True, loss_out,
-            partials, False)
+            partials, False, True)
 
 
 @njit(**_KERNEL)
 def logits_forward_total(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, unused, partials):
     _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, ones, False, 1.0, unused, False, unused,
-            partials, False)
+            partials, False, True)
 
 
 @njit(**_KERNEL)
 def logits_both(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, loss_out, grad_out,
                 partials):
     _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, loss_out, True, grad_out,
-            partials, True)
+            partials, True, True)
 
 
 @njit(**_KERNEL)
 def logits_both_total(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, unused, grad_out,
                       partials):
     _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, unused, False, grad_out,
-            partials, True)
+            partials, True, True)
+
+
+@njit(**_KERNEL)
+def logits_grad(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, unused, grad_out,
+                partials):
+    """The gradient alone (no loss asked for: its log1p is not computed)."""
+    _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, unused, False, grad_out,
+            partials, True, False)
 
 
 def run(a, backend=None) -> None:
@@ -158,7 +169,7 @@ def run(a, backend=None) -> None:
             g, g_full, g_scale = storage_view(a.grad).reshape(-1), True, 1.0
         else:
             g, g_full, g_scale = ones, False, a.grad / n if mean else a.grad
-        kernel = logits_both if store_loss else logits_both_total
+        kernel = logits_both if store_loss else logits_both_total if a.loss_out is not None else logits_grad
         args = (*common, g, g_full, g_scale, loss_out, storage_view(a.grad_out).reshape(-1), partials)
     with threads_for(n):
         kernel(*args)

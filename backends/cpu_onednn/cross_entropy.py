@@ -90,9 +90,10 @@ def forward_rows(x, classes, target, ignore_index, weight, smoothing, log_prob, 
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def backward_rows(log_prob, classes, target, ignore_index, weight, a, b, s, out):
+def backward_rows(log_prob, classes, target, ignore_index, weight, a, b, s, lp_target, out):
     """``out[i, c] = exp(log_prob[i, c]) * a[i] - s[i] * weight[c]``, minus ``b[i]`` at the target
-    column of a row not ignored (coefficients in the compute type); ``out`` may be ``log_prob``."""
+    column of a row not ignored (coefficients in the compute type; ``lp_target[i]`` is ``log_prob`` at
+    that column, gathered before the call); ``out`` may be ``log_prob``."""
     n = target.size
     for i in prange(n):
         base = i * classes
@@ -100,7 +101,9 @@ def backward_rows(log_prob, classes, target, ignore_index, weight, a, b, s, out)
         t = target[np.uint64(i)]
         kept = t != ignore_index
         k = np.uint64(base + t) if kept else np.uint64(base)
-        lpt = load(log_prob, k)  # read before the row is written: out may be log_prob itself
+        # not read from log_prob here: Numba compiles a prange body with its arrays marked noalias, so
+        # LLVM may move such a read past the row's stores, which breaks out = log_prob (seen for float64)
+        lpt = load(lp_target, np.uint64(i))
         if si == 0:
             for j in range(classes):
                 store(out, np.uint64(base + j), vexp(load(log_prob, np.uint64(base + j))) * ai)
@@ -186,8 +189,10 @@ def backward(a, backend=None) -> None:
             dz = float(keep.sum()) if a.reduction == "mean" else 1.0
             coef = coef + np.where(keep, 2.0 * a.zloss_scale * a.lse_for_zloss.astype(np.float64) * gz / dz, 0.0)
         coefs = [c.astype(cdt) for c in (coef, g_nll, g_smooth)]
+    log_prob = storage_view(a.log_prob)
+    lp_target = np.ascontiguousarray(log_prob[np.arange(n), np.where(keep, t, 0)])
     with threads_for(a.out.size):
-        backward_rows(storage_view(a.log_prob).reshape(-1), classes, t, a.ignore_index, w, *coefs,
+        backward_rows(log_prob.reshape(-1), classes, t, a.ignore_index, w, *coefs, lp_target,
                       storage_view(a.out).reshape(-1))
 
 

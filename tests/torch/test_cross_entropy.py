@@ -116,6 +116,27 @@ def test_the_backward_may_overwrite_the_log_probabilities_in_place():
         xloss.cross_entropy_loss_grad(0.5, lp[1:], t[1:], backend="cpu", out=lp[:-1])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])  # float64 once went wrong
+def test_the_drop_in_backward_reuses_its_log_prob_buffer_and_a_retained_graph_still_backpropagates(dtype):
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(6, 40, generator=g) * 2).to(dtype).requires_grad_()
+    t = torch.tensor([0, 39, -100, 7, 7, 1])
+    want = torch.autograd.grad(F.cross_entropy(x.double(), t, label_smoothing=0.1), x)[0]
+    loss = xt.cross_entropy(x, t, label_smoothing=0.1, backend="cpu")
+    loss.backward(retain_graph=True)  # written over the saved log_prob: a second pass must recompute it
+    first = x.grad.clone()
+    _close_to_float64(first, want, want, dtype)
+    loss.backward()
+    _close_to_float64(x.grad - first, want, want, dtype)
+    assert torch.equal(x.grad - first, first)  # recomputed bit for bit
+
+    y = x.detach().requires_grad_()
+    loss = xt.cross_entropy(y, t, backend="cpu")
+    buffer = loss.grad_fn.saved_tensors[0].data_ptr()
+    loss.backward()
+    assert y.grad.data_ptr() == buffer  # one (N, C) buffer a step: autograd took the gradient as it is
+
+
 def test_dense_labels_give_loss_and_backprop_as_torch_autograd():
     x, y = torch.randn(5, 7, dtype=torch.float64), torch.softmax(torch.randn(5, 7, dtype=torch.float64), 1)
     loss, backprop = xt.softmax_cross_entropy_with_logits(x, y)
@@ -123,3 +144,13 @@ def test_dense_labels_give_loss_and_backprop_as_torch_autograd():
     want = F.cross_entropy(xg, y, reduction="none")
     want.sum().backward()
     assert torch.allclose(loss, want.detach()) and torch.allclose(backprop, xg.grad)
+
+
+def test_the_bench_step_through_the_drop_in_gives_the_kernel_steps_gradient():
+    import numpy as np
+
+    from xloss.bench import impls, workloads
+
+    w = workloads.build("cross_entropy_loss_grad", "grad", "40x30", "float32")
+    steps = {c.name: c.fn for c in impls.xloss_candidates(w, ["cpu"])[0]}
+    np.testing.assert_array_equal(steps["xloss:cpu xloss.torch fwd+bwd"]().numpy(), steps["xloss:cpu fwd+bwd"]())

@@ -92,11 +92,14 @@ def call(op, *args):
     (its body runs directly: about 0.1-0.3 ms less per call, which small losses notice). Traced
     (torch.compile, export), torch.func, dispatch-mode (fake tensors), tensor-subclass and
     other-device calls go through the op."""
-    if (torch.compiler.is_compiling() or checks.functorch_active() or torch._C._len_torch_dispatch_stack()
-            or any(args[i] is not None and (type(args[i]) not in _PLAIN or args[i].device.type != "cpu")
-                   for i in _TENSOR_AT[op])):
-        return op(*args)
-    return _BODIES[op](*args)
+    return _BODIES[op](*args) if runs_directly(args[i] for i in _TENSOR_AT[op]) else op(*args)
+
+
+def runs_directly(tensors) -> bool:
+    """Whether a call on ``tensors`` (None allowed) is a plain eager call on CPU tensors: no tracing
+    (torch.compile, export), torch.func, dispatch mode (fake tensors), tensor subclass or other device."""
+    return not (torch.compiler.is_compiling() or checks.functorch_active() or torch._C._len_torch_dispatch_stack()
+                or any(t is not None and (type(t) not in _PLAIN or t.device.type != "cpu") for t in tensors))
 
 
 def register_device_kernel(op_name: str, device_type: str, fn) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 from xloss import dtypes as xdt
 from xloss.bench.impls import FLOOR, PYTORCH, Candidate, KernelImpls, Skip
 from xloss.bench.workloads import Workload, parse_dims
+from xloss.containers import from_numpy
 
 from . import api
 
@@ -52,7 +53,24 @@ def _training_xloss(w: Workload, b):
         r = api.cross_entropy_loss(i["input"], i["target"], backend=b)
         return api.cross_entropy_loss_grad(1.0, r.log_prob, i["target"], backend=b, out=r.log_prob)
 
-    return [(" fwd+bwd", step), (" fwd+bwd in place", step_in_place)]
+    return [(" fwd+bwd", step), (" fwd+bwd in place", step_in_place)] + _drop_in_step(w, b)
+
+
+def _drop_in_step(w: Workload, b):
+    """``xloss.torch.cross_entropy(x, t).backward()``: the torch step through the drop-in (its backward
+    writes the gradient over its own log-probabilities); none without torch."""
+    try:
+        import xloss.torch as xt
+    except ImportError:
+        return []
+    x, t = (from_numpy(w.inputs[k], "torch") for k in ("input", "target"))
+
+    def step():
+        xg = x.detach().requires_grad_()
+        xt.cross_entropy(xg, t, backend=b).backward()
+        return xg.grad
+
+    return [(" xloss.torch fwd+bwd", step)]
 
 
 def _compiled(torch, fn, name, note, cands, skips, compile_):

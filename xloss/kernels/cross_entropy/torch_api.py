@@ -7,6 +7,10 @@ Probability targets (a float target of the input's shape) are not class indices:
 PyTorch's own ``F.cross_entropy`` (a correct result, not this kernel's). The gradient w.r.t.
 ``weight`` is not computed (a weight that requires grad is refused), as for xloss's NLL loss.
 Under CPU autocast 16-bit logits are computed in float32 and the loss is float32, as PyTorch's.
+In eager use on CPU tensors the backward writes the gradient over the log-probabilities the forward
+saved (one (N, C) buffer a step, as PyTorch's own); it also keeps a reference to the logits, from which
+a second backward through a retained graph recomputes them (so, as for any op that saves its input,
+modifying the logits in place before the backward is refused by autograd).
 """
 
 from __future__ import annotations
@@ -114,13 +118,27 @@ class _CrossEntropyFunction(torch.autograd.Function):
         ctx.params = (ignore_index, reduction, label_smoothing, backend)
         ctx.mark_non_differentiable(output[1])
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(output[1], target, weight)
+        # x too (a reference, no copy): a second backward through a retained graph recomputes log_prob from it
+        ctx.save_for_backward(output[1], target, weight, x)
+        ctx.log_prob_spent = False
 
     @staticmethod
     @checks.first_order_only(_WHAT)
     def backward(ctx, grad, _):
         if grad is None:
             return (None,) * 7
-        log_prob, target, weight = ctx.saved_tensors
-        dx = ops.call(torch_ops.cross_entropy_loss_backward, grad.detach(), log_prob, target, weight, *ctx.params)
+        log_prob, target, weight, x = ctx.saved_tensors
+        if ops.runs_directly((grad, log_prob, target, weight)):
+            # log_prob is this Function's own buffer, never handed out: the gradient is written over it
+            # (one (N, C) buffer a step instead of two). The graph may be retained for another backward,
+            # which finds it spent and recomputes it from x.
+            if ctx.log_prob_spent:
+                ignore_index, reduction, label_smoothing, backend = ctx.params
+                log_prob = ops.call(torch_ops.cross_entropy_loss_forward, x, target, weight, ignore_index, reduction,
+                                    label_smoothing, True, backend)[1]
+            ctx.log_prob_spent = True
+            dx = torch_ops.cross_entropy_loss_backward_over_log_prob(grad.detach(), log_prob, target, weight,
+                                                                     *ctx.params)
+        else:
+            dx = ops.call(torch_ops.cross_entropy_loss_backward, grad.detach(), log_prob, target, weight, *ctx.params)
         return checks.first_order_result(_WHAT, dx, log_prob), None, None, None, None, None, None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op
 
+from xloss.containers import to_numpy
 from xloss.torch.ops import backend_of, register_op, scalar_or
 
 from . import api
@@ -34,10 +35,26 @@ def _(input, target, weight, ignore_index, reduction, label_smoothing, want_log_
 def cross_entropy_loss_backward(grad: torch.Tensor, log_prob: torch.Tensor, target: torch.Tensor,
                                 weight: torch.Tensor | None, ignore_index: int, reduction: str, label_smoothing: float,
                                 backend: str | None) -> torch.Tensor:
+    return _gradient(grad, log_prob, target, weight, ignore_index, reduction, label_smoothing, backend, None)
+
+
+def cross_entropy_loss_backward_over_log_prob(grad, log_prob, target, weight, ignore_index, reduction,
+                                              label_smoothing, backend) -> torch.Tensor:
+    """:func:`cross_entropy_loss_backward` written over ``log_prob`` (returned): for the drop-in's own
+    saved buffer in a plain eager call on CPU tensors (not an op: it runs only where :func:`xloss.torch.ops.call`
+    would run an op's body directly). Written through a NumPy view, so autograd's version of ``log_prob``
+    stays as saved: nobody else sees the buffer, and a second backward through a retained graph must
+    still unpack it (and then recompute it)."""
+    _gradient(grad, log_prob, target, weight, ignore_index, reduction, label_smoothing, backend,
+              to_numpy(log_prob, "log_prob"))
+    return log_prob
+
+
+def _gradient(grad, log_prob, target, weight, ignore_index, reduction, label_smoothing, backend, out):
     g = scalar_or(grad) if reduction != "none" else grad.contiguous()
     return api.cross_entropy_loss_grad(g, log_prob, target, weight=weight, reduction=reduction,
                                        ignore_index=ignore_index, label_smoothing=label_smoothing,
-                                       backend=backend_of(backend))
+                                       backend=backend_of(backend), out=out)
 
 
 @cross_entropy_loss_backward.register_fake
