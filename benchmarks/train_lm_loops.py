@@ -101,11 +101,11 @@ class Side:
 
 
 def float64_loss(model, ids, labels) -> float:
-    """The model's loss with float64 logits from its (autocast bf16) last hidden states: the common
-    reference of the first step's check."""
+    """The model's loss with float64 logits from its last hidden states and head weight as ``lm_head``
+    sees them under autocast (rounded to bf16): the common reference of the first step's check."""
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         hidden = model.base_model(input_ids=ids)[0]
-    z = hidden.double() @ model.get_output_embeddings().weight.to(torch.bfloat16).double().T
+    z = hidden.to(torch.bfloat16).double() @ model.get_output_embeddings().weight.to(torch.bfloat16).double().T
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:
         z = cap * torch.tanh(z / cap)
