@@ -180,7 +180,7 @@ class NativePass:
         z = self._z[:c]
         if self.native:  # float32 products of the 16-bit operands: the weight widened a tile at a time
             cols = plan(c, v, 4, self.tile_bytes)[1] if self.tile_bytes else None
-            gemm.logits_f32(z, x_c.float(), self.w, self.b, cols)
+            gemm.logits_f32(z, x_c, self.w, self.b, cols)  # (16-bit x_c: no widened copy to narrow back)
         else:
             torch.mm(x_c, self.w.T, out=z) if self.b is None else torch.addmm(self.b, x_c, self.w.T, out=z)
         cap = self.sh.softcap
