@@ -16,9 +16,9 @@ both accumulate in float32. The numerics, per token chunk of the batch:
 
 * logits ``z = x W.T (+ b)``: float32 products and accumulation, **never rounded to 16 bits** (the
   softmax statistics and the loss see float32 logits, as cut-cross-entropy keeps them): on the
-  native path the operands are widened exactly and multiplied by oneDNN's float32 kernel
-  (:func:`.gemm.logits_f32`, the weight a tile at a time), since PyTorch's CPU bf16 GEMMs can only
-  return bf16;
+  native path :func:`.gemm.logits_f32` (oneDNN's bf16 matmul with a float32 destination where the
+  optional library is installed; else the operands widened exactly and multiplied in float32, the
+  weight a tile at a time), since PyTorch's CPU bf16 GEMMs can only return bf16;
 * row max, sum of exponentials, loss: float32 (the loss is returned in float32);
 * ``G = g (a p - (1-ls) w_t onehot - (ls/K) w)`` (``xloss.torch.flce_chunks``) in float32, rounded once
   to the operand dtype (as the Ascend kernel does) — on the native path into the storage of the float32
