@@ -16,9 +16,9 @@ both accumulate in float32. The numerics, per token chunk of the batch:
 
 * logits ``z = x W.T (+ b)``: float32 products and accumulation, **never rounded to 16 bits** (the
   softmax statistics and the loss see float32 logits, as cut-cross-entropy keeps them): on the
-  native path the operands are widened exactly and multiplied by oneDNN's float32 kernel
-  (:func:`.gemm.logits_f32`, the weight a tile at a time), since PyTorch's CPU bf16 GEMMs can only
-  return bf16;
+  native path :func:`.gemm.logits_f32` (oneDNN's bf16 matmul with a float32 destination where the
+  optional library is installed; else the operands widened exactly and multiplied in float32, the
+  weight a tile at a time), since PyTorch's CPU bf16 GEMMs can only return bf16;
 * row max, sum of exponentials, loss: float32 (the loss is returned in float32);
 * ``G = g (a p - (1-ls) w_t onehot - (ls/K) w)`` (``xloss.torch.flce_chunks``) in float32, rounded once
   to the operand dtype (as the Ascend kernel does) — on the native path into the storage of the float32
@@ -42,9 +42,10 @@ ragged tail chunk would cost a pass over the weight for little work), chunks of
 logits buffer is allocated once per call.
 
 The two elementwise sweeps over float32 logits (statistics; logits -> G) run as this backend's Numba
-row passes, launched under its options (thread count, launch lock, SIGINT held) — one sweep each —
-and as PyTorch ops otherwise (float64; float16 widened, whose G is rounded back into float32
-storage; and when a bias gradient is wanted or the logits are soft-capped).
+row passes, launched under its options (thread count, launch lock, SIGINT held) — one sweep each,
+plus one that soft-caps the logits (:mod:`.flce_softcap_rows`, whose G pass also applies the cap's
+derivative) — and as PyTorch ops otherwise (float64; float16 widened, whose G is rounded back into
+float32 storage; and G when a bias gradient is wanted).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ import torch
 
 from ...torch import flce_chunks as fc
 from ...torch.chunking import even_spans, spans
-from . import gemm
+from . import flce_softcap_rows, gemm
 from .flce import plan
 
 HALF = (torch.bfloat16, torch.float16)
@@ -78,9 +79,9 @@ class Engine:
         self._rows = rows_module
         self._launch_context = launch
 
-    def _launch(self, name: str, *args) -> None:
+    def _launch(self, name: str, *args, module=None) -> None:
         with self._launch_context():
-            getattr(self._rows, name)(*args)
+            getattr(module or self._rows, name)(*args)
 
     def row_stats(self, *args) -> None:
         self._launch("row_stats", *args)
@@ -90,6 +91,12 @@ class Engine:
 
     def gradient_narrow(self, *args) -> None:
         self._launch("gradient_narrow", *args)
+
+    def softcap_in_place(self, *args) -> None:
+        self._launch("softcap_in_place", *args, module=flce_softcap_rows)
+
+    def gradient_capped(self, *args) -> None:
+        self._launch("gradient_capped", *args, module=flce_softcap_rows)
 
     def native(self, dtype: torch.dtype) -> bool:
         """Whether this engine runs ``dtype``'s gradient GEMMs on native 16-bit kernels."""
@@ -173,11 +180,13 @@ class NativePass:
         z = self._z[:c]
         if self.native:  # float32 products of the 16-bit operands: the weight widened a tile at a time
             cols = plan(c, v, 4, self.tile_bytes)[1] if self.tile_bytes else None
-            gemm.logits_f32(z, x_c.float(), self.w, self.b, cols)
+            gemm.logits_f32(z, x_c, self.w, self.b, cols)  # (16-bit x_c: no widened copy to narrow back)
         else:
             torch.mm(x_c, self.w.T, out=z) if self.b is None else torch.addmm(self.b, x_c, self.w.T, out=z)
         cap = self.sh.softcap
-        if cap:
+        if cap and self.rows is not None:  # one sweep, tanh in float64 rounded once (.flce_softcap_rows)
+            self.rows.softcap_in_place(_np(z), float(cap))
+        elif cap:
             z.div_(cap).tanh_().mul_(cap)
         return z
 
@@ -249,11 +258,14 @@ class NativePass:
         p_coef = g * a
         if sh.z_scale and gz is not None:
             p_coef = p_coef + (2.0 * sh.z_scale) * (st.logits_max + torch.log(st.sum_exp)) * gz
-        if self.rows is not None and self.gr.db is None and not sh.softcap:
+        if self.rows is not None and self.gr.db is None:
             tcol = torch.where(tg.in_shard, tg.local, -1)
             args = (st.logits_max.contiguous().numpy(), (1.0 / st.sum_exp).numpy(), p_coef.numpy(),
                     ((ls / k) * g).numpy(), hit_scale.numpy(), tcol.numpy(), self.cw_np)
-            if self.native:
+            if sh.softcap:  # G times the cap's derivative, in one sweep (.flce_softcap_rows)
+                out = self.narrow(z) if self.native else z
+                self.rows.gradient_capped(_np(z), _np(out), *args, float(sh.softcap))
+            elif self.native:
                 self.rows.gradient_narrow(_np(z), _np(self.narrow(z)), *args)
             else:
                 self.rows.gradient_in_place(_np(z), *args)
