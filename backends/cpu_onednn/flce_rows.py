@@ -86,7 +86,6 @@ def gradient_narrow(z, out, m, inv_s, ga, g_share, hit_scale, tcol, cw):
         tmp = np.empty(_NARROW_BLOCK, np.float32)
         mr, k, sh = m[r], ga[r] * inv_s[r], g_share[r]
         t = tcol[r]
-        lt = row[max(t, 0)] if v else np.float32(0.0)
         for j0 in range(0, v, _NARROW_BLOCK):
             n = min(_NARROW_BLOCK, v - j0)
             if weighted:
@@ -95,8 +94,10 @@ def gradient_narrow(z, out, m, inv_s, ga, g_share, hit_scale, tcol, cw):
             else:
                 for j in range(n):
                     tmp[j] = vexp(row[np.uint64(j0 + j)] - mr) * k - sh
+            # the target's column within its block: Numba marks z and out noalias, so a z value read
+            # before an earlier block's stores could be reloaded after them by the compiler
+            if j0 <= t < j0 + n:
+                wt = cw[t] if weighted else np.float32(1.0)
+                tmp[t - j0] = vexp(row[t] - mr) * k - sh * wt - hit_scale[r]
             for j in range(n):
                 store(dst, np.uint64(j0 + j), tmp[j])
-        if t >= 0:
-            wt = cw[t] if weighted else np.float32(1.0)
-            store(dst, t, vexp(lt - mr) * k - sh * wt - hit_scale[r])

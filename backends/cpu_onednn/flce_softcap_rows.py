@@ -66,7 +66,6 @@ def gradient_capped(z, out, m, inv_s, ga, g_share, hit_scale, tcol, cw, cap):
         tmp = np.empty(_BLOCK, np.float32)
         mr, k, sh = m[r], ga[r] * inv_s[r], g_share[r]
         t = tcol[r]
-        lt = row[max(t, 0)] if v else np.float32(0.0)
         for j0 in range(0, v, _BLOCK):
             n = min(_BLOCK, v - j0)
             if weighted:
@@ -79,9 +78,10 @@ def gradient_capped(z, out, m, inv_s, ga, g_share, hit_scale, tcol, cw, cap):
                     zc = row[np.uint64(j0 + j)]
                     q = zc / capf
                     tmp[j] = (exp_f32(zc - mr) * k - sh) * (one - q * q)
+            if j0 <= t < j0 + n:  # within its block, as flce_rows.gradient_narrow (z and out are noalias)
+                wt = cw[t] if weighted else one
+                zt = row[t]
+                q = zt / capf
+                tmp[t - j0] = (exp_f32(zt - mr) * k - sh * wt - hit_scale[r]) * (one - q * q)
             for j in range(n):
                 store(dst, np.uint64(j0 + j), tmp[j])
-        if t >= 0:
-            wt = cw[t] if weighted else one
-            q = lt / capf
-            store(dst, t, (exp_f32(lt - mr) * k - sh * wt - hit_scale[r]) * (one - q * q))
