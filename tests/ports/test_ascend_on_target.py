@@ -29,7 +29,9 @@ VP = ("fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum")
 #: variant name prefix -> the kernels its code changes (the sweep tests those only)
 REACH = {"bce_": ("bce_grad",), "focal_": ("focal_loss",), "nll_": ("nll_loss_grad",), "flce_": (FLCE,),
          "vp_": VP, "drivingsdk": ("focal_loss",), "half_": ("focal_loss", "bce_grad"),
-         "no_focal": ("focal_loss",)}
+         "no_focal": ("focal_loss",),
+         # the NLL and BCE forward (issue #30): both operators live in port_loss_forward.c
+         "nllf_": ("nll_loss", "binary_cross_entropy"), "bcef_": ("nll_loss", "binary_cross_entropy")}
 
 
 #: kernels whose operators take arguments the on-target record cannot carry (ontarget.HOST_ONLY: a char *
