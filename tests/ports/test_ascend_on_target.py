@@ -50,11 +50,10 @@ def build_mod(port_harness):
 
 
 @pytest.fixture(scope="module")
-def ports(tmp_path_factory, build_mod) -> dict[str, str]:
+def ports(port_harness, build_mod) -> dict[str, str]:
     if shutil.which(CC) is None:
         pytest.skip("no C compiler")
-    out = tmp_path_factory.mktemp("ascend_on_target_ports")
-    return {v: str(p) for v, p in build_mod.build(out).items()}
+    return {v: str(p) for v, p in port_harness.build(build_mod.build).items()}
 
 
 def _settings(kernels, max_examples):

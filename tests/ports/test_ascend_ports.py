@@ -117,7 +117,7 @@ STRIDED_ONLY = {"bce_contiguous_fast_path": {("bce_grad", dt, "clamp") for dt in
 # ---- fixtures ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def ports(tmp_path_factory, port_harness):
+def ports(port_harness):
     """{variant: library path}, built once per session (all nine take about 2 s).
     XLOSS_ASCEND_PORTS_DIR names a folder of prebuilt ones instead, e.g. ``build.py --sanitize``'s
     (run pytest with libasan and libubsan in LD_PRELOAD and ASAN_OPTIONS=detect_leaks=0)."""
@@ -125,7 +125,7 @@ def ports(tmp_path_factory, port_harness):
     prebuilt = os.environ.get("XLOSS_ASCEND_PORTS_DIR")
     if prebuilt:
         return {v: Path(prebuilt) / build.library_name(v) for v in build.VARIANTS}
-    return build.build(tmp_path_factory.mktemp("ascend_ports"))
+    return port_harness.build(build.build)
 
 
 @pytest.fixture(scope="session")

@@ -49,15 +49,15 @@ FT_BUGS = {  # mt7004, core_mask 0x07
 
 
 @pytest.fixture(scope="module")
-def ascend_ports(tmp_path_factory, port_harness):
+def ascend_ports(port_harness):
     build = port_harness.load_module(HERE / "ascend" / "build.py", "ascend_port_build_bcel")
-    return build.build_bce_with_logits(tmp_path_factory.mktemp("bcel_ascend"))
+    return port_harness.build(build.build_bce_with_logits)
 
 
 @pytest.fixture(scope="module")
-def ft_ports(tmp_path_factory, port_harness):
+def ft_ports(port_harness):
     build = port_harness.load_module(HERE / "ft78ne" / "build.py", "ft78ne_port_build_bcel")
-    return build.build_bce_with_logits(tmp_path_factory.mktemp("bcel_ft78ne"))
+    return port_harness.build(build.build_bce_with_logits)
 
 
 def _numel(case_json) -> int:

@@ -37,11 +37,10 @@ def build_mod(port_harness):
 
 
 @pytest.fixture(scope="module")
-def ports(tmp_path_factory, build_mod) -> dict[str, str]:
+def ports(port_harness, build_mod) -> dict[str, str]:
     if shutil.which(CC) is None:
         pytest.skip("no C compiler")
-    out = tmp_path_factory.mktemp("ft78ne_on_target_ports")
-    return {v: str(p) for v, p in build_mod.build_all(out).items()}
+    return {v: str(p) for v, p in port_harness.build(build_mod.build_all).items()}
 
 
 def _lib(ports, variant, private):
@@ -126,12 +125,12 @@ def test_every_port_on_target(ports, build_mod, tmp_path):
         shutil.rmtree(folder)
 
 
-def test_bce_with_logits_ports_on_target(build_mod, tmp_path):
+def test_bce_with_logits_ports_on_target(build_mod, port_harness, tmp_path):
     """BCE with logits' pages (ported in libraries of their own) through the runner: the correct port
     passes and the seeded bug fails, with the host's verdicts; before the runner knew these entry
     points, the export recorded no call and the judge reported a target it never ran."""
-    libs = {v: str(p) for v, p in build_mod.build_bce_with_logits(tmp_path / "ports",
-                                                                   ["sce_correct", "sce_literal_log"]).items()}
+    libs = {v: str(p) for v, p in port_harness.build(build_mod.build_bce_with_logits,
+                                                      ["sce_correct", "sce_literal_log"]).items()}
     for variant in libs:
         target = on_target(tmp_path / variant, libs, variant, "mt7004", ["bce_with_logits"], max_examples=2)
         assert_same_verdicts(target, on_host(libs, variant, "mt7004", ["bce_with_logits"], max_examples=2))

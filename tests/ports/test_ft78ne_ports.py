@@ -124,12 +124,11 @@ def ft78ne_build(port_harness):
 
 
 @pytest.fixture(scope="session")
-def ft78ne_ports(tmp_path_factory, ft78ne_build) -> dict[str, str]:
+def ft78ne_ports(port_harness, ft78ne_build) -> dict[str, str]:
     """Every port variant, built once per session (under a second): {variant: library path}."""
     if shutil.which(os.environ.get("CC", "gcc").split()[0]) is None:
         pytest.skip("no C compiler")
-    out = tmp_path_factory.mktemp("ft78ne_ports")
-    return {v: str(p) for v, p in ft78ne_build.build_all(out).items()}
+    return {v: str(p) for v, p in port_harness.build(ft78ne_build.build_all).items()}
 
 
 def port(libs, variant, chip="mt7004", core_mask=MASK):

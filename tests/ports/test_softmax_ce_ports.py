@@ -50,9 +50,9 @@ EXAMPLES = {"smce_labels_sum_to_one": 30}
 
 
 @pytest.fixture(scope="module")
-def ports(tmp_path_factory, port_harness):
+def ports(port_harness):
     build = port_harness.load_module(HERE / "ft78ne" / "build.py", "ft78ne_port_build_smce")
-    return build.build_softmax_ce(tmp_path_factory.mktemp("smce_ft78ne"))
+    return port_harness.build(build.build_softmax_ce)
 
 
 def _mt7004(path):

@@ -62,14 +62,14 @@ def _variants(vendor):
 
 
 @pytest.fixture(scope="session")
-def vp_ports(tmp_path_factory, port_harness):
+def vp_ports(port_harness):
     """{(vendor, variant): library path} for the correct ports and the vocabulary-parallel bugs."""
     if shutil.which(os.environ.get("CC", "gcc").split()[0]) is None:
         pytest.skip("no C compiler")
     ascend = port_harness.load_module(HERE / "ascend" / "build.py", "ascend_port_build")
     ft78ne = port_harness.load_module(HERE / "ft78ne" / "build.py", "ft78ne_port_build")
-    out = {("ascend", v): p for v, p in ascend.build(tmp_path_factory.mktemp("vp_ascend"), _variants("ascend")).items()}
-    built = ft78ne.build_all(tmp_path_factory.mktemp("vp_ft78ne"), _variants("mt7004"))
+    out = {("ascend", v): p for v, p in port_harness.build(ascend.build, _variants("ascend")).items()}
+    built = port_harness.build(ft78ne.build_all, _variants("mt7004"))
     out.update({("mt7004", v): p for v, p in built.items()})
     return {k: str(p) for k, p in out.items()}
 
