@@ -68,3 +68,22 @@ def pytest_terminal_summary(terminalreporter):
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for r in rows:
         tr.write_line("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+# -- the order the test files run in: the heavy ones first -------------------------------------------------
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Files with slow tests first (the most first), then the others, largest first. CI runs each file
+    on one xdist worker (``--dist loadfile``) in collection order (``--no-loadscope-reorder``), a worker
+    taking the next file as it runs dry: with the long files first, the last ones handed out are short
+    and the two workers end together. (xdist's own order, by test count alone, left the files of one or
+    two long tests, the sanitizer and storm runs, for the end, one worker running them while the other
+    idled.) Within a file the order is unchanged; so is the order of files of the same weight."""
+    weight: dict[str, list[int]] = {}
+    for item in items:
+        w = weight.setdefault(item.nodeid.split("::", 1)[0], [0, 0])
+        w[0] += item.get_closest_marker("slow") is not None
+        w[1] += 1
+    items.sort(key=lambda item: [-n for n in weight[item.nodeid.split("::", 1)[0]]])

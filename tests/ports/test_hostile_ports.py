@@ -37,9 +37,9 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pr
 
 
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory, port_harness):
+def hostile(port_harness):
     build = port_harness.load_module(HERE / "ascend" / "build.py", "ascend_port_build")
-    return build.build(tmp_path_factory.mktemp("hostile_ports"), [*build.HOSTILE, "correct"])
+    return port_harness.build(build.build, [*build.HOSTILE, "correct"])
 
 
 def _check(lib, tmp_path, *extra, timeout=240):

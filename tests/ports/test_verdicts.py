@@ -23,12 +23,11 @@ HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
-def dsp_ports(tmp_path_factory, port_harness) -> dict[str, str]:
+def dsp_ports(port_harness) -> dict[str, str]:
     if shutil.which(os.environ.get("CC", "gcc").split()[0]) is None:
         pytest.skip("no C compiler")
     build = port_harness.load_module(HERE / "ft78ne" / "build.py", "ft78ne_port_build")
-    out = tmp_path_factory.mktemp("verdict_ports")
-    return {v: str(p) for v, p in build.build_all(out, ["correct", "bce_eps_clamp"]).items()}
+    return {v: str(p) for v, p in port_harness.build(build.build_all, ["correct", "bce_eps_clamp"]).items()}
 
 
 def _check(capsys, *argv):
@@ -89,10 +88,9 @@ def test_check_leaves_no_hypothesis_folder_in_the_working_directory(tmp_path, xl
 # ---- item 1: the tolerance contract admits every legal float32 evaluation order ---------------------
 
 @pytest.fixture(scope="session")
-def aclnn_ports(tmp_path_factory, port_harness) -> dict[str, str]:
+def aclnn_ports(port_harness) -> dict[str, str]:
     build = port_harness.load_module(HERE / "ascend" / "build.py", "ascend_port_build")
-    out = tmp_path_factory.mktemp("verdict_aclnn_ports")
-    return {v: str(p) for v, p in build.build(out, ["correct", "drivingsdk"]).items()}
+    return {v: str(p) for v, p in port_harness.build(build.build, ["correct", "drivingsdk"]).items()}
 
 
 def test_the_issues_float32_bce_port_is_not_accused(dsp_ports):
