@@ -20,6 +20,7 @@ OPTIONS = {
     "bias": {"bias": True},
     "cw": {"class_weight": True},
     "ls": {"label_smoothing": 0.1},
+    "ls_bias": {"label_smoothing": 0.1, "bias": True},
     "ls_cw_bias": {"label_smoothing": 0.2, "class_weight": True, "bias": True},
     "softcap": {"softcap": 3.0},
     "zloss": {"lse_square_scale": 1e-3, "return_z_loss": True},
@@ -183,6 +184,52 @@ def grid():
                     return [blob(a) for a in r]
 
                 out[("jvp", backend, dn, reduction)] = attempt(fj)
+    # forward mode w.r.t. input only, and torch.func.grad (its first-order guard)
+    from torch.func import grad as fgrad
+    for backend in ("cpu", "reference"):
+        for dn in ("f32", "bf16"):
+            for reduction in ("none", "mean"):
+                x, w, b, _, t, up = case(7, dtype=DTYPES[dn])
+                gen = torch.Generator().manual_seed(8)
+                tx = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
+
+                def fx(x=x, w=w, t=t, tx=tx, reduction=reduction, backend=backend):
+                    r = jvp(lambda a: xt.fused_linear_cross_entropy(a, w, t, reduction=reduction, backend=backend),
+                            (x,), (tx,))
+                    return [blob(a) for a in r]
+
+                def fg(x=x, w=w, t=t, backend=backend):
+                    return [blob(a) for a in fgrad(lambda a, c: xt.fused_linear_cross_entropy(
+                        a, c, t, backend=backend, reduction="sum"), argnums=(0, 1))(x, w)]
+
+                out[("jvp_x", backend, dn, reduction)] = attempt(fx)
+                out[("func_grad", backend, dn, reduction)] = attempt(fg)
+    # autocast
+    for backend in ("cpu", "reference"):
+        for cast in (torch.bfloat16, torch.float16):
+            x, w, b, _, t, _ = case(9)
+
+            def ac(x=x, w=w, b=b, t=t, cast=cast, backend=backend):
+                xr, wr, br = (a.clone().requires_grad_() for a in (x, w, b))
+                with torch.autocast("cpu", dtype=cast):
+                    loss = xt.fused_linear_cross_entropy(xr, wr, t, br, backend=backend)
+                loss.backward()
+                return [blob(a) for a in (loss, xr.grad, wr.grad, br.grad)]
+
+            out[("autocast", backend, str(cast))] = attempt(ac)
+    # the backward op given precomputed gradients (as under torch.compile)
+    for native, dn in ((True, "bf16"), (True, "f32"), (False, "f32")):
+        x, w, _, _, t, _ = case(10, dtype=DTYPES[dn])
+        p = Params("sum", -100, 0.0, 0.0, 0.0, 4, 1 << 20, 0, w.shape[0], None, native, None, False, False)
+        args = (x, w, None, t, None, *p, True, True, False, "cpu")
+        for g in (1.7, 0.5):
+            def opb(args=args, g=g):
+                o = torch.ops.xloss.fused_linear_cross_entropy(*args)
+                bw = torch.ops.xloss.fused_linear_cross_entropy_backward(
+                    torch.tensor(g, dtype=o[0].dtype), *args[:5], o[3], o[4], o[8], o[9], o[5], o[6], o[7], *args[5:])
+                return [blob(a) for a in (*o, *bw)]
+
+            out[("op_pre", native, dn, g)] = attempt(opb)
     # errors
     x, w, b, cw, t, _ = case(5)
     bad = {
@@ -196,6 +243,9 @@ def grid():
         "backend_bad": dict(backend="nope"), "cw_grad": dict(class_weight=cw.float().requires_grad_()),
         "ref_target_range": dict(target=torch.full((13,), 99), backend="reference"),
         "ascend_f64": dict(backend="ascend", weight=w.double(), input=x.double()),
+        "input_0d": dict(input=torch.tensor(1.0)), "cw_2d": dict(class_weight=torch.ones(37, 1)),
+        "no_rows": dict(weight=torch.zeros(0, 8)),
+        "no_rows_no_tokens": dict(weight=torch.zeros(0, 8), input=torch.zeros(0, 8), target=torch.zeros(0).long()),
     }
     for name, kw in bad.items():
         kw = dict(kw)

@@ -1,22 +1,19 @@
 """Fused linear-cross-entropy for autograd: ``cross_entropy(input @ weight.T + bias, target)`` without the
 (tokens × vocabulary) logits. The arguments are checked into one :class:`.flce_passes.FlceOptions` for two
-``torch.library`` custom ops, which torch.compile records without a graph break and torch.func goes through.
-"""
+``torch.library`` custom ops, which torch.compile records without a graph break and torch.func goes through."""
 
-import weakref
 from typing import NamedTuple
 
 import torch
 
-from .. import registry
-from ..backend import Backend
-from ..errors import BackendUnavailableError, UnsupportedRequestError, XLossError, XLossTypeError, XLossValueError
+from ..errors import UnsupportedRequestError, XLossError, XLossTypeError, XLossValueError
 from ..kernels.flce import torch_ops
 from ..validation import real_number
 from . import _checks as checks
 from . import flce_native, ops
 from .chunking import resolve_sizes
 from .distributed import Collectives, group_key
+from .flce_native import gemm_route
 from .flce_passes import FlceOptions, settled
 
 
@@ -129,11 +126,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     every rank gets the full loss and input gradient, and any rank's argument error or disagreement raises
     the same error on every rank. Under torch.compile the ranks agree inside the ops: one graph.
     """
-    kw = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing, chunk_size=chunk_size,
-              backend=backend, class_weight=class_weight, vocab_chunk_size=vocab_chunk_size,
-              process_group=process_group, softcap=softcap, lse_square_scale=lse_square_scale,
-              return_z_loss=return_z_loss, accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
-              use_token_scaling=use_token_scaling)
+    kw = {k: v for k, v in locals().items() if k not in ("input", "weight", "target", "bias")}  # the options
     input = checks.float_tensor(input, "input")
     if torch.is_autocast_enabled("cpu"):  # as F.linear: the operands in the autocast dtype, differentiably
         cast = torch.get_autocast_dtype("cpu")
@@ -233,35 +226,6 @@ def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoo
         class_weight = class_weight.to(torch.float64 if input.dtype == torch.float64 else torch.float32).contiguous()
     return weight, bias, target, class_weight, FlceOptions(reduction, ignore_index, ls, cap, z_scale, 0, 0, 0, 0, None,
                                                            native, accum, bool(return_token_accuracy), scaling)
-
-
-def gemm_route(backend) -> bool:
-    """Whether a call takes :mod:`.flce_native`: the backend it resolves to (None: as the registry resolves)
-    offers row passes (``Backend.flce_row_passes``). One that offers them but cannot run here raises."""
-    made_by = getattr(backend, "_xloss_made_by", (backend, None))
-    if isinstance(backend, Backend) and (made_by[1] is None or made_by[1]):  # an instance of its own
-        return not torch.compiler.is_compiling() and _offers_row_passes(backend, backend.name)
-    return _named_route(made_by[0])
-
-
-@torch._dynamo.assume_constant_result  # fixed per backend: torch.compile reads it once, untraced
-def _named_route(name: str | None) -> bool:
-    if name is None:  # the registry's default: the first of its order that can run here
-        name = next((n for n in registry.DEFAULT_ORDER if n in registry.backend_names()
-                     and registry.available(registry.backend(n))[0]), None)
-    return name is not None and _offers_row_passes(registry.backend(name), name)
-
-
-_ROUTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> (offers, available, why)
-
-
-def _offers_row_passes(b: Backend, name: str) -> bool:
-    if b not in _ROUTES:  # availability is fixed for a backend object (Numba reads its settings once)
-        _ROUTES[b] = (type(b).flce_row_passes is not Backend.flce_row_passes, *registry.available(b))
-    offers, ok, why = _ROUTES[b]
-    if offers and not ok:
-        raise BackendUnavailableError(f"backend {name!r} is not available here: {why}")
-    return offers and ok
 
 
 _MODULE_OPTIONS = ("ignore_index", "reduction", "label_smoothing", "chunk_size", "backend", "vocab_chunk_size",

@@ -26,7 +26,8 @@ from ..errors import UnsupportedRequestError
 from ..kernel_args import Request
 from ..kernels.flce.args import FLCEArgs
 from .chunking import spans
-from .distributed import Collectives
+from .distributed import Collectives, group_of
+from .ops import backend_of, compute_dtype
 
 NO_INDEX = torch.iinfo(torch.int64).max  # "no maximum here" in the first-maximum search
 
@@ -40,11 +41,18 @@ def view(t: torch.Tensor | None):
     return None if t is None else to_numpy(t.detach().contiguous(), "operand")
 
 
-def kernel_of(req: Request, backend):
-    """The method that runs ``req``'s kernel on the backend the registry resolves ``backend`` to for it."""
-    b = registry.resolve(backend, req)
-    if b.kernel(req.kernel) is None:
-        raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {req.kernel} but has no method {req.kernel}")
+def kernel_of(req: Request, backend, required: bool = True):
+    """The method that runs ``req``'s kernel on the backend the registry resolves ``backend`` to for it; where
+    there is none, an UnsupportedRequestError, or None when not ``required``."""
+    try:
+        b = registry.resolve(backend, req)
+        if b.kernel(req.kernel) is None:
+            raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {req.kernel} but has no method "
+                                          f"{req.kernel}")
+    except UnsupportedRequestError:
+        if required:
+            raise
+        return None
     return b.kernel(req.kernel)
 
 
@@ -58,15 +66,12 @@ class Shard:
     target: torch.Tensor  # (BT,), int64
     class_weight: torch.Tensor | None  # (K,), compute dtype
     opts: object  # flce_passes.FlceOptions
-    coll: Collectives
-    backend: object  # a Backend, a name or None
 
     def __post_init__(self):
-        self.cdt = torch.float64 if self.x.dtype == torch.float64 else torch.float32  # the compute dtype
-        self.rows = self.w.shape[0]
+        self.coll, self.backend = Collectives(group_of(self.opts.group)), backend_of(self.opts.backend)
+        self.cdt, self.rows = compute_dtype(self.x.dtype), self.w.shape[0]
         self.accum = self.opts.accum and getattr(torch, self.opts.accum)  # the dw/db accumulators' dtype, or None
-        cw = self.class_weight
-        self.w_sum = float(self.opts.vocab) if cw is None else float(cw.sum(dtype=torch.float64))
+        self.w_sum = float(self.opts.vocab if self.class_weight is None else self.class_weight.sum(dtype=torch.float64))
 
     def __getattr__(self, name):
         return getattr(self.opts, name)
@@ -74,7 +79,6 @@ class Shard:
 
 @dataclass
 class Targets:
-
     target: torch.Tensor  # of a chunk's tokens as given (global class indices or ignore_index)
     valid: torch.Tensor  # not ignore_index
     w_t: torch.Tensor  # class weight of the target (0 where ignored), compute dtype
@@ -93,7 +97,6 @@ def targets_of(sh: Shard, rows) -> Targets:
 
 
 def logits(sh: Shard, x_c: torch.Tensor, v0: int, v1: int) -> torch.Tensor:
-    """(chunk, v1 - v0) logits in the compute dtype."""
     w = sh.w[v0:v1].to(sh.cdt)
     return torch.mm(x_c, w.T) if sh.b is None else torch.addmm(sh.b[v0:v1].to(sh.cdt), x_c, w.T)
 
@@ -157,7 +160,6 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
 
 
 def token_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
-    """Per-token loss in the compute dtype (0 where ignored)."""
     ls = sh.label_smoothing
     loss = (st.logits_max - st.target_logit + torch.log(st.sum_exp)) * tg.w_t
     if ls:
@@ -177,7 +179,6 @@ def token_scale(tg: Targets, st: RowStats) -> torch.Tensor:
 
 
 def correct(tg: Targets, st: RowStats) -> torch.Tensor:
-    """1.0 where the first maximum is the target, else 0.0 (and where ignored); float32."""
     return (tg.valid & (st.first == tg.target)).to(torch.float32)
 
 
@@ -203,21 +204,18 @@ class Grads:
                 break
             req = Request("fused_linear_cross_entropy_grad", dtype_name(sh.x.dtype), None,
                           {"mode": mode, "mask": "bool", "label_smoothing": bool(ls)}, numel)
-            try:
-                self._kernels[mode] = (kernel_of(req, sh.backend), ls)
-            except UnsupportedRequestError:
-                if not ls:
-                    raise
+            run = kernel_of(req, sh.backend, required=not ls)
+            if run is not None:
+                self._kernels[mode] = (run, ls)
         return self._kernels[mode]
 
     def add_chunk(self, t0: int, t1: int, tg: Targets, g: torch.Tensor, st: RowStats) -> None:
         """Add tokens [t0, t1)'s gradients (``g``: upstream, 0 where ignored). The kernel gets ``st.blocks``'
         softmax, or recomputes it (with a bias, which it does not know, the softmax is rebuilt here)."""
-        sh, x_raw, c = self.sh, self.sh.x[t0:t1], t1 - t0
+        sh, x_raw, c, ls = self.sh, self.sh.x[t0:t1], t1 - t0, self.sh.label_smoothing
         mode = "softmax" if (st.blocks is not None or sh.b is not None) else "recompute"
         vb, h = min(sh.block, sh.rows), sh.x.shape[1]
         run, kls = self.kernel(mode, max(c * vb, c * h, vb * h))
-        ls = sh.label_smoothing
         remainder = bool(ls) and kls == 0.0
         k = (g * (tg.w_t if not remainder else (1.0 - ls) * tg.w_t + (ls / sh.vocab) * sh.w_sum)).contiguous()
         x_c = x_raw.to(sh.cdt) if (mode == "softmax" and st.blocks is None) else None

@@ -1,10 +1,6 @@
-"""The FLCE forward statistics through the backend's vocabulary-parallel kernels (CANN's Megatron flow),
-a token chunk at a time: ``fused_linear_online_max_sum`` on this rank's shard; our all-reduce (MAX of the
-maxima, SUM of the rescaled sums and of the predicted logit rebased to the global maximum);
-``fused_cross_entropy_loss_with_max_sum`` for the loss, and with the shard's logits their softmax for the
-gradient kernel (16-bit operands: its "recompute" mode, logits in float32), which gets this mask and
-masked target. :func:`chunk_stats` is looked up on this module per chunk (tests count it).
-"""
+"""The FLCE forward statistics through the backend's vocabulary-parallel kernels, a token chunk at a time
+(CANN's Megatron flow: docs/torch-ecosystem.md); 16-bit operands: the gradient kernel's "recompute" mode
+(logits in float32). :func:`chunk_stats` is looked up on this module per chunk (tests count it)."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import UnsupportedRequestError
 from ..kernel_args import Request
 from ..kernels.flce.args import LossWithMaxSumArgs, OnlineMaxSumArgs
 from .chunking import spans
@@ -39,18 +34,14 @@ def route(sh: Shard, keep: bool) -> Route | None:
         return None
     logits = keep and sh.x.dtype in (torch.float32, torch.float64)
     numel = max(sh.chunk * sh.vocab, sh.chunk * sh.x.shape[1])  # from what every rank shares
-    try:
-        loss = kernel_of(Request(_LOSS, dtype_name(sh.x.dtype if logits else sh.cdt), None, {"softmax": logits},
-                                 numel), sh.backend)
-    except UnsupportedRequestError:
-        return None
-    for fmt in ("bool", "bitpacked"):
+    loss = kernel_of(Request(_LOSS, dtype_name(sh.x.dtype if logits else sh.cdt), None, {"softmax": logits}, numel),
+                     sh.backend, required=False)
+    for fmt in ("bool", "bitpacked") if loss is not None else ():
         req = Request(_MAX_SUM, dtype_name(sh.x.dtype), None, {"logits": logits, "mask": fmt,
                       "target_dtype": dtype_name(sh.target.dtype)}, numel, {"hidden": sh.x.shape[1]})
-        try:
-            return Route(kernel_of(req, sh.backend), loss, fmt, logits)
-        except UnsupportedRequestError:
-            continue
+        max_sum = kernel_of(req, sh.backend, required=False)
+        if max_sum is not None:
+            return Route(max_sum, loss, fmt, logits)
     return None
 
 

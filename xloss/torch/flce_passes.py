@@ -6,10 +6,7 @@ upstream 1 and the backward scales them (or, 16-bit native with a scale not a po
 so G is rounded once); otherwise the backward recomputes from each token's row max and sum of
 exponentials. The route, taken once per op call: ``native`` (:mod:`.flce_native`), else the backend's
 vocabulary-parallel kernels (:func:`.flce_max_sum.route`), else PyTorch's GEMMs (:mod:`.flce_chunks`).
-
-Forward outputs: ``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db, target_mask, masked_target)``,
-empty (0,) where not computed. ``mean`` divides the cross entropy by the summed class weight of the
-tokens not ignored, the z-loss and the accuracy by their count; ``sum`` still averages the accuracy.
+The outputs: the ops' (:mod:`xloss.kernels.flce.torch_ops`); ``mean``'s divisors: docs/torch-ecosystem.md.
 """
 
 from __future__ import annotations
@@ -98,12 +95,7 @@ def _checksum(t: torch.Tensor) -> int:
 
 
 def loss_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Losses of 16-bit operands are float32; otherwise the operands' dtype."""
     return torch.float32 if dtype in flce_native.HALF else dtype
-
-
-def _shard(x, w, b, target, cw, o: FlceOptions) -> chunks.Shard:
-    return chunks.Shard(x, w, b, target, cw, o, Collectives(group_of(o.group)), backend_of(o.backend))
 
 
 def _upstreams(sh, o: FlceOptions, g: float):
@@ -128,10 +120,10 @@ def _divided(values: torch.Tensor, d: float) -> torch.Tensor:
 
 
 def forward(x, w, b, target, cw, o: FlceOptions):
-    """The forward op's body (outputs: the module docstring)."""
+    """The forward op's body."""
     o = o if o.vocab >= 0 else settled(o, x, w, b, target, cw, Collectives(group_of(o.group)))
     checks.check_class_indices(target, o.vocab, o.ignore_index)
-    sh = _shard(x, w, b, target, cw, o)
+    sh = chunks.Shard(x, w, b, target, cw, o)
     bt, cdt, pre = x.shape[0], sh.cdt, o.precomputed
     (denom, z_denom, count), (g_all, gz_all) = _upstreams(sh, o, 1.0)
     if o.native:  # (with g_all None the engine computes no gradient)
@@ -159,15 +151,13 @@ def forward(x, w, b, target, cw, o: FlceOptions):
                 gr.add_chunk(t0, t1, tg, g_all[t0:t1], st)
             del st
         grads = gr.finish() if pre else (None, None, None)
-    if o.reduction == "none":
-        ce, z, acc = losses, zl, correct
-    else:
-        ce, z = _divided(losses, denom), None if zl is None else _divided(zl, z_denom)
-        acc = _divided(correct, count).to(torch.float32) if o.accuracy else None
+    if o.reduction != "none":
+        losses, zl = _divided(losses, denom), None if zl is None else _divided(zl, z_denom)
+        correct = _divided(correct, count).to(torch.float32) if o.accuracy else None
     ldt = loss_dtype(x.dtype)
-    loss, z_out = (ce if z is None else ce + z).to(ldt), x.new_empty(0, dtype=ldt) if z is None else z.to(ldt)
-    acc = acc if o.accuracy else torch.empty(0)
-    return (loss, z_out, acc, row_max, sum_exp) + tuple(x.new_empty(0) if t is None else t for t in grads) + masks
+    loss = (losses if zl is None else losses + zl).to(ldt)
+    return (loss, x.new_empty(0, dtype=ldt) if zl is None else zl.to(ldt), correct if o.accuracy else torch.empty(0),
+            row_max, sum_exp) + tuple(x.new_empty(0) if t is None else t for t in grads) + masks
 
 
 def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_target, dx, dw, db, o: FlceOptions):
@@ -182,7 +172,7 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_ta
     if x is None or w is None:
         raise UnsupportedRequestError("fused_linear_cross_entropy backward: the operands were not saved")
     o = o if o.vocab >= 0 else settled(o, x, w, b, target, cw, Collectives(group_of(o.group)))
-    sh = _shard(x, w, b, target, cw, o)
+    sh = chunks.Shard(x, w, b, target, cw, o)
     if o.precomputed:  # 16-bit, g not a power of two: recompute with g folded in, so G is rounded once
         g_all, gz_all = _upstreams(sh, o, g)[1]
     else:
