@@ -115,13 +115,11 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     """``F.cross_entropy(input @ weight.T + bias, target, ...)`` in memory bounded by the chunk.
 
     ``input`` (..., H), ``weight`` (V, H), ``bias`` (V) of one float dtype (sums in float32 or wider),
-    ``target`` (...) class indices; ``reduction``, ``ignore_index``, ``label_smoothing``, ``class_weight``
-    (PyTorch's ``weight=``) as in PyTorch. The loss is float32 for 16-bit operands, else ``input``'s dtype.
-    Under ``torch.autocast("cpu")`` the operands are cast as ``F.linear`` casts them. Tokens go
-    ``chunk_size`` at a time (:mod:`xloss.torch.chunking`), ``vocab_chunk_size`` weight rows per kernel call.
-    ``softcap``, ``lse_square_scale``, ``return_z_loss``, ``accum_dtype``, ``return_token_accuracy`` and
-    ``use_token_scaling``: Liger-Kernel's, described with the routes in docs/torch-ecosystem.md (with a
-    ``return_*``, a :class:`FusedLinearCrossEntropyOutput`). ``process_group``: vocabulary parallelism;
+    ``target`` (...) class indices; the other arguments as in PyTorch (``class_weight``: its ``weight=``) and
+    Liger-Kernel (docs/torch-ecosystem.md, with the routes). The loss is float32 for 16-bit operands, else
+    ``input``'s dtype; under ``torch.autocast("cpu")`` the operands are cast as ``F.linear`` casts them. Tokens
+    go ``chunk_size`` at a time (:mod:`xloss.torch.chunking`), ``vocab_chunk_size`` weight rows per kernel
+    call. ``process_group``: vocabulary parallelism;
     ``weight`` and ``bias`` are this rank's contiguous shard, in rank order (:func:`xloss.torch.shard_vocab`),
     every rank gets the full loss and input gradient, and any rank's argument error or disagreement raises
     the same error on every rank. Under torch.compile the ranks agree inside the ops: one graph.
@@ -146,15 +144,12 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
             raise
         coll.agree(0, [], exc)  # raises it on every rank
         raise
-    # a gradient is wanted for what requires grad, and for what carries a forward-mode tangent
-    want = (checks.wants_derivative(input), checks.wants_derivative(weight), checks.wants_derivative(bias))
-    o = FlceOptions(*o[:5], chunk_size or 0, vocab_chunk_size or 0, -1, -1, group_key(process_group), *o[10:14],
-                    *want, ops.backend_key(backend))
+    o = o._replace(group=group_key(process_group), backend=ops.backend_key(backend))
     o = o if in_graph else settled(o, input, weight, bias, target, class_weight, coll)
     hidden = input.shape[-1]
     operands = (input.reshape(-1, hidden).contiguous(), weight.contiguous(),
                 None if bias is None else bias.contiguous(), target.reshape(-1).to(torch.int64), class_weight)
-    out = (_FusedLinearCrossEntropy.call(*operands, o) if any(want)
+    out = (_FusedLinearCrossEntropy.call(*operands, o) if any(o.want)
            else ops.call(torch_ops.fused_linear_cross_entropy, *operands, *o))
     loss = out[0].reshape(target.shape) if o.reduction == "none" else out[0]
     if not (return_z_loss or return_token_accuracy):
@@ -164,13 +159,11 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     return FusedLinearCrossEntropyOutput(loss, z_loss, out[2].reshape(loss.shape) if o.accuracy else None)
 
 
-
-
 def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoothing, chunk_size, backend,
              class_weight, vocab_chunk_size, softcap, lse_square_scale, accum_dtype, return_token_accuracy,
              use_token_scaling, **_):
     """Every check of this rank's own arguments: (weight, bias, target, class_weight, options without the
-    sizes, the vocabulary layout, the wanted gradients and the backend)."""
+    vocabulary layout, the process group and the backend)."""
     if input.ndim < 1:
         raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
     hidden = input.shape[-1]
@@ -224,8 +217,11 @@ def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoo
             raise XLossValueError(f"class_weight must have shape (V,), one per class of the (global) vocabulary; "
                                   f"got {checks.shape_str(class_weight.shape)}")
         class_weight = class_weight.to(torch.float64 if input.dtype == torch.float64 else torch.float32).contiguous()
-    return weight, bias, target, class_weight, FlceOptions(reduction, ignore_index, ls, cap, z_scale, 0, 0, 0, 0, None,
-                                                           native, accum, bool(return_token_accuracy), scaling)
+    # a gradient is wanted for what requires grad, and for what carries a forward-mode tangent
+    want = (checks.wants_derivative(input), checks.wants_derivative(weight), checks.wants_derivative(bias))
+    return weight, bias, target, class_weight, FlceOptions(reduction, ignore_index, ls, cap, z_scale, chunk_size or 0,
+                                                           vocab_chunk_size or 0, -1, -1, None, native, accum,
+                                                           bool(return_token_accuracy), scaling, *want)
 
 
 _MODULE_OPTIONS = ("ignore_index", "reduction", "label_smoothing", "chunk_size", "backend", "vocab_chunk_size",

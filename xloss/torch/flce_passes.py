@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import zlib
 from collections import namedtuple
-from typing import NamedTuple
 
 import torch
 
@@ -26,28 +25,19 @@ from .chunking import resolve_sizes, spans
 from .distributed import Collectives, group_of, view_range
 from .ops import backend_of
 
+#: The settings without the wanted gradients and the backend: the op schema's first 14 arguments (typed there).
+Params = namedtuple("Params", "reduction ignore_index label_smoothing softcap z_scale chunk block start vocab group "
+                              "native accum accuracy token_scaling")
 
-class FlceOptions(NamedTuple):
-    """One call's settings, checked: the op arguments after the five tensors, in schema order."""
 
-    reduction: str
-    ignore_index: int
-    label_smoothing: float
-    softcap: float  # 0: off
-    z_scale: float  # lse_square_scale; 0: off
-    chunk: int
-    block: int
-    start: int  # global index of this rank's first vocabulary row
-    vocab: int  # the global vocabulary
-    group: str | None  # distributed.group_key
-    native: bool  # the route of flce_native
-    accum: str | None  # "float64": wider weight/bias gradient accumulators
-    accuracy: bool
-    token_scaling: bool
-    want_dx: bool = False
-    want_dw: bool = False
-    want_db: bool = False
-    backend: str | None = None  # ops.backend_key
+class FlceOptions(namedtuple("FlceOptions", (*Params._fields, "want_dx", "want_dw", "want_db", "backend"),
+                             defaults=(False, False, False, None))):
+    """One call's settings, checked: the op arguments after the five tensors, in schema order. ``softcap`` and
+    ``z_scale`` (lse_square_scale): 0 is off; ``start``: the global index of this rank's first vocabulary row;
+    ``vocab``: the global vocabulary; ``group``: a distributed.group_key; ``native``: the route of flce_native;
+    ``accum``: "float64" for wider weight/bias gradient accumulators, else None; ``backend``: an ops.backend_key."""
+
+    __slots__ = ()
 
     @property
     def want(self) -> tuple:
@@ -56,10 +46,6 @@ class FlceOptions(NamedTuple):
     @property
     def precomputed(self) -> bool:
         return self.reduction != "none" and any(self.want)
-
-
-#: The settings without the wanted gradients and the backend (the op schema's first 14).
-Params = namedtuple("Params", FlceOptions._fields[:14])
 
 
 def settled(o: FlceOptions, input, weight, bias, target, class_weight, coll: Collectives) -> FlceOptions:
