@@ -1,17 +1,13 @@
 """The chunked arithmetic of the fused linear-cross-entropy on one vocabulary shard: statistics from
 PyTorch's GEMMs, gradients from the backend's ``fused_linear_cross_entropy_grad``.
 
-Token i: logits ``z_i = x_i W.T + b`` over K classes, target t, class weights w (ones when none,
-``W_sum = sum(w)``), label smoothing ls, ``p = softmax(z)``, upstream gradient g_i:
-
-    loss_i = (1-ls) w_t (lse_i - z_it) + (ls/K) (W_sum lse_i - sum_j w_j z_ij)
-    G_ij   = g_i [a_i p_ij - (1-ls) w_t [j == t] - (ls/K) w_j],   a_i = (1-ls) w_t + (ls/K) W_sum
-
-The kernel computes ``k_i (p_ij - ls'/K - (1-ls') [j == t])``: without class weights ``k = g, ls' = ls``
-is exact; otherwise (or where the backend has no smoothing) ``k = g a, ls' = 0`` and the remainder
-``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is added here. A kernel call per (token chunk, vocabulary
-block), with Args built here (the backend resolved once per op call; these modules keep the Args'
-invariants: contiguous views, compute-dtype statistics, fresh outputs, targets in [0, V)).
+G as in ``reference/flce.py`` (``cross_entropy_extras_grad_logits``: no soft-capping or z-loss here; K
+classes, class weights w, ones when none, summing to W_sum). The kernel computes ``k_i (p_ij - ls'/K -
+(1-ls') [j == t])``: without class weights ``k = g, ls' = ls`` is exact; otherwise (or where the backend
+has no smoothing) ``k = g a, ls' = 0`` and the remainder ``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is
+added here. A kernel call per (token chunk, vocabulary block), with Args built here (the backend resolved
+once per op call; these modules keep the Args' invariants: contiguous views, compute-dtype statistics,
+fresh outputs, targets in [0, V)).
 """
 
 from __future__ import annotations
@@ -165,17 +161,6 @@ def token_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
     if ls:
         loss = (1.0 - ls) * loss + (ls / sh.vocab) * (sh.w_sum * (st.logits_max + torch.log(st.sum_exp)) - st.smooth)
     return torch.where(tg.valid, loss, 0.0)
-
-
-def z_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
-    """Per-token ``z_scale * lse**2`` (0 where ignored; not class-weighted, as Liger-Kernel)."""
-    lse = st.logits_max + torch.log(st.sum_exp)
-    return torch.where(tg.valid, sh.z_scale * lse * lse, 0.0)
-
-
-def token_scale(tg: Targets, st: RowStats) -> torch.Tensor:
-    """``use_token_scaling``'s factor: the target's softmax probability (0 where ignored), a constant."""
-    return torch.where(tg.valid, torch.exp(st.target_logit - st.logits_max) / st.sum_exp, 0.0)
 
 
 def correct(tg: Targets, st: RowStats) -> torch.Tensor:
