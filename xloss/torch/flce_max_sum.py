@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 import torch
 
@@ -16,14 +16,10 @@ from .flce_chunks import RowStats, Shard, Targets, dtype_name, kernel_of, view
 _MAX_SUM, _LOSS = "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum"
 
 
-@dataclass(frozen=True)
-class Route:
-    """The two kernels, resolved and checked once per op call, and the form of their calls."""
-
-    max_sum: object  # runs OnlineMaxSumArgs
-    loss: object  # runs LossWithMaxSumArgs
-    mask_format: str  # "bool", or "bitpacked" where the backend offers only CANN's
-    logits: bool  # the shard's logits come back and the loss kernel makes their softmax
+#: The two kernels (running OnlineMaxSumArgs and LossWithMaxSumArgs), resolved and checked once per op call;
+#: the mask format ("bool", or "bitpacked" where the backend offers only CANN's); whether the shard's logits
+#: come back and the loss kernel makes their softmax.
+Route = namedtuple("Route", "max_sum loss mask_format logits")
 
 
 def route(sh: Shard, keep: bool) -> Route | None:
