@@ -146,8 +146,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
         raise
     o = o._replace(group=group_key(process_group), backend=ops.backend_key(backend))
     o = o if in_graph else settled(o, input, weight, bias, target, class_weight, coll)
-    hidden = input.shape[-1]
-    operands = (input.reshape(-1, hidden).contiguous(), weight.contiguous(),
+    operands = (input.reshape(-1, input.shape[-1]).contiguous(), weight.contiguous(),
                 None if bias is None else bias.contiguous(), target.reshape(-1).to(torch.int64), class_weight)
     out = (_FusedLinearCrossEntropy.call(*operands, o) if any(o.want)
            else ops.call(torch_ops.fused_linear_cross_entropy, *operands, *o))

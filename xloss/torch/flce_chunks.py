@@ -115,9 +115,9 @@ class RowStats:
         return ~hit, torch.where(hit, local - v0, 0)
 
 
-def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowStats:
-    """Row max and sum of exponentials over the global vocabulary for one chunk. ``keep``: the
-    logits stay, one tensor per block, and come back as the softmax; otherwise the transient is one block."""
+def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> tuple[RowStats, torch.Tensor]:
+    """Row max and sum of exponentials over the global vocabulary for one chunk, and the per-token loss.
+    ``keep``: the logits stay, one tensor per block, and come back as the softmax; else the transient is a block."""
     c, cdt = x_c.shape[0], sh.cdt
     first = torch.full((c,), NO_INDEX) if sh.accuracy else None
     m = torch.full((c,), float("-inf"), dtype=cdt)
@@ -152,7 +152,8 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
     inv = 1.0 / s[:, None] if keep else None
     for z in blocks or ():
         z.mul_(inv)
-    return RowStats(m, s, zt, smooth, blocks, first)
+    st = RowStats(m, s, zt, smooth, blocks, first)
+    return st, token_loss(sh, tg, st)
 
 
 def token_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:

@@ -53,7 +53,7 @@ def chunk_stats(sh: Shard, rt: Route, tg: Targets, t0: int, t1: int) -> tuple[Ro
     """Tokens [t0, t1): the global row statistics (with the forward's mask and masked target, and with
     ``rt.logits`` each block's softmax) and the per-token loss (class-weighted, 0 where ignored)."""
     target, c, cdt = sh.target[t0:t1], t1 - t0, sh.cdt
-    m_loc, s, p = (torch.zeros(c, dtype=cdt) for _ in range(3))
+    m_loc, s, p = torch.full((c,), float("-inf"), dtype=cdt), torch.zeros(c, dtype=cdt), torch.zeros(c, dtype=cdt)
     mask, masked_target, logits = torch.ones(c, dtype=torch.bool), torch.zeros(c, dtype=target.dtype), None
     if sh.rows:  # (an empty shard, with more ranks than classes, holds no maximum, no sum and no target)
         packed = torch.empty((c + 7) // 8, dtype=torch.uint8) if rt.mask_format == "bitpacked" else mask
@@ -63,11 +63,8 @@ def chunk_stats(sh: Shard, rt: Route, tg: Targets, t0: int, t1: int) -> tuple[Ro
                                     view(logits)))
         if rt.mask_format == "bitpacked":  # LSB first
             mask = ((packed[:, None] >> torch.arange(8, dtype=torch.uint8)) & 1).reshape(-1)[:c].bool()
-    else:
-        m_loc.fill_(float("-inf"))
-    m = m_loc
+    m = sh.coll.max_(m_loc.clone()) if sh.coll.active else m_loc
     if sh.coll.active:
-        m = sh.coll.max_(m_loc.clone())
         scale = torch.where(torch.isneginf(m_loc), 0.0, torch.exp(m_loc - m))
         s, p = sh.coll.sum_(torch.stack([s * scale, torch.where(mask, 0.0, p + (m_loc - m))]))
     # with logits, the softmax a vocabulary block at a time (the loss from the first call)

@@ -124,11 +124,8 @@ def forward(x, w, b, target, cw, o: FlceOptions):
         rt = VP.route(sh, keep=pre)
         for t0, t1 in spans(bt, o.chunk):
             tg = chunks.targets_of(sh, slice(t0, t1))
-            if rt is not None:
-                st, losses[t0:t1] = VP.chunk_stats(sh, rt, tg, t0, t1)
-            else:
-                st = chunks.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=pre)
-                losses[t0:t1] = chunks.token_loss(sh, tg, st)
+            st, losses[t0:t1] = (VP.chunk_stats(sh, rt, tg, t0, t1) if rt is not None
+                                 else chunks.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=pre))
             if o.accuracy:
                 correct[t0:t1] = chunks.correct(tg, st)
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
