@@ -95,10 +95,8 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             dx = _backward_op(torch.ones(target.shape, dtype=like.dtype), saved, o)[0]
             tangent = (dx.to(cdt) * t_x.to(cdt)).sum(-1)
         else:
-            tangent = torch.zeros((), dtype=cdt)
-            for grad, t in zip(saved[9:], (t_x, t_w, t_b)):
-                if t is not None:
-                    tangent = tangent + (grad.to(cdt) * t.to(cdt)).sum()
+            tangent = sum(((g.to(cdt) * t.to(cdt)).sum() for g, t in zip(saved[9:], (t_x, t_w, t_b)) if t is not None),
+                          torch.zeros((), dtype=cdt))
         return (tangent.to(like.dtype),) + (None,) * 9
 
 
