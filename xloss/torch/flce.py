@@ -88,7 +88,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
                                           "vocabulary contraction): use reduction='sum'/'mean', or reverse mode")
         target = saved[3]
         like = target.new_empty(target.shape if o.reduction == "none" else (), dtype=ctx.loss_dtype)
-        cdt = torch.float64 if like.dtype == torch.float64 else torch.float32
+        cdt = ops.compute_dtype(like.dtype)
         if o.reduction == "none":
             if t_x is None:
                 return (torch.zeros_like(like),) + (None,) * 9
@@ -213,7 +213,7 @@ def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoo
         if class_weight.ndim != 1:
             raise XLossValueError(f"class_weight must have shape (V,), one per class of the (global) vocabulary; "
                                   f"got {checks.shape_str(class_weight.shape)}")
-        class_weight = class_weight.to(torch.float64 if input.dtype == torch.float64 else torch.float32).contiguous()
+        class_weight = class_weight.to(ops.compute_dtype(input.dtype)).contiguous()
     # a gradient is wanted for what requires grad, and for what carries a forward-mode tangent
     want = (checks.wants_derivative(input), checks.wants_derivative(weight), checks.wants_derivative(bias))
     return weight, bias, target, class_weight, FlceOptions(reduction, ignore_index, ls, cap, z_scale, chunk_size or 0,

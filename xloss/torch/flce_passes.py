@@ -80,10 +80,6 @@ def _checksum(t: torch.Tensor) -> int:
     return zlib.crc32(wide.numpy().tobytes(), zlib.crc32(repr(tuple(t.shape)).encode()))
 
 
-def loss_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in flce_native.HALF else dtype
-
-
 def _upstreams(sh, o: FlceOptions, g: float):
     """The divisors (of the cross entropy, the z-loss, the accuracy), and the per-token upstream gradients
     of a scalar reduction scaled by ``g`` (of the cross entropy, of the z-loss or None)."""
@@ -137,9 +133,8 @@ def forward(x, w, b, target, cw, o: FlceOptions):
     if o.reduction != "none":
         losses, zl = _divided(losses, denom), None if zl is None else _divided(zl, z_denom)
         correct = _divided(correct, count).to(torch.float32) if o.accuracy else None
-    ldt = loss_dtype(x.dtype)
-    loss = (losses if zl is None else losses + zl).to(ldt)
-    return (loss, x.new_empty(0, dtype=ldt) if zl is None else zl.to(ldt), correct if o.accuracy else torch.empty(0),
+    loss = (losses if zl is None else losses + zl).to(cdt)  # the losses' dtype: float32 for 16-bit operands
+    return (loss, x.new_empty(0, dtype=cdt) if zl is None else zl.to(cdt), correct if o.accuracy else torch.empty(0),
             row_max, sum_exp) + tuple(x.new_empty(0) if t is None else t for t in grads) + masks
 
 
