@@ -354,7 +354,7 @@ class NativePass:
             if sh.token_scaling:  # the loss is scaled by a constant per token: so is its gradient
                 if st.target_logit is None:  # backward: the target logits again, from this chunk's logits
                     st.target_logit = self._target_logit(z, tg)
-                s = fc.token_scale(tg, st)
+                s = token_scale(tg, st)
                 g, gz = g * s, None if gz is None else gz * s
             self.gradient_in_place(z, tg, g, st, gz)
             gp = self.narrow(zp) if self.native else zp  # G in the gradient GEMMs' dtype
@@ -424,11 +424,22 @@ def run(sh: fc.Shard, want, g_all: torch.Tensor | None, stats: tuple | None, gz_
         loss, st, tg = hp.chunk(rows, a == 0, None if g_all is None else g_all[rows], st,
                                 None if gz_all is None else gz_all[rows])
         if loss is not None:
-            scale = fc.token_scale(tg, st) if sh.token_scaling else None
+            scale = token_scale(tg, st) if sh.token_scaling else None
             out.loss[rows] = loss if scale is None else loss * scale
             row_max[rows], sum_exp[rows] = st.logits_max, st.sum_exp
             if out.z is not None:
-                out.z[rows] = fc.z_loss(sh, tg, st) if scale is None else fc.z_loss(sh, tg, st) * scale
+                out.z[rows] = z_loss(sh, tg, st) if scale is None else z_loss(sh, tg, st) * scale
             if out.correct is not None:
                 out.correct[rows] = fc.correct(tg, st)
     return out, (row_max, sum_exp), hp.finish()
+
+
+def z_loss(sh: fc.Shard, tg: fc.Targets, st: fc.RowStats) -> torch.Tensor:
+    """Per-token ``z_scale * lse**2`` (0 where ignored; not class-weighted, as Liger-Kernel)."""
+    lse = st.logits_max + torch.log(st.sum_exp)
+    return torch.where(tg.valid, sh.z_scale * lse * lse, 0.0)
+
+
+def token_scale(tg: fc.Targets, st: fc.RowStats) -> torch.Tensor:
+    """``use_token_scaling``'s factor: the target's softmax probability (0 where ignored), a constant."""
+    return torch.where(tg.valid, torch.exp(st.target_logit - st.logits_max) / st.sum_exp, 0.0)

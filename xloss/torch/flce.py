@@ -1,22 +1,19 @@
 """Fused linear-cross-entropy for autograd: ``cross_entropy(input @ weight.T + bias, target)`` without the
 (tokens × vocabulary) logits. The arguments are checked into one :class:`.flce_passes.FlceOptions` for two
-``torch.library`` custom ops, which torch.compile records without a graph break and torch.func goes through.
-"""
+``torch.library`` custom ops, which torch.compile records without a graph break and torch.func goes through."""
 
-import weakref
 from typing import NamedTuple
 
 import torch
 
-from .. import registry
-from ..backend import Backend
-from ..errors import BackendUnavailableError, UnsupportedRequestError, XLossError, XLossTypeError, XLossValueError
+from ..errors import UnsupportedRequestError, XLossError, XLossTypeError, XLossValueError
 from ..kernels.flce import torch_ops
 from ..validation import real_number
 from . import _checks as checks
 from . import flce_native, ops
 from .chunking import resolve_sizes
 from .distributed import Collectives, group_key
+from .flce_native import gemm_route
 from .flce_passes import FlceOptions, settled
 
 
@@ -91,17 +88,15 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
                                           "vocabulary contraction): use reduction='sum'/'mean', or reverse mode")
         target = saved[3]
         like = target.new_empty(target.shape if o.reduction == "none" else (), dtype=ctx.loss_dtype)
-        cdt = torch.float64 if like.dtype == torch.float64 else torch.float32
+        cdt = ops.compute_dtype(like.dtype)
         if o.reduction == "none":
             if t_x is None:
                 return (torch.zeros_like(like),) + (None,) * 9
             dx = _backward_op(torch.ones(target.shape, dtype=like.dtype), saved, o)[0]
             tangent = (dx.to(cdt) * t_x.to(cdt)).sum(-1)
         else:
-            tangent = torch.zeros((), dtype=cdt)
-            for grad, t in zip(saved[9:], (t_x, t_w, t_b)):
-                if t is not None:
-                    tangent = tangent + (grad.to(cdt) * t.to(cdt)).sum()
+            tangent = sum(((g.to(cdt) * t.to(cdt)).sum() for g, t in zip(saved[9:], (t_x, t_w, t_b)) if t is not None),
+                          torch.zeros((), dtype=cdt))
         return (tangent.to(like.dtype),) + (None,) * 9
 
 
@@ -118,22 +113,16 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     """``F.cross_entropy(input @ weight.T + bias, target, ...)`` in memory bounded by the chunk.
 
     ``input`` (..., H), ``weight`` (V, H), ``bias`` (V) of one float dtype (sums in float32 or wider),
-    ``target`` (...) class indices; ``reduction``, ``ignore_index``, ``label_smoothing``, ``class_weight``
-    (PyTorch's ``weight=``) as in PyTorch. The loss is float32 for 16-bit operands, else ``input``'s dtype.
-    Under ``torch.autocast("cpu")`` the operands are cast as ``F.linear`` casts them. Tokens go
-    ``chunk_size`` at a time (:mod:`xloss.torch.chunking`), ``vocab_chunk_size`` weight rows per kernel call.
-    ``softcap``, ``lse_square_scale``, ``return_z_loss``, ``accum_dtype``, ``return_token_accuracy`` and
-    ``use_token_scaling``: Liger-Kernel's, described with the routes in docs/torch-ecosystem.md (with a
-    ``return_*``, a :class:`FusedLinearCrossEntropyOutput`). ``process_group``: vocabulary parallelism;
+    ``target`` (...) class indices; the other arguments as in PyTorch (``class_weight``: its ``weight=``) and
+    Liger-Kernel (docs/torch-ecosystem.md, with the routes). The loss is float32 for 16-bit operands, else
+    ``input``'s dtype; under ``torch.autocast("cpu")`` the operands are cast as ``F.linear`` casts them. Tokens
+    go ``chunk_size`` at a time (:mod:`xloss.torch.chunking`), ``vocab_chunk_size`` weight rows per kernel
+    call. ``process_group``: vocabulary parallelism;
     ``weight`` and ``bias`` are this rank's contiguous shard, in rank order (:func:`xloss.torch.shard_vocab`),
     every rank gets the full loss and input gradient, and any rank's argument error or disagreement raises
     the same error on every rank. Under torch.compile the ranks agree inside the ops: one graph.
     """
-    kw = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing, chunk_size=chunk_size,
-              backend=backend, class_weight=class_weight, vocab_chunk_size=vocab_chunk_size,
-              process_group=process_group, softcap=softcap, lse_square_scale=lse_square_scale,
-              return_z_loss=return_z_loss, accum_dtype=accum_dtype, return_token_accuracy=return_token_accuracy,
-              use_token_scaling=use_token_scaling)
+    kw = {k: v for k, v in locals().items() if k not in ("input", "weight", "target", "bias")}  # the options
     input = checks.float_tensor(input, "input")
     if torch.is_autocast_enabled("cpu"):  # as F.linear: the operands in the autocast dtype, differentiably
         cast = torch.get_autocast_dtype("cpu")
@@ -153,15 +142,11 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
             raise
         coll.agree(0, [], exc)  # raises it on every rank
         raise
-    # a gradient is wanted for what requires grad, and for what carries a forward-mode tangent
-    want = (checks.wants_derivative(input), checks.wants_derivative(weight), checks.wants_derivative(bias))
-    o = FlceOptions(*o[:5], chunk_size or 0, vocab_chunk_size or 0, -1, -1, group_key(process_group), *o[10:14],
-                    *want, ops.backend_key(backend))
+    o = o._replace(group=group_key(process_group), backend=ops.backend_key(backend))
     o = o if in_graph else settled(o, input, weight, bias, target, class_weight, coll)
-    hidden = input.shape[-1]
-    operands = (input.reshape(-1, hidden).contiguous(), weight.contiguous(),
+    operands = (input.reshape(-1, input.shape[-1]).contiguous(), weight.contiguous(),
                 None if bias is None else bias.contiguous(), target.reshape(-1).to(torch.int64), class_weight)
-    out = (_FusedLinearCrossEntropy.call(*operands, o) if any(want)
+    out = (_FusedLinearCrossEntropy.call(*operands, o) if any(o.want)
            else ops.call(torch_ops.fused_linear_cross_entropy, *operands, *o))
     loss = out[0].reshape(target.shape) if o.reduction == "none" else out[0]
     if not (return_z_loss or return_token_accuracy):
@@ -171,13 +156,11 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     return FusedLinearCrossEntropyOutput(loss, z_loss, out[2].reshape(loss.shape) if o.accuracy else None)
 
 
-
-
 def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoothing, chunk_size, backend,
              class_weight, vocab_chunk_size, softcap, lse_square_scale, accum_dtype, return_token_accuracy,
              use_token_scaling, **_):
     """Every check of this rank's own arguments: (weight, bias, target, class_weight, options without the
-    sizes, the vocabulary layout, the wanted gradients and the backend)."""
+    vocabulary layout, the process group and the backend)."""
     if input.ndim < 1:
         raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
     hidden = input.shape[-1]
@@ -230,38 +213,12 @@ def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoo
         if class_weight.ndim != 1:
             raise XLossValueError(f"class_weight must have shape (V,), one per class of the (global) vocabulary; "
                                   f"got {checks.shape_str(class_weight.shape)}")
-        class_weight = class_weight.to(torch.float64 if input.dtype == torch.float64 else torch.float32).contiguous()
-    return weight, bias, target, class_weight, FlceOptions(reduction, ignore_index, ls, cap, z_scale, 0, 0, 0, 0, None,
-                                                           native, accum, bool(return_token_accuracy), scaling)
-
-
-def gemm_route(backend) -> bool:
-    """Whether a call takes :mod:`.flce_native`: the backend it resolves to (None: as the registry resolves)
-    offers row passes (``Backend.flce_row_passes``). One that offers them but cannot run here raises."""
-    made_by = getattr(backend, "_xloss_made_by", (backend, None))
-    if isinstance(backend, Backend) and (made_by[1] is None or made_by[1]):  # an instance of its own
-        return not torch.compiler.is_compiling() and _offers_row_passes(backend, backend.name)
-    return _named_route(made_by[0])
-
-
-@torch._dynamo.assume_constant_result  # fixed per backend: torch.compile reads it once, untraced
-def _named_route(name: str | None) -> bool:
-    if name is None:  # the registry's default: the first of its order that can run here
-        name = next((n for n in registry.DEFAULT_ORDER if n in registry.backend_names()
-                     and registry.available(registry.backend(n))[0]), None)
-    return name is not None and _offers_row_passes(registry.backend(name), name)
-
-
-_ROUTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> (offers, available, why)
-
-
-def _offers_row_passes(b: Backend, name: str) -> bool:
-    if b not in _ROUTES:  # availability is fixed for a backend object (Numba reads its settings once)
-        _ROUTES[b] = (type(b).flce_row_passes is not Backend.flce_row_passes, *registry.available(b))
-    offers, ok, why = _ROUTES[b]
-    if offers and not ok:
-        raise BackendUnavailableError(f"backend {name!r} is not available here: {why}")
-    return offers and ok
+        class_weight = class_weight.to(ops.compute_dtype(input.dtype)).contiguous()
+    # a gradient is wanted for what requires grad, and for what carries a forward-mode tangent
+    want = (checks.wants_derivative(input), checks.wants_derivative(weight), checks.wants_derivative(bias))
+    return weight, bias, target, class_weight, FlceOptions(reduction, ignore_index, ls, cap, z_scale, chunk_size or 0,
+                                                           vocab_chunk_size or 0, -1, -1, None, native, accum,
+                                                           bool(return_token_accuracy), scaling, *want)
 
 
 _MODULE_OPTIONS = ("ignore_index", "reduction", "label_smoothing", "chunk_size", "backend", "vocab_chunk_size",

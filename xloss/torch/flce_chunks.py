@@ -1,17 +1,13 @@
 """The chunked arithmetic of the fused linear-cross-entropy on one vocabulary shard: statistics from
 PyTorch's GEMMs, gradients from the backend's ``fused_linear_cross_entropy_grad``.
 
-Token i: logits ``z_i = x_i W.T + b`` over K classes, target t, class weights w (ones when none,
-``W_sum = sum(w)``), label smoothing ls, ``p = softmax(z)``, upstream gradient g_i:
-
-    loss_i = (1-ls) w_t (lse_i - z_it) + (ls/K) (W_sum lse_i - sum_j w_j z_ij)
-    G_ij   = g_i [a_i p_ij - (1-ls) w_t [j == t] - (ls/K) w_j],   a_i = (1-ls) w_t + (ls/K) W_sum
-
-The kernel computes ``k_i (p_ij - ls'/K - (1-ls') [j == t])``: without class weights ``k = g, ls' = ls``
-is exact; otherwise (or where the backend has no smoothing) ``k = g a, ls' = 0`` and the remainder
-``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is added here. A kernel call per (token chunk, vocabulary
-block), with Args built here (the backend resolved once per op call; these modules keep the Args'
-invariants: contiguous views, compute-dtype statistics, fresh outputs, targets in [0, V)).
+G as in ``reference/flce.py`` (``cross_entropy_extras_grad_logits``: no soft-capping or z-loss here; K
+classes, class weights w, ones when none, summing to W_sum). The kernel computes ``k_i (p_ij - ls'/K -
+(1-ls') [j == t])``: without class weights ``k = g, ls' = ls`` is exact; otherwise (or where the backend
+has no smoothing) ``k = g a, ls' = 0`` and the remainder ``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is
+added here. A kernel call per (token chunk, vocabulary block), with Args built here (the backend resolved
+once per op call; these modules keep the Args' invariants: contiguous views, compute-dtype statistics,
+fresh outputs, targets in [0, V)).
 """
 
 from __future__ import annotations
@@ -26,7 +22,8 @@ from ..errors import UnsupportedRequestError
 from ..kernel_args import Request
 from ..kernels.flce.args import FLCEArgs
 from .chunking import spans
-from .distributed import Collectives
+from .distributed import Collectives, group_of
+from .ops import backend_of, compute_dtype
 
 NO_INDEX = torch.iinfo(torch.int64).max  # "no maximum here" in the first-maximum search
 
@@ -40,11 +37,18 @@ def view(t: torch.Tensor | None):
     return None if t is None else to_numpy(t.detach().contiguous(), "operand")
 
 
-def kernel_of(req: Request, backend):
-    """The method that runs ``req``'s kernel on the backend the registry resolves ``backend`` to for it."""
-    b = registry.resolve(backend, req)
-    if b.kernel(req.kernel) is None:
-        raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {req.kernel} but has no method {req.kernel}")
+def kernel_of(req: Request, backend, required: bool = True):
+    """The method that runs ``req``'s kernel on the backend the registry resolves ``backend`` to for it; where
+    there is none, an UnsupportedRequestError, or None when not ``required``."""
+    try:
+        b = registry.resolve(backend, req)
+        if b.kernel(req.kernel) is None:
+            raise UnsupportedRequestError(f"backend {b.name!r} declares kernel {req.kernel} but has no method "
+                                          f"{req.kernel}")
+    except UnsupportedRequestError:
+        if required:
+            raise
+        return None
     return b.kernel(req.kernel)
 
 
@@ -58,15 +62,12 @@ class Shard:
     target: torch.Tensor  # (BT,), int64
     class_weight: torch.Tensor | None  # (K,), compute dtype
     opts: object  # flce_passes.FlceOptions
-    coll: Collectives
-    backend: object  # a Backend, a name or None
 
     def __post_init__(self):
-        self.cdt = torch.float64 if self.x.dtype == torch.float64 else torch.float32  # the compute dtype
-        self.rows = self.w.shape[0]
+        self.coll, self.backend = Collectives(group_of(self.opts.group)), backend_of(self.opts.backend)
+        self.cdt, self.rows = compute_dtype(self.x.dtype), self.w.shape[0]
         self.accum = self.opts.accum and getattr(torch, self.opts.accum)  # the dw/db accumulators' dtype, or None
-        cw = self.class_weight
-        self.w_sum = float(self.opts.vocab) if cw is None else float(cw.sum(dtype=torch.float64))
+        self.w_sum = float(self.opts.vocab if self.class_weight is None else self.class_weight.sum(dtype=torch.float64))
 
     def __getattr__(self, name):
         return getattr(self.opts, name)
@@ -74,7 +75,6 @@ class Shard:
 
 @dataclass
 class Targets:
-
     target: torch.Tensor  # of a chunk's tokens as given (global class indices or ignore_index)
     valid: torch.Tensor  # not ignore_index
     w_t: torch.Tensor  # class weight of the target (0 where ignored), compute dtype
@@ -93,7 +93,6 @@ def targets_of(sh: Shard, rows) -> Targets:
 
 
 def logits(sh: Shard, x_c: torch.Tensor, v0: int, v1: int) -> torch.Tensor:
-    """(chunk, v1 - v0) logits in the compute dtype."""
     w = sh.w[v0:v1].to(sh.cdt)
     return torch.mm(x_c, w.T) if sh.b is None else torch.addmm(sh.b[v0:v1].to(sh.cdt), x_c, w.T)
 
@@ -116,9 +115,9 @@ class RowStats:
         return ~hit, torch.where(hit, local - v0, 0)
 
 
-def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowStats:
-    """Row max and sum of exponentials over the global vocabulary for one chunk. ``keep``: the
-    logits stay, one tensor per block, and come back as the softmax; otherwise the transient is one block."""
+def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> tuple[RowStats, torch.Tensor]:
+    """Row max and sum of exponentials over the global vocabulary for one chunk, and the per-token loss.
+    ``keep``: the logits stay, one tensor per block, and come back as the softmax; else the transient is a block."""
     c, cdt = x_c.shape[0], sh.cdt
     first = torch.full((c,), NO_INDEX) if sh.accuracy else None
     m = torch.full((c,), float("-inf"), dtype=cdt)
@@ -153,11 +152,11 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> RowSta
     inv = 1.0 / s[:, None] if keep else None
     for z in blocks or ():
         z.mul_(inv)
-    return RowStats(m, s, zt, smooth, blocks, first)
+    st = RowStats(m, s, zt, smooth, blocks, first)
+    return st, token_loss(sh, tg, st)
 
 
 def token_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
-    """Per-token loss in the compute dtype (0 where ignored)."""
     ls = sh.label_smoothing
     loss = (st.logits_max - st.target_logit + torch.log(st.sum_exp)) * tg.w_t
     if ls:
@@ -165,19 +164,7 @@ def token_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
     return torch.where(tg.valid, loss, 0.0)
 
 
-def z_loss(sh: Shard, tg: Targets, st: RowStats) -> torch.Tensor:
-    """Per-token ``z_scale * lse**2`` (0 where ignored; not class-weighted, as Liger-Kernel)."""
-    lse = st.logits_max + torch.log(st.sum_exp)
-    return torch.where(tg.valid, sh.z_scale * lse * lse, 0.0)
-
-
-def token_scale(tg: Targets, st: RowStats) -> torch.Tensor:
-    """``use_token_scaling``'s factor: the target's softmax probability (0 where ignored), a constant."""
-    return torch.where(tg.valid, torch.exp(st.target_logit - st.logits_max) / st.sum_exp, 0.0)
-
-
 def correct(tg: Targets, st: RowStats) -> torch.Tensor:
-    """1.0 where the first maximum is the target, else 0.0 (and where ignored); float32."""
     return (tg.valid & (st.first == tg.target)).to(torch.float32)
 
 
@@ -203,21 +190,18 @@ class Grads:
                 break
             req = Request("fused_linear_cross_entropy_grad", dtype_name(sh.x.dtype), None,
                           {"mode": mode, "mask": "bool", "label_smoothing": bool(ls)}, numel)
-            try:
-                self._kernels[mode] = (kernel_of(req, sh.backend), ls)
-            except UnsupportedRequestError:
-                if not ls:
-                    raise
+            run = kernel_of(req, sh.backend, required=not ls)
+            if run is not None:
+                self._kernels[mode] = (run, ls)
         return self._kernels[mode]
 
     def add_chunk(self, t0: int, t1: int, tg: Targets, g: torch.Tensor, st: RowStats) -> None:
         """Add tokens [t0, t1)'s gradients (``g``: upstream, 0 where ignored). The kernel gets ``st.blocks``'
         softmax, or recomputes it (with a bias, which it does not know, the softmax is rebuilt here)."""
-        sh, x_raw, c = self.sh, self.sh.x[t0:t1], t1 - t0
+        sh, x_raw, c, ls = self.sh, self.sh.x[t0:t1], t1 - t0, self.sh.label_smoothing
         mode = "softmax" if (st.blocks is not None or sh.b is not None) else "recompute"
         vb, h = min(sh.block, sh.rows), sh.x.shape[1]
         run, kls = self.kernel(mode, max(c * vb, c * h, vb * h))
-        ls = sh.label_smoothing
         remainder = bool(ls) and kls == 0.0
         k = (g * (tg.w_t if not remainder else (1.0 - ls) * tg.w_t + (ls / sh.vocab) * sh.w_sum)).contiguous()
         x_c = x_raw.to(sh.cdt) if (mode == "softmax" and st.blocks is None) else None

@@ -1,18 +1,13 @@
-"""The FLCE forward statistics through the backend's vocabulary-parallel kernels (CANN's Megatron flow),
-a token chunk at a time: ``fused_linear_online_max_sum`` on this rank's shard; our all-reduce (MAX of the
-maxima, SUM of the rescaled sums and of the predicted logit rebased to the global maximum);
-``fused_cross_entropy_loss_with_max_sum`` for the loss, and with the shard's logits their softmax for the
-gradient kernel (16-bit operands: its "recompute" mode, logits in float32), which gets this mask and
-masked target. :func:`chunk_stats` is looked up on this module per chunk (tests count it).
-"""
+"""The FLCE forward statistics through the backend's vocabulary-parallel kernels, a token chunk at a time
+(CANN's Megatron flow: docs/torch-ecosystem.md); 16-bit operands: the gradient kernel's "recompute" mode
+(logits in float32). :func:`chunk_stats` is looked up on this module per chunk (tests count it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 import torch
 
-from ..errors import UnsupportedRequestError
 from ..kernel_args import Request
 from ..kernels.flce.args import LossWithMaxSumArgs, OnlineMaxSumArgs
 from .chunking import spans
@@ -21,14 +16,10 @@ from .flce_chunks import RowStats, Shard, Targets, dtype_name, kernel_of, view
 _MAX_SUM, _LOSS = "fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum"
 
 
-@dataclass(frozen=True)
-class Route:
-    """The two kernels, resolved and checked once per op call, and the form of their calls."""
-
-    max_sum: object  # runs OnlineMaxSumArgs
-    loss: object  # runs LossWithMaxSumArgs
-    mask_format: str  # "bool", or "bitpacked" where the backend offers only CANN's
-    logits: bool  # the shard's logits come back and the loss kernel makes their softmax
+#: The two kernels (running OnlineMaxSumArgs and LossWithMaxSumArgs), resolved and checked once per op call;
+#: the mask format ("bool", or "bitpacked" where the backend offers only CANN's); whether the shard's logits
+#: come back and the loss kernel makes their softmax.
+Route = namedtuple("Route", "max_sum loss mask_format logits")
 
 
 def route(sh: Shard, keep: bool) -> Route | None:
@@ -39,18 +30,14 @@ def route(sh: Shard, keep: bool) -> Route | None:
         return None
     logits = keep and sh.x.dtype in (torch.float32, torch.float64)
     numel = max(sh.chunk * sh.vocab, sh.chunk * sh.x.shape[1])  # from what every rank shares
-    try:
-        loss = kernel_of(Request(_LOSS, dtype_name(sh.x.dtype if logits else sh.cdt), None, {"softmax": logits},
-                                 numel), sh.backend)
-    except UnsupportedRequestError:
-        return None
-    for fmt in ("bool", "bitpacked"):
+    loss = kernel_of(Request(_LOSS, dtype_name(sh.x.dtype if logits else sh.cdt), None, {"softmax": logits}, numel),
+                     sh.backend, required=False)
+    for fmt in ("bool", "bitpacked") if loss is not None else ():
         req = Request(_MAX_SUM, dtype_name(sh.x.dtype), None, {"logits": logits, "mask": fmt,
                       "target_dtype": dtype_name(sh.target.dtype)}, numel, {"hidden": sh.x.shape[1]})
-        try:
-            return Route(kernel_of(req, sh.backend), loss, fmt, logits)
-        except UnsupportedRequestError:
-            continue
+        max_sum = kernel_of(req, sh.backend, required=False)
+        if max_sum is not None:
+            return Route(max_sum, loss, fmt, logits)
     return None
 
 
@@ -66,7 +53,7 @@ def chunk_stats(sh: Shard, rt: Route, tg: Targets, t0: int, t1: int) -> tuple[Ro
     """Tokens [t0, t1): the global row statistics (with the forward's mask and masked target, and with
     ``rt.logits`` each block's softmax) and the per-token loss (class-weighted, 0 where ignored)."""
     target, c, cdt = sh.target[t0:t1], t1 - t0, sh.cdt
-    m_loc, s, p = (torch.zeros(c, dtype=cdt) for _ in range(3))
+    m_loc, s, p = torch.full((c,), float("-inf"), dtype=cdt), torch.zeros(c, dtype=cdt), torch.zeros(c, dtype=cdt)
     mask, masked_target, logits = torch.ones(c, dtype=torch.bool), torch.zeros(c, dtype=target.dtype), None
     if sh.rows:  # (an empty shard, with more ranks than classes, holds no maximum, no sum and no target)
         packed = torch.empty((c + 7) // 8, dtype=torch.uint8) if rt.mask_format == "bitpacked" else mask
@@ -76,11 +63,8 @@ def chunk_stats(sh: Shard, rt: Route, tg: Targets, t0: int, t1: int) -> tuple[Ro
                                     view(logits)))
         if rt.mask_format == "bitpacked":  # LSB first
             mask = ((packed[:, None] >> torch.arange(8, dtype=torch.uint8)) & 1).reshape(-1)[:c].bool()
-    else:
-        m_loc.fill_(float("-inf"))
-    m = m_loc
+    m = sh.coll.max_(m_loc.clone()) if sh.coll.active else m_loc
     if sh.coll.active:
-        m = sh.coll.max_(m_loc.clone())
         scale = torch.where(torch.isneginf(m_loc), 0.0, torch.exp(m_loc - m))
         s, p = sh.coll.sum_(torch.stack([s * scale, torch.where(mask, 0.0, p + (m_loc - m))]))
     # with logits, the softmax a vocabulary block at a time (the loss from the first call)

@@ -6,17 +6,13 @@ upstream 1 and the backward scales them (or, 16-bit native with a scale not a po
 so G is rounded once); otherwise the backward recomputes from each token's row max and sum of
 exponentials. The route, taken once per op call: ``native`` (:mod:`.flce_native`), else the backend's
 vocabulary-parallel kernels (:func:`.flce_max_sum.route`), else PyTorch's GEMMs (:mod:`.flce_chunks`).
-
-Forward outputs: ``(loss, z_loss, accuracy, row_max, sum_exp, dx, dw, db, target_mask, masked_target)``,
-empty (0,) where not computed. ``mean`` divides the cross entropy by the summed class weight of the
-tokens not ignored, the z-loss and the accuracy by their count; ``sum`` still averages the accuracy.
+The outputs: the ops' (:mod:`xloss.kernels.flce.torch_ops`); ``mean``'s divisors: docs/torch-ecosystem.md.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections import namedtuple
-from typing import NamedTuple
 
 import torch
 
@@ -29,28 +25,19 @@ from .chunking import resolve_sizes, spans
 from .distributed import Collectives, group_of, view_range
 from .ops import backend_of
 
+#: The settings without the wanted gradients and the backend: the op schema's first 14 arguments (typed there).
+Params = namedtuple("Params", "reduction ignore_index label_smoothing softcap z_scale chunk block start vocab group "
+                              "native accum accuracy token_scaling")
 
-class FlceOptions(NamedTuple):
-    """One call's settings, checked: the op arguments after the five tensors, in schema order."""
 
-    reduction: str
-    ignore_index: int
-    label_smoothing: float
-    softcap: float  # 0: off
-    z_scale: float  # lse_square_scale; 0: off
-    chunk: int
-    block: int
-    start: int  # global index of this rank's first vocabulary row
-    vocab: int  # the global vocabulary
-    group: str | None  # distributed.group_key
-    native: bool  # the route of flce_native
-    accum: str | None  # "float64": wider weight/bias gradient accumulators
-    accuracy: bool
-    token_scaling: bool
-    want_dx: bool = False
-    want_dw: bool = False
-    want_db: bool = False
-    backend: str | None = None  # ops.backend_key
+class FlceOptions(namedtuple("FlceOptions", (*Params._fields, "want_dx", "want_dw", "want_db", "backend"),
+                             defaults=(False, False, False, None))):
+    """One call's settings, checked: the op arguments after the five tensors, in schema order. ``softcap`` and
+    ``z_scale`` (lse_square_scale): 0 is off; ``start``: the global index of this rank's first vocabulary row;
+    ``vocab``: the global vocabulary; ``group``: a distributed.group_key; ``native``: the route of flce_native;
+    ``accum``: "float64" for wider weight/bias gradient accumulators, else None; ``backend``: an ops.backend_key."""
+
+    __slots__ = ()
 
     @property
     def want(self) -> tuple:
@@ -59,10 +46,6 @@ class FlceOptions(NamedTuple):
     @property
     def precomputed(self) -> bool:
         return self.reduction != "none" and any(self.want)
-
-
-#: The settings without the wanted gradients and the backend (the op schema's first 14).
-Params = namedtuple("Params", FlceOptions._fields[:14])
 
 
 def settled(o: FlceOptions, input, weight, bias, target, class_weight, coll: Collectives) -> FlceOptions:
@@ -97,15 +80,6 @@ def _checksum(t: torch.Tensor) -> int:
     return zlib.crc32(wide.numpy().tobytes(), zlib.crc32(repr(tuple(t.shape)).encode()))
 
 
-def loss_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Losses of 16-bit operands are float32; otherwise the operands' dtype."""
-    return torch.float32 if dtype in flce_native.HALF else dtype
-
-
-def _shard(x, w, b, target, cw, o: FlceOptions) -> chunks.Shard:
-    return chunks.Shard(x, w, b, target, cw, o, Collectives(group_of(o.group)), backend_of(o.backend))
-
-
 def _upstreams(sh, o: FlceOptions, g: float):
     """The divisors (of the cross entropy, the z-loss, the accuracy), and the per-token upstream gradients
     of a scalar reduction scaled by ``g`` (of the cross entropy, of the z-loss or None)."""
@@ -128,10 +102,10 @@ def _divided(values: torch.Tensor, d: float) -> torch.Tensor:
 
 
 def forward(x, w, b, target, cw, o: FlceOptions):
-    """The forward op's body (outputs: the module docstring)."""
+    """The forward op's body."""
     o = o if o.vocab >= 0 else settled(o, x, w, b, target, cw, Collectives(group_of(o.group)))
     checks.check_class_indices(target, o.vocab, o.ignore_index)
-    sh = _shard(x, w, b, target, cw, o)
+    sh = chunks.Shard(x, w, b, target, cw, o)
     bt, cdt, pre = x.shape[0], sh.cdt, o.precomputed
     (denom, z_denom, count), (g_all, gz_all) = _upstreams(sh, o, 1.0)
     if o.native:  # (with g_all None the engine computes no gradient)
@@ -146,11 +120,8 @@ def forward(x, w, b, target, cw, o: FlceOptions):
         rt = VP.route(sh, keep=pre)
         for t0, t1 in spans(bt, o.chunk):
             tg = chunks.targets_of(sh, slice(t0, t1))
-            if rt is not None:
-                st, losses[t0:t1] = VP.chunk_stats(sh, rt, tg, t0, t1)
-            else:
-                st = chunks.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=pre)
-                losses[t0:t1] = chunks.token_loss(sh, tg, st)
+            st, losses[t0:t1] = (VP.chunk_stats(sh, rt, tg, t0, t1) if rt is not None
+                                 else chunks.chunk_stats(sh, x[t0:t1].to(cdt), tg, keep=pre))
             if o.accuracy:
                 correct[t0:t1] = chunks.correct(tg, st)
             row_max[t0:t1], sum_exp[t0:t1] = st.logits_max, st.sum_exp
@@ -159,15 +130,12 @@ def forward(x, w, b, target, cw, o: FlceOptions):
                 gr.add_chunk(t0, t1, tg, g_all[t0:t1], st)
             del st
         grads = gr.finish() if pre else (None, None, None)
-    if o.reduction == "none":
-        ce, z, acc = losses, zl, correct
-    else:
-        ce, z = _divided(losses, denom), None if zl is None else _divided(zl, z_denom)
-        acc = _divided(correct, count).to(torch.float32) if o.accuracy else None
-    ldt = loss_dtype(x.dtype)
-    loss, z_out = (ce if z is None else ce + z).to(ldt), x.new_empty(0, dtype=ldt) if z is None else z.to(ldt)
-    acc = acc if o.accuracy else torch.empty(0)
-    return (loss, z_out, acc, row_max, sum_exp) + tuple(x.new_empty(0) if t is None else t for t in grads) + masks
+    if o.reduction != "none":
+        losses, zl = _divided(losses, denom), None if zl is None else _divided(zl, z_denom)
+        correct = _divided(correct, count).to(torch.float32) if o.accuracy else None
+    loss = (losses if zl is None else losses + zl).to(cdt)  # the losses' dtype: float32 for 16-bit operands
+    return (loss, x.new_empty(0, dtype=cdt) if zl is None else zl.to(cdt), correct if o.accuracy else torch.empty(0),
+            row_max, sum_exp) + tuple(x.new_empty(0) if t is None else t for t in grads) + masks
 
 
 def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_target, dx, dw, db, o: FlceOptions):
@@ -182,7 +150,7 @@ def backward(grad, x, w, b, target, cw, row_max, sum_exp, target_mask, masked_ta
     if x is None or w is None:
         raise UnsupportedRequestError("fused_linear_cross_entropy backward: the operands were not saved")
     o = o if o.vocab >= 0 else settled(o, x, w, b, target, cw, Collectives(group_of(o.group)))
-    sh = _shard(x, w, b, target, cw, o)
+    sh = chunks.Shard(x, w, b, target, cw, o)
     if o.precomputed:  # 16-bit, g not a power of two: recompute with g folded in, so G is rounded once
         g_all, gz_all = _upstreams(sh, o, g)[1]
     else:

@@ -37,7 +37,7 @@ def _(x, w, b, target, class_weight, reduction, ignore_index, label_smoothing, s
       start, vocab, group, native, accum, accuracy, token_scaling, want_dx, want_dw, want_db, backend):
     bt = x.shape[0]
     shape = (bt,) if reduction == "none" else ()
-    ldt, cdt = passes.loss_dtype(x.dtype), compute_dtype(x.dtype)
+    ldt = cdt = compute_dtype(x.dtype)  # the loss's dtype is the compute dtype
     pre = reduction != "none" and (want_dx or want_dw or want_db)
     grads = [x.new_empty(shape if pre and wanted else (0,)) for shape, wanted in
              ((x.shape, want_dx), (w.shape, want_dw), ((w.shape[0],), want_db))]
