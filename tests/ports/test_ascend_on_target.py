@@ -27,21 +27,16 @@ CC = os.environ.get("CC", "gcc").split()[0]
 FLCE = "fused_linear_cross_entropy_grad"
 VP = ("fused_linear_online_max_sum", "fused_cross_entropy_loss_with_max_sum")
 #: variant name prefix -> the kernels its code changes (the sweep tests those only)
-REACH = {"bce_": ("bce_grad",), "focal_": ("focal_loss",), "nll_": ("nll_loss_grad",), "flce_": (FLCE,),
-         "vp_": VP, "drivingsdk": ("focal_loss",), "half_": ("focal_loss", "bce_grad"),
-         "no_focal": ("focal_loss",),
-         # the NLL and BCE forward (issue #30): both operators live in port_loss_forward.c
-         "nllf_": ("nll_loss", "binary_cross_entropy"), "bcef_": ("nll_loss", "binary_cross_entropy")}
-
-
 #: the cross-entropy kernels (a char * reduction, a bool: their own records) have their own small on-target test
 #: (test_cross_entropy_on_target), so the sweep of every port leaves them out
 OWN_TEST = ("cross_entropy_loss", "cross_entropy_loss_grad")
 
 
-def reach(variant):
-    every = [k for k in xloss.kernels.KERNELS if k not in OWN_TEST]
-    return next((list(k) for p, k in REACH.items() if variant.startswith(p)), every)
+def reach(build_mod, variant):
+    """The kernels whose code the port's switches change (every kernel for the correct port): the others
+    link the correct port's very objects."""
+    changed = build_mod.changed_kernels(variant) or list(xloss.kernels.KERNELS)
+    return [k for k in changed if k not in OWN_TEST]
 
 
 @pytest.fixture(scope="module")
@@ -154,13 +149,13 @@ ELSEWHERE = {(c.values[0], tuple(c.values[1])) for c in CASES if not c.values[2]
 
 
 @pytest.mark.slow  # every port (23), the kernels its code changes (all for the correct port): 2-4 minutes
-def test_every_port_on_target(ports, tmp_path):
+def test_every_port_on_target(ports, build_mod, tmp_path):
     for variant, lib in ports.items():
         if variant.startswith("ce_"):  # their bugs live in the cross-entropy operators: test_cross_entropy_on_target
             continue
-        if (variant, tuple(reach(variant))) in ELSEWHERE:
+        kernels = reach(build_mod, variant)
+        if (variant, tuple(kernels)) in ELSEWHERE:
             continue
-        kernels = reach(variant)
         folder = tmp_path / variant
         assert_same_verdicts(on_target(folder, lib, kernels, 1), on_host(lib, kernels, 1))
         shutil.rmtree(folder)

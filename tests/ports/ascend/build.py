@@ -27,6 +27,7 @@ import concurrent.futures
 import hashlib
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,6 +159,29 @@ def _relevant(source: Path, switches) -> tuple[str, ...]:
     """The switches that can change ``source``'s object (named in it or in a port header)."""
     text = source.read_text() + "".join(h.read_text() for h in PORT_HEADERS)
     return tuple(sorted(s for s in switches if s in text))
+
+
+_OPERATOR = re.compile(r"ACL_FUNC_VISIBILITY\s+aclnnStatus\s+(aclnn\w+?)(?:GetWorkspaceSize)?\s*\(")
+
+
+def changed_kernels(variant: str) -> list[str]:
+    """The kernels whose code ``variant``'s switches change: those with an operator defined in a source
+    a switch appears in; every kernel when a switch is in a port header or in a source that defines
+    no operator (shared helpers). Every other kernel runs the correct port's very objects."""
+    from xloss.backends.ascend_aclnn import operators
+
+    changed = set()
+    for src in PORT_SOURCES:
+        if _relevant(src, _switches(variant)):
+            defined = set(_OPERATOR.findall(src.read_text()))
+            if not defined or any(s in h.read_text() for h in PORT_HEADERS for s in _switches(variant)):
+                changed = None
+                break
+            changed |= defined
+    kernels = {}
+    for d in (*operators.TABLE, *operators.FOCAL.values()):
+        kernels.setdefault(d.kernel, set()).update(d.ops, *d.modes.values())
+    return [k for k, ops in kernels.items() if changed is None or ops & changed]
 
 
 def _object_path(obj_dir: Path, source: Path, switches, extra=()) -> Path:
