@@ -133,3 +133,27 @@ def test_vocab_shard_range_covers_the_vocabulary_in_rank_order():
             assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
     with pytest.raises(xloss.XLossValueError, match="rank"):
         xt.vocab_shard_range(10, 2, 2)
+
+
+def test_first_collective_record_round_trips_and_keeps_its_length():
+    """The agreement's record: one length whatever it holds (gloo needs equal sizes); a long message gives
+    way to the settings; NaN settings compare equal across ranks, 1 and 1.0 do not."""
+    from xloss.torch import distributed as d
+
+    settings = [("label_smoothing", float("nan")), ("backend", "cpu" * 40), ("chunk_size", 1), ("bias given", True)]
+    long = xloss.XLossTypeError("ä" * 5000)
+    recs = [d._encode(7, settings, None, (20, 0, 7)), d._encode(13, settings, long, None)]
+    assert recs[0].shape == recs[1].shape and recs[0].dtype == torch.int64
+    a, b = (d._decode(r) for r in recs)
+    assert (a["rows"], a["range"], a["error"], b["range"][0]) == (7, [20, 0, 7], None, -1)
+    assert 0 < len(b["message"]) < 5000 and set(b["message"]) == {"ä"}
+    d._raise_disagreement([a, b], settings)  # equal, NaN included
+    with pytest.raises(xloss.XLossTypeError, match="refused on rank 1: ää"):
+        d._raise_rank_error([a, b], None)
+    other = d._decode(d._encode(7, [*settings[:2], ("chunk_size", 1.0), settings[3]], None, None))
+    with pytest.raises(xloss.XLossValueError, match=r"disagree on chunk_size \(1 on rank 0, 1.0 on rank 1\)"):
+        d._raise_disagreement([a, other], settings)
+    with pytest.raises(xloss.XLossValueError, match="different versions"):
+        d._raise_disagreement([a, d._decode(d._encode(7, settings[:3], None, None))], settings)
+    with pytest.raises(xloss.XLossValueError, match="different versions"):
+        d._decode(torch.full_like(recs[0], -1))

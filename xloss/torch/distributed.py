@@ -13,6 +13,8 @@ the single-process path is the same code.
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from ..errors import XLossValueError
@@ -36,35 +38,22 @@ class Collectives:
     def active(self) -> bool:
         return self.world_size > 1
 
-    def _all_reduce(self, t: torch.Tensor, op) -> torch.Tensor:
-        import torch.distributed as dist
+    def _reduce(self, t: torch.Tensor, op: str) -> torch.Tensor:
+        """In-place elementwise ``op`` (MAX, SUM, MIN) over the ranks."""
+        if self.active:
+            import torch.distributed as dist
 
-        dist.all_reduce(t, op=op, group=self.group)
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=self.group)
         return t
 
     def max_(self, t: torch.Tensor) -> torch.Tensor:
-        """In-place elementwise MAX over the ranks."""
-        if not self.active:
-            return t
-        import torch.distributed as dist
-
-        return self._all_reduce(t, dist.ReduceOp.MAX)
+        return self._reduce(t, "MAX")
 
     def sum_(self, t: torch.Tensor) -> torch.Tensor:
-        """In-place elementwise SUM over the ranks."""
-        if not self.active:
-            return t
-        import torch.distributed as dist
-
-        return self._all_reduce(t, dist.ReduceOp.SUM)
+        return self._reduce(t, "SUM")
 
     def min_(self, t: torch.Tensor) -> torch.Tensor:
-        """In-place elementwise MIN over the ranks."""
-        if not self.active:
-            return t
-        import torch.distributed as dist
-
-        return self._all_reduce(t, dist.ReduceOp.MIN)
+        return self._reduce(t, "MIN")
 
     def vocab_layout(self, local_rows: int, tokens: int, chunk: int = 0) -> tuple[int, int]:
         """``(start, global_vocab)`` of this rank's shard, the shards lying in rank order, with only
@@ -90,22 +79,19 @@ class Collectives:
         mine = _encode(local_rows, settings, error, weight_range)
         every = [torch.zeros_like(mine) for _ in range(self.world_size)]
         dist.all_gather(every, mine, group=self.group)
+        every = [_decode(e) for e in every]
         _raise_rank_error(every, error)
         _raise_disagreement(every, settings)
         _raise_bad_layout(every)
-        rows = [int(e[_ROWS]) for e in every]
+        rows = [e["rows"] for e in every]
         return sum(rows[: self.rank]), sum(rows)
 
 
-# The first collective's record, int64 slots: the argument error (class code, then its message as
-# UTF-8 bytes), this rank's rows, the weight's place in a full weight it is a view of, then each
-# setting in _SLOTS slots (an int; a float's bits; a string's UTF-8 bytes; None).
-_MSG = 64  # slots: 512 bytes of message
-_SLOTS = 3  # per setting: a string of up to 23 bytes
-_ERROR, _ROWS, _RANGE = 0, 1 + _MSG, 2 + _MSG
-_HEAD = _RANGE + 3
-_KIND_NONE, _KIND_INT, _KIND_FLOAT, _KIND_STR = range(4)
-_MAX_SETTINGS = 24  # the record has one length on every rank (gloo aborts on a size mismatch)
+# The first collective's record: JSON (data, never code) in a fixed number of int64 slots, zero-padded,
+# since gloo aborts when ranks gather different sizes. It holds the argument error (class, message), this
+# rank's rows, the weight's place in a full weight it is a view of, and the settings as (name, JSON text).
+_RECORD_BYTES = 4096
+_MESSAGE_CHARS = 512
 
 
 def _error_classes():
@@ -114,72 +100,47 @@ def _error_classes():
     return (XLossError, XLossValueError, XLossTypeError, XLossIndexError, UnsupportedRequestError)
 
 
-def _text_slots(text: str, n: int) -> list[int]:
-    raw = text.encode("utf-8")[: 8 * n]
-    raw = raw + b"\0" * (8 * n - len(raw))
-    return [int.from_bytes(raw[8 * i: 8 * i + 8], "little", signed=True) for i in range(n)]
-
-
-def _slots_text(slots) -> str:
-    raw = b"".join(int(v).to_bytes(8, "little", signed=True) for v in slots)
-    return raw.rstrip(b"\0").decode("utf-8", "replace")
-
-
 def _encode(rows: int, settings, error, weight_range) -> torch.Tensor:
-    if len(settings) > _MAX_SETTINGS:
-        raise XLossValueError(f"at most {_MAX_SETTINGS} settings can be compared across ranks")
-    rec = [0] * (_HEAD + 1 + _SLOTS * _MAX_SETTINGS)
-    if error is not None:
-        classes = _error_classes()
-        rec[_ERROR] = 1 + max(i for i, c in enumerate(classes) if isinstance(error, c))
-        rec[1:1 + _MSG] = _text_slots(str(error), _MSG)
-    rec[_ROWS] = rows
-    rec[_RANGE:_RANGE + 3] = weight_range or (-1, -1, -1)
-    rec[_HEAD] = len(settings)
-    for i, (_, value) in enumerate(settings):
-        at = _HEAD + 1 + _SLOTS * i
-        if value is None:
-            rec[at:at + _SLOTS] = [_KIND_NONE, 0, 0]
-        elif isinstance(value, str):
-            rec[at:at + _SLOTS] = [_KIND_STR, *_text_slots(value, _SLOTS - 1)]
-        elif isinstance(value, float):
-            rec[at:at + _SLOTS] = [_KIND_FLOAT, int(torch.tensor(value, dtype=torch.float64).view(torch.int64)), 0]
-        else:
-            rec[at:at + _SLOTS] = [_KIND_INT, int(value), 0]
-    return torch.tensor(rec, dtype=torch.int64)
+    failed = None if error is None else max(i for i, c in enumerate(_error_classes()) if isinstance(error, c))
+    message = "" if error is None else str(error)[:_MESSAGE_CHARS]
+    record = {"error": failed, "rows": rows, "range": list(weight_range or (-1, -1, -1)),
+              "settings": [[name, json.dumps(value)] for name, value in settings]}
+    raw = json.dumps({**record, "message": message}, ensure_ascii=False).encode()
+    while len(raw) > _RECORD_BYTES and message:  # a long message gives way, never a setting
+        message = message[: len(message) // 2]
+        raw = json.dumps({**record, "message": message}, ensure_ascii=False).encode()
+    if len(raw) > _RECORD_BYTES:
+        raise XLossValueError(f"the settings compared across ranks exceed {_RECORD_BYTES} bytes")
+    return torch.frombuffer(bytearray(raw.ljust(_RECORD_BYTES, b"\0")), dtype=torch.int64).clone()
 
 
-def _decode(rec: torch.Tensor, i: int):
-    kind, *slots = (int(v) for v in rec[_HEAD + 1 + _SLOTS * i: _HEAD + 1 + _SLOTS * (i + 1)])
-    if kind == _KIND_NONE:
-        return None
-    if kind == _KIND_STR:
-        return _slots_text(slots)
-    if kind == _KIND_FLOAT:
-        return float(torch.tensor(slots[0], dtype=torch.int64).view(torch.float64))
-    return slots[0]
+def _decode(rec: torch.Tensor) -> dict:
+    try:
+        return json.loads(rec.numpy().tobytes().rstrip(b"\0").decode())
+    except ValueError:
+        raise XLossValueError("vocabulary-parallel ranks run different versions of xloss (their first "
+                              "collectives differ in format)") from None
 
 
 def _raise_rank_error(every, error) -> None:
-    failed = [r for r, e in enumerate(every) if int(e[_ERROR])]
+    failed = [r for r, e in enumerate(every) if e["error"] is not None]
     if not failed:
         return
     r = failed[0]
-    cls = _error_classes()[int(every[r][_ERROR]) - 1]
+    cls = _error_classes()[every[r]["error"]]
     others = f" (and on rank{'s' * (len(failed) > 2)} {', '.join(map(str, failed[1:]))})" if failed[1:] else ""
-    raise cls(f"vocabulary-parallel call refused on rank {r}{others}: "
-              f"{_slots_text(every[r][1:1 + _MSG].tolist())}") from error
+    raise cls(f"vocabulary-parallel call refused on rank {r}{others}: {every[r]['message']}") from error
 
 
 def _raise_disagreement(every, settings) -> None:
-    if len({int(e[_HEAD]) for e in every}) != 1 or len({e.numel() for e in every}) != 1:
+    if len({tuple(name for name, _ in e["settings"]) for e in every}) != 1:
         raise XLossValueError("vocabulary-parallel ranks run different versions of xloss (their first "
-                              "collectives differ in length)")
+                              "collectives compare different settings)")
     parts = []
     for i, (name, _) in enumerate(settings):
-        seen = [_decode(e, i) for e in every]
+        seen = [e["settings"][i][1] for e in every]  # JSON texts: NaN equals NaN, 1 differs from 1.0
         if len(set(seen)) != 1:
-            parts.append(f"{name} ({', '.join(f'{v!r} on rank {r}' for r, v in enumerate(seen))})")
+            parts.append(f"{name} ({', '.join(f'{json.loads(v)!r} on rank {r}' for r, v in enumerate(seen))})")
     if parts:
         raise XLossValueError(f"vocabulary-parallel ranks disagree on {'; '.join(parts)}: every rank must pass the "
                               "same tokens, targets and settings (only weight and bias are per-rank shards)")
@@ -187,7 +148,7 @@ def _raise_disagreement(every, settings) -> None:
 
 def _raise_bad_layout(every) -> None:
     """Shards that are views of one full weight must tile it in rank order, without overlap or gap."""
-    ranges = [tuple(int(v) for v in e[_RANGE:_RANGE + 3]) for e in every]
+    ranges = [tuple(e["range"]) for e in every]
     if any(full < 0 for full, _, _ in ranges) or len({full for full, _, _ in ranges}) != 1:
         return  # not every shard is a view of a full weight of one size: the rank order is the layout
     for r in range(1, len(ranges)):
