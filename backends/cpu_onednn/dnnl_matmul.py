@@ -18,6 +18,14 @@ brings a second runtime, or a non-OpenMP build (e.g. the TBB-based ``onednn`` 20
 :func:`logits` returns False wherever it declines (no library, other dtypes, a reference-only
 implementation, any oneDNN error); the caller then takes its own route. ``XLOSS_ONEDNN_MATMUL=0``
 turns the route off (ours, for A/B measurements).
+
+**One thread per primitive.** oneDNN's library-managed scratchpad (its default) is shared: by every
+primitive of the thread that made them (built with ``DNNL_ENABLE_CONCURRENT_EXEC=OFF``, the default; a
+primitive may then run only on that thread) or by every run of one primitive (``=ON``; two threads may then
+not run it at once). So each thread makes and keeps its own primitives, as it keeps its own stream (oneDNN's
+own primitive cache makes another thread's copy cheap). A cache shared by the threads let the ranks of a
+threaded process group run one primitive at once (same shapes, each its own weight shard), and now and then
+a rank's logits came back wrong.
 """
 
 from __future__ import annotations
@@ -69,13 +77,12 @@ _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS = 1, 17, 33, 41  # DNNL_ARG_*
 _QUERY_IMPL_INFO_STR = 8  # dnnl_query_impl_info_str
 _RUNTIME_OMP = 2  # DNNL_RUNTIME_OMP (dnnl_version_t.cpu_runtime)
 _LIBRARY = "libdnnl.so.3"
-_CACHE_SIZE = 32  # primitives kept (a chunked FLCE uses two or three shapes)
+_CACHE_SIZE = 32  # primitives kept per thread (a chunked FLCE uses two or three shapes)
 
 _lock = threading.Lock()
 _loaded = None  # (ffi, lib, engine) once loaded; False once refused
 _why = "not loaded yet"
-_cache: collections.OrderedDict = collections.OrderedDict()  # key -> _Primitive
-_local = threading.local()  # one stream per thread
+_local = threading.local()  # per thread: its stream, and its primitives (key -> _Primitive, least recent first)
 
 
 def _new_lock_in_child() -> None:  # another thread may have held the lock at the fork
@@ -194,12 +201,20 @@ def _md(ffi, lib, dims, strides, dt):
     return ffi.gc(md[0], lib.dnnl_memory_desc_destroy)
 
 
+def _primitives() -> collections.OrderedDict:
+    """The calling thread's primitives: no other thread runs them (see the module's notes)."""
+    cache = getattr(_local, "primitives", None)
+    if cache is None:
+        cache = _local.primitives = collections.OrderedDict()
+    return cache
+
+
 def _primitive(loaded, key) -> _Primitive:
-    with _lock:
-        p = _cache.get(key)
-        if p is not None:
-            _cache.move_to_end(key)
-            return p
+    cache = _primitives()
+    p = cache.get(key)
+    if p is not None:
+        cache.move_to_end(key)
+        return p
     ffi, lib, engine = loaded
     (m, n, k), sa, sb, so, out_dt, bias_dt, _nthr = key
     mds = [_md(ffi, lib, [m, k], list(sa), _BF16), _md(ffi, lib, [k, n], list(sb), _BF16),
@@ -207,10 +222,9 @@ def _primitive(loaded, key) -> _Primitive:
     if bias_dt is not None:
         mds.append(_md(ffi, lib, [1, n], [n, 1], bias_dt))
     p = _Primitive(ffi, lib, engine, mds, bias_dt is not None)
-    with _lock:
-        _cache[key] = p
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+    cache[key] = p
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)  # (freed here, on the thread that made it)
     return p
 
 

@@ -213,3 +213,82 @@ def test_dnnl_matmul_general_layouts(out_dtype, a_t, b_t):
     if out_dtype == torch.bfloat16:
         bound = bound * (1 + 2.0**-8) + 2.0**-8 * ref.abs()  # bf16's unit roundoff: 2**-8
     assert bool(((out.double() - ref).abs() <= bound).all())
+
+
+def _in_threads(n, fn, *barriers):
+    """``fn(i)`` on ``n`` threads at once, each with the caller's OpenMP thread count (the primitives' key
+    holds it, so every thread asks for the same primitive); returns what they raised. ``barriers``: those
+    the threads meet at, broken when one fails."""
+    import threading
+
+    count, errors = torch.get_num_threads(), []
+
+    def body(i):
+        try:
+            torch.set_num_threads(count)
+            fn(i)
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            errors.append(exc)
+            for barrier in barriers:  # the others stop waiting for this one
+                barrier.abort()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return errors
+
+
+@needs_dnnl
+def test_a_primitive_runs_only_on_the_thread_that_made_it(monkeypatch):
+    """oneDNN's library scratchpad lets a primitive run only on the thread that made it (and never on two at
+    once): the same shape on four threads (and this one, first) takes five primitives, each on one thread."""
+    import threading
+
+    users, real = {}, dnnl_matmul._primitive
+
+    def spy(loaded, key):
+        p = real(loaded, key)
+        users.setdefault(id(p), (p, set()))[1].add(threading.current_thread())
+        return p
+
+    monkeypatch.setattr(dnnl_matmul, "_primitive", spy)
+    x, w, _ = operands(6, 10, 7, seed=4)
+
+    def run(_):
+        for _ in range(2):
+            out = torch.empty(6, 7)
+            assert dnnl_matmul.logits(out, x, w)
+            assert_logits(out, x, w)
+
+    run(None)
+    ready = threading.Barrier(4)  # the four alive together: four distinct threads
+    assert not _in_threads(4, lambda i: (ready.wait(), run(i), ready.wait()), ready)
+    assert len(users) == 5 and all(len(threads) == 1 for _, threads in users.values())
+
+
+@needs_dnnl
+def test_threads_running_one_shape_at_once_get_their_own_products():
+    """Four threads multiply their own operands of one shape at the same moment, 200 times: every product
+    within float32 accumulation error of its float64 reference. (With one primitive shared by the threads,
+    this failed in 5 runs of 5 on the 2-core reference machine, each time within its first 20 rounds.)"""
+    import threading
+
+    m, k, n = 128, 1024, 512
+    cases = [operands(m, k, n, seed=40 + i) for i in range(4)]
+    refs = [(x.double() @ w.double().T, (k + 2) * 2.0**-24 * (x.double().abs() @ w.double().abs().T))
+            for x, w, _ in cases]
+    step = threading.Barrier(4)
+
+    def run(i):
+        (x, w, _), (ref, bound) = cases[i], refs[i]
+        out = torch.empty(m, n)
+        for r in range(200):
+            step.wait()
+            assert dnnl_matmul.logits(out, x, w)
+            excess = ((out.double() - ref).abs() - bound).max().item()
+            assert excess <= 0, f"thread {i}, round {r}: error exceeds the bound by up to {excess:.3g}"
+
+    errors = _in_threads(4, run, step)
+    assert not errors, errors[0]
