@@ -1,8 +1,9 @@
 """Backward of the negative log-likelihood loss, with PyTorch's semantics, in float64.
 
-``self`` is (N, C) or (C); ``target`` is (N) or (). The gradient is zero everywhere except
-``out[i, t_i] = -w[t_i] * g`` for rows whose target is not ``ignore_index``, where ``g`` is
-``grad[i]`` (``none``), ``grad`` (``sum``) or ``grad / total_weight`` (``mean``).
+``self`` is (C), (N, C) or (N, C, d1, ..., dk); ``target`` is (), (N) or (N, d1, ..., dk). Every position
+of the trailing dims is a row (the class axis moved last, as PyTorch defines it). The gradient is zero
+everywhere except ``out[i, t_i] = -w[t_i] * g`` for rows whose target is not ``ignore_index``, where ``g``
+is ``grad[i]`` (``none``; ``grad`` has target's shape), ``grad`` (``sum``) or ``grad / total_weight`` (``mean``).
 ``total_weight`` defaults to the sum of ``w[t_i]`` over the rows that are not ignored.
 With ``mean`` and ``total_weight == 0`` the division gives inf/NaN in non-ignored rows, as
 in PyTorch; if every row is ignored the result is all zeros.
@@ -32,7 +33,7 @@ def nll_total_weight(target, classes, weight=None, ignore_index=-100):
 def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_index=-100, total_weight=None):
     """d NLL / d self times the upstream gradient (float64), shape of ``self``."""
     shape = np.shape(self)
-    classes = shape[-1]
+    classes = shape[1] if len(shape) >= 2 else shape[0]
     t = _indices(target)
     w = np.ones(classes) if weight is None else as_f64(weight)
     valid = t != ignore_index
@@ -40,7 +41,7 @@ def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_i
     cols = t[valid]
 
     g = as_f64(grad).reshape(-1)
-    if reduction == "none" and len(shape) == 2:
+    if reduction == "none" and len(shape) >= 2:
         g_rows = np.broadcast_to(g, t.shape)[rows]  # a scalar grad is the same for every row
     else:
         g_rows = np.full(rows.shape, g[0])
@@ -49,10 +50,13 @@ def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_i
         with np.errstate(divide="ignore", invalid="ignore"):
             g_rows = g_rows / tw
 
-    out = np.zeros((len(t), classes))  # one row per target; (C) input has one
+    out = np.zeros((len(t), classes))  # one row per target position; (C) input has one
     with np.errstate(invalid="ignore"):
         out[rows, cols] = w[cols] * -g_rows  # PyTorch's order: weight * (-grad / total_weight)
-    return out.reshape(shape)
+    if len(shape) <= 2:
+        return out.reshape(shape)
+    # rows are (n, d1, ..., dk) in C order: back to (N, C, d1, ..., dk)
+    return np.ascontiguousarray(np.moveaxis(out.reshape(shape[0], *shape[2:], classes), -1, 1))
 
 
 def rows_view(self, target):

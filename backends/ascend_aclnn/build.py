@@ -52,7 +52,9 @@ OPERATOR_SOURCES = ("view.c", "ops_elementwise.c", "ops_focal_drivingsdk.c", "op
                     "ops_nll_forward.c", "ops_bce_forward.c",
                     "ops_cross_entropy.c",
                     # dense-label cross entropy
-                    "ops_softmax_ce.c")
+                    "ops_softmax_ce.c",
+                    # NLL backward on (N, C, d1, ..., dk) input (issue #30)
+                    "ops_nll2d_backward.c")
 
 # FUNC_VISIBILITY makes ACL_FUNC_VISIBILITY export exactly the ABI symbols under -fvisibility=hidden.
 DEFINES = ["-DFUNC_VISIBILITY", "-D_POSIX_C_SOURCE=200809L"]

@@ -21,6 +21,9 @@ own forward operator was paired with before it was renamed: such a library's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 from ...declaration import Declaration
 
 XLOSS_FOCAL_FORWARD = "aclnnXlossSigmoidFocalLoss"
@@ -30,6 +33,7 @@ DS_FOCAL_GRAD = "aclnnSigmoidFocalLossGrad"
 LEGACY_FOCAL_BACKWARD = "aclnnSigmoidFocalLossBackward"  # xloss < issue 13: forward had DrivingSDK's name
 BCE_BACKWARD = "aclnnBinaryCrossEntropyBackward"
 NLL_BACKWARD = "aclnnNLLLossBackward"
+NLL_BACKWARD_2D = "aclnnNLLLoss2dBackward"  # (N, C, d1, ..., dk) input (issue #30)
 FLCE_GRAD = "aclnnFusedLinearCrossEntropyLossGrad"
 ONLINE_MAX_SUM = "aclnnFusedLinearOnlineMaxSum"
 LOSS_WITH_MAX_SUM = "aclnnFusedCrossEntropyLossWithMaxSum"
@@ -49,6 +53,27 @@ OPERATORS += (CROSS_ENTROPY, CROSS_ENTROPY_GRAD)
 
 FLOATS = ("float32", "float16", "bfloat16")
 HALVES = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class _OperatorsPerLayout(Declaration):
+    """A row whose ``input`` layouts each go through operators of their own (``layouts``: layout -> operators;
+    ``ops`` lists them all): declared for the layouts whose operators the library exports."""
+
+    layouts: Mapping[str, tuple] = field(default_factory=dict)
+
+    def operators(self, variant) -> tuple:
+        return self.layouts[variant["input"]]
+
+    def caps(self, has, dtypes=None, **kw):
+        dtypes = tuple(dtypes if dtypes is not None else self.dtypes)
+        found = tuple(lay for lay, ops in self.layouts.items() if any(has(d, *ops) for d in dtypes))
+        if not found:
+            return None
+        return Declaration(self.kernel, dtypes, (), variants={**self.variants, "input": found}, fixed=self.fixed,
+                           limits=self.limits, notes=self.notes).caps(
+            lambda d, *_: any(has(d, *self.layouts[lay]) for lay in found), dtypes, **kw)
+
 
 #: focal ABI -> (forward operator, gradient operator)
 FOCAL_ABIS = {"xloss": (XLOSS_FOCAL_FORWARD, XLOSS_FOCAL_BACKWARD), "drivingsdk": (DS_FOCAL_FORWARD, DS_FOCAL_GRAD)}
@@ -81,7 +106,10 @@ FOCAL = {
 TABLE = (
     Declaration("bce_grad", FLOATS, (BCE_BACKWARD,), variants={"eps_mode": "clamp"}, fixed={"eps": 1e-12},
                 notes="aclnnBinaryCrossEntropyBackward hard-wires max(x(1-x), 1e-12)"),
-    Declaration("nll_loss_grad", FLOATS, (NLL_BACKWARD,)),
+    _OperatorsPerLayout("nll_loss_grad", FLOATS, (NLL_BACKWARD, NLL_BACKWARD_2D),
+                        layouts={"C": (NLL_BACKWARD,), "NC": (NLL_BACKWARD,), "NCd": (NLL_BACKWARD_2D,)},
+                        notes="aclnnNLLLossBackward for (C) and (N, C) input; aclnnNLLLoss2dBackward for "
+                              "(N, C, d1, ..., dk) as (N, C, d1, d2 * ... * dk)"),
     Declaration("fused_linear_cross_entropy_grad", HALVES, (FLCE_GRAD,), variants={"label_smoothing": False},
                 notes="aclnnFusedLinearCrossEntropyLossGrad takes float16 or bfloat16 input and weight only "
                       "(no float32 path) and label_smoothing=0 only"),
@@ -158,3 +186,6 @@ OPERATORS += (SOFTMAX_CE,)
 TABLE += (Declaration("softmax_cross_entropy_with_logits", FLOATS, (SOFTMAX_CE,),
                       notes="aclnnSoftmaxCrossEntropyWithLogits: labels of features' shape and dtype, float32 "
                             "arithmetic"),)
+
+# -- NLL backward on (N, C, d1, ..., dk) input (issue #30): aclnnNLLLoss2dBackward, in the nll_loss_grad row above
+OPERATORS += (NLL_BACKWARD_2D,)

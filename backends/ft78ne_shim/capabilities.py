@@ -35,7 +35,9 @@ TABLE = (
                 notes="no per-element weight in the DSP signature"),
     Declaration("bce_grad", ops=("binarycrossentropygrad",), variants={"eps_mode": "add"}, fixed={"eps": BCE_EPS},
                 private_flags=("upstream_in_dtype",), notes="the manual's x(1-x) + eps"),
-    Declaration("nll_loss_grad", ops=("nlllossgrad",)),
+    Declaration("nll_loss_grad", ops=("nlllossgrad",),
+                notes="(N, C, d...) input is copied to the page's [batch, class_num] rows (class axis last) and "
+                      "the gradient moved back"),
     # tiles add into 16-bit outputs (accumulate=1)
     Declaration("fused_linear_cross_entropy_grad", ops=("fusedlinearcrossentropylossgrad",),
                 variants={"label_smoothing": False}, private_flags=("partials_in_dtype",),

@@ -4,10 +4,16 @@ The manual's nlllossgrad has no ignore_index: rows whose target is ignore_index 
 the call (the kept rows are compacted, their gradient rows scattered back, the ignored ones zero),
 so the port's own none/sum/mean paths run on exactly the rows PyTorch counts, with the global
 total_weight: no extra rounding, whatever is ignored.
+
+The page's logits and gradient are [batch, class_num]: (N, C, d1, ..., dk) input is copied to that layout
+(the class axis last, every position a row; target and a per-position upstream gradient flattened in the
+same order) and the rows' gradient moved back. The page's arithmetic is per row (the total weight is an
+operand), so the rows are the positions PyTorch defines.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -37,6 +43,8 @@ def _in_range(value: float, dt) -> float:
 
 def nll_loss_grad(b, a) -> None:
     b._require(a.request())
+    if a.self.ndim > 2:
+        return _positions_as_rows(b, a)
     dt = a.self.dtype
     batch = abi.c_int("batch", a.self.shape[0] if a.self.ndim == 2 else 1)
     classes = abi.c_int("class_num", a.self.shape[-1])
@@ -74,6 +82,15 @@ def nll_loss_grad(b, a) -> None:
         b._finish(a.out, dst)
     else:
         out[rows] = dst
+
+
+def _positions_as_rows(b, a) -> None:
+    """(N, C, d1, ..., dk) through the page's [batch, class_num] layout (module docstring)."""
+    rows = np.ascontiguousarray(np.moveaxis(a.self, 1, -1)).reshape(-1, a.classes)
+    grad = a.grad.reshape(-1) if isinstance(a.grad, np.ndarray) else a.grad
+    out = np.empty_like(rows)
+    nll_loss_grad(b, dataclasses.replace(a, self=rows, target=a.target.reshape(-1), grad=grad, out=out))
+    a.out[...] = np.moveaxis(out.reshape(a.self.shape[0], *a.self.shape[2:], a.classes), -1, 1)
 
 
 def _nll_private(b, a, fname, ct, rows, labels, w, g, red, tw, per_row, out):

@@ -65,7 +65,7 @@ def test_conformance_fuzz_and_abi_suites_under_asan_and_ubsan(tmp_path):
     # ASan its FLCE case alone costs half a minute
     tests = ["tests/conformance/test_backends.py", "tests/hardening/test_ascend_fuzz.py",
              "tests/hardening/test_ascend_threads.py", "tests/backends/ascend/test_abi.py",
-             "tests/backends/ascend/test_strided.py"]
+             "tests/backends/ascend/test_strided.py", "tests/backends/ascend/test_nll2d_backward_abi.py"]
     # from a scratch folder, with absolute paths: `python -m` puts the working directory on sys.path,
     # and the repository root would shadow the installed package with the source tree
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-k", "ascend",

@@ -107,6 +107,9 @@ SEEDED = {
     "ce_no_max_shift": _bug((CE,), {(CE, dt, None) for dt in FLOATS}),
     "ce_grad_smooth_unweighted": _bug((CE_GRAD,), {(CE_GRAD, dt, None) for dt in FLOATS}),
     "ce_grad_mean_counts_ignored": _bug((CE_GRAD,), {(CE_GRAD, dt, None) for dt in FLOATS}),
+    # aclnnNLLLoss2dBackward (issue #30): N-d input of the NLL backward
+    "nll2db_target_transposed": _bug(("nll_loss_grad",), {("nll_loss_grad", dt, None) for dt in FLOATS}),
+    "nll2db_grad_per_sample": _bug(("nll_loss_grad",), {("nll_loss_grad", dt, None) for dt in FLOATS}),
 }
 
 
@@ -225,7 +228,7 @@ def test_a_port_without_an_operator_reports_it_not_implemented(ports):
     assert f"aclnnXlossSigmoidFocalLoss, aclnnBinaryCrossEntropyBackward, aclnnNLLLossBackward, " \
            f"aclnnFusedLinearCrossEntropyLossGrad, aclnnFusedLinearOnlineMaxSum, " \
            f"aclnnFusedCrossEntropyLossWithMaxSum, aclnnNLLLoss, aclnnNLLLoss2d, aclnnBinaryCrossEntropy, " \
-           f"aclnnCrossEntropyLoss, aclnnCrossEntropyLossGrad from " \
+           f"aclnnCrossEntropyLoss, aclnnCrossEntropyLossGrad, aclnnNLLLoss2dBackward from " \
            f"{ports['no_focal_backward']}" in origin
 
 

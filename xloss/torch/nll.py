@@ -4,8 +4,8 @@ xloss backend.
 The forward kernel gathers ``-weight[t] * input[i, t]`` (rows whose target is ``ignore_index`` give 0),
 summing in float32 or wider, and returns ``total_weight`` (the sum of ``weight[t]`` over rows not
 ignored) for ``mean``; the backward hands both to the kernel, which writes the one nonzero per row.
-(N, C, d1, ..., dk) input runs the forward kernel as it is; with a gradient, the class axis is moved
-last first (every position a row), as the backward kernel takes (N, C).
+(N, C, d1, ..., dk) input runs both kernels as it is (a backend whose backward takes (N, C) only gets the
+positions as rows, the class axis last: ``xloss.kernels.nll.torch_ops``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class _NLLLoss(torch.autograd.Function):
         return ops.call(nll_ops.nll_loss_forward, t_x, target, weight, ignore_index, reduction, backend)[0], None
 
 
-def _nll_2d(input, target, weight, ignore_index, reduction, key):
+def _nll(input, target, weight, ignore_index, reduction, key):
     if checks.wants_derivative(input):
         return _NLLLoss.call(input, target, weight, ignore_index, reduction, key)[0]
     return ops.call(nll_ops.nll_loss_forward, input, target, weight, ignore_index, reduction, key)[0]
@@ -91,13 +91,7 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: st
         checks.no_grad_required(weight, "weight", "nll_loss gives no gradient w.r.t. the class weights")
     reduction = checks.reduction(reduction)
     input, weight = checks.autocast_float32(input), checks.autocast_float32(weight)  # as torch's, under autocast
-    key = ops.backend_key(backend)
-    if input.ndim <= 2 or not checks.wants_derivative(input):
-        return _nll_2d(input, target, weight, ignore_index, reduction, key)
-    # (N, C, d1, ..., dk): the class axis last, every position a row, as PyTorch defines it
-    rows = input.movedim(1, -1).reshape(-1, classes)
-    loss = _nll_2d(rows, target.reshape(-1), weight, ignore_index, reduction, key)
-    return loss.reshape(target.shape) if reduction == "none" else loss
+    return _nll(input, target, weight, ignore_index, reduction, ops.backend_key(backend))
 
 
 class NLLLoss(torch.nn.Module):

@@ -34,6 +34,7 @@
 #include "aclnnop/aclnn_fused_linear_online_max_sum.h"
 #include "aclnnop/aclnn_nll_loss.h"
 #include "aclnnop/aclnn_nll_loss2d.h"
+#include "aclnnop/aclnn_nll_loss2d_backward.h"
 #include "aclnnop/aclnn_nll_loss_backward.h"
 #include "aclnnop/aclnn_sigmoid_focal_loss.h"
 #include "aclnnop/aclnn_sigmoid_focal_loss_grad.h"

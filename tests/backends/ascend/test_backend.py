@@ -56,7 +56,7 @@ def test_registered_and_shows_its_library(emu):
                                        "aclnnCrossEntropyLoss, aclnnCrossEntropyLossGrad, "
                                        "aclnnBinaryCrossEntropyWithLogits, "
                                        "aclnnBinaryCrossEntropyWithLogitsBackward, "
-                                       "aclnnSoftmaxCrossEntropyWithLogits from "
+                                       "aclnnSoftmaxCrossEntropyWithLogits, aclnnNLLLoss2dBackward from "
                                        f"{ascend_aclnn.emulator_library_path()}")
     # the runtime library alone: a working runtime with no operator at all
     bare = ascend_aclnn.make_backend(lib=ascend_aclnn.emulator_runtime_path())

@@ -41,6 +41,7 @@ PORT_SOURCES = [HERE / n for n in ("port_common.c", "port_focal.c", "port_focal_
                                    "port_nll.c", "port_flce.c", "port_vocab_parallel.c",
                                    "port_loss_forward.c")]  # NLL and BCE forward (issue #30)
 PORT_SOURCES += [HERE / "port_cross_entropy.c"]  # the cross-entropy family's operators
+PORT_SOURCES += [HERE / "port_nll2d_backward.c"]  # aclnnNLLLoss2dBackward (issue #30)
 PORT_HEADERS = [HERE / "port.h", HERE.parent / "pairwise.h"]
 
 # The emulator's flags: FUNC_VISIBILITY + -fvisibility=hidden export exactly the ACL_FUNC_VISIBILITY
@@ -94,6 +95,9 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "ce_no_max_shift": ("BUG_CE_NO_MAX_SHIFT",),  # log-sum-exp without the max: overflow
     "ce_grad_smooth_unweighted": ("BUG_CE_GRAD_SMOOTH_UNWEIGHTED",),  # the gradient's smoothing term unweighted
     "ce_grad_mean_counts_ignored": ("BUG_CE_GRAD_MEAN_COUNTS_IGNORED",),  # the gradient's mean over N rows
+    # aclnnNLLLoss2dBackward (issue #30)
+    "nll2db_target_transposed": ("BUG_NLL2DB_TARGET_TRANSPOSED",),  # the target plane read as W x H
+    "nll2db_grad_per_sample": ("BUG_NLL2DB_GRAD_PER_SAMPLE",),  # reduction 0's gradOutput read as (N)
 }
 
 #: hostile ports (tests/ports/test_hostile_ports.py): correct numbers, but each breaks the process or the

@@ -10,9 +10,12 @@ from types import MappingProxyType
 
 from .. import KernelSpec, register
 
+#: The backward: d loss / d self for (C), (N, C) and (N, C, d1, ..., dk) input (CANN's aclnnNLLLossBackward and
+#: aclnnNLLLoss2dBackward, the FT78NE/MT7004 nlllossgrad). ``input``: "C", "NC" or "NCd", as the forward's.
 ROW = KernelSpec(
     name="nll_loss_grad",
-    axes=MappingProxyType({"ndim": (1, 2), "weight": (False, True), "target_dtype": ("int64", "int32", "uint8")}),
+    axes=MappingProxyType({"input": ("C", "NC", "NCd"), "weight": (False, True),
+                           "target_dtype": ("int64", "int32", "uint8")}),
     primary=None,
     reduces=True,
     aliases=("nll",),
@@ -31,6 +34,7 @@ ROW = KernelSpec(
     order=30,
     bench_dims=2,
     bench_sizes=("32768x1000", "8192x1000"),
+    refusals=MappingProxyType({"input": "input of layout {value} ({supported})"}),
 )
 
 #: The forward: ``(loss, total_weight)`` for (C), (N, C) and (N, C, d1, ..., dk) input (CANN's aclnnNLLLoss and

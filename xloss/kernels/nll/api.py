@@ -13,7 +13,8 @@ __all__ = ["nll_loss", "nll_loss_grad"]
 
 def nll_loss_grad(grad, self, target, *, weight=None, reduction="mean", ignore_index=-100, total_weight=None,
                   backend=None, out=None):
-    """Backward of NLL loss w.r.t. the log-probabilities ``self`` ((N, C) or (C)); PyTorch semantics."""
+    """Backward of NLL loss w.r.t. the log-probabilities ``self`` ((C), (N, C) or (N, C, d1, ..., dk)); PyTorch
+    semantics. ``grad``: a scalar, or for ``none`` on batched input an array of target's shape."""
     a = nll_args(grad, self, target, weight=weight, reduction=reduction, ignore_index=ignore_index,
                  total_weight=total_weight, out=out)
     dispatch.run(a, backend, out)

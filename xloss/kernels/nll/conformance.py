@@ -1,4 +1,5 @@
-"""Descriptor of the NLL-loss backward (no modes; variants: 1-D/2-D input, weight, target dtype).
+"""Descriptor of the NLL-loss backward (no modes; variants: (C), (N, C) or (N, C, d1, ..., dk) input, weight,
+target dtype).
 
 ``xloss.conformance.nll`` is this module (an alias).
 """
@@ -35,20 +36,30 @@ def _kwargs(self_values, target, dtype, *, reduction, grad=1.0, weight=None, ign
     return kw
 
 
+def _shape(draw, layout: str, c: int) -> tuple:
+    if layout == "C":
+        return (c,)
+    if layout == "NC":
+        return (draw(st.one_of(st.integers(0, 24), st.sampled_from(V.ODD_SIZES)), label="N"), c)
+    dims = draw(st.lists(st.integers(0, 5), min_size=1, max_size=3), label="d1..dk")
+    return (draw(st.integers(0, 4), label="N"), c, *dims)
+
+
 def draw_case(draw, dtype, mode, caps) -> Case:
-    ndim = draw(st.sampled_from(sorted(caps.variants["ndim"])), label="ndim")
+    layout = draw(st.sampled_from(sorted(caps.variants["input"])), label="input layout")
     tdtype = draw(st.sampled_from(sorted(caps.variants["target_dtype"])), label="target dtype")
     c = draw(st.one_of(st.integers(1, 12), st.sampled_from((1, 2, 17, 64, 255, 1000))), label="C")
-    n = draw(st.one_of(st.integers(0, 24), st.sampled_from(V.ODD_SIZES)), label="N") if ndim == 2 else 1
+    shape = _shape(draw, layout, c)
+    t_shape = (shape[0], *shape[2:]) if len(shape) >= 2 else ()
+    n = math.prod(t_shape)
     hi = min(c, 256) if tdtype == "uint8" else c
     ignore_index = draw(st.sampled_from((-100, -1, 0, hi - 1) if tdtype != "uint8" else (-100, 0, hi - 1)),
                         label="ignore_index")
     t = np.array(draw(st.lists(st.integers(0, hi - 1), min_size=n, max_size=n)) if n <= V.ELEMENTWISE_MAX else
                  np.random.default_rng(draw(st.integers(0, 2**32 - 1))).integers(0, hi, n), dtype=np.int64)
-    if tdtype != "uint8" and ignore_index < 0 and n and draw(st.booleans(), label="some rows ignored"):
-        t[np.random.default_rng(n).random(n) < 0.3] = ignore_index
-    target = t.astype(_INDEX[tdtype]) if ndim == 2 else t[:1].reshape(()).astype(_INDEX[tdtype])
-    shape = (n, c) if ndim == 2 else (c,)
+    if tdtype != "uint8" and ignore_index < 0 and t.size and draw(st.booleans(), label="some rows ignored"):
+        t[np.random.default_rng(t.size).random(t.size) < 0.3] = ignore_index
+    target = t.reshape(t_shape).astype(_INDEX[tdtype])
     self_values = -np.abs(V.draw_values(draw, math.prod(shape), V.GRAD_DISTS)).reshape(shape)
     reduction = draw(st.sampled_from(sorted(caps.reductions)), label="reduction")
     weight = None
@@ -56,7 +67,7 @@ def draw_case(draw, dtype, mode, caps) -> Case:
         weight = V.draw_values(draw, c, V.WEIGHT_DISTS)
     total_weight = draw(st.one_of(st.none(), st.floats(0.5, 50.0)), label="total_weight") \
         if reduction == "mean" else None
-    grad = V.draw_upstream(draw, reduction, (n,), dtype, per_element=ndim == 2)
+    grad = V.draw_upstream(draw, reduction, t_shape, dtype, per_element=layout != "C")
     return Case(NLL_GRAD.name, None, dtype, _kwargs(self_values, target, dtype, reduction=reduction, grad=grad,
                                                      weight=weight, ignore_index=ignore_index,
                                                      total_weight=total_weight))
@@ -93,6 +104,33 @@ def edge_cases(dtype, mode, caps=None) -> list[Case]:
             grad=V.smallest_subnormal(dtype), weight=np.array([3e4, 0.5, 2.0]))
     add("uint8 targets", (6, 300), np.array([0, 255, 17, 3, 200, 9], np.uint8), reduction="sum")
     add("int32 targets", (5, 4), np.array([3, 2, 1, 0, -100], np.int32), reduction="mean")
+    # (N, C, d1, ..., dk): every position a row; non-square planes, so a plane read transposed shows
+    t4 = rng.integers(0, 5, (3, 4, 7))
+    t4[rng.random(t4.shape) < 0.2] = -100
+    for red in ("none", "mean", "sum"):
+        add(f"4-D input (N, C, H, W) with ignored positions, {red}", (3, 5, 4, 7), t4, reduction=red,
+            grad=V.cast(rng.uniform(-1, 1, t4.shape), dtype) if red == "none" else 0.75, weight=rng.uniform(0, 2, 5))
+        add(f"no positions (a zero spatial dim), {red}", (2, 3, 0, 4), np.zeros((2, 0, 4), np.int64), reduction=red)
+        add(f"4-D input, every position ignored, {red}", (2, 3, 2, 5), np.full((2, 2, 5), -100), reduction=red)
+    add("3-D input (N, C, L), none with one grad", (2, 4, 9), rng.integers(0, 4, (2, 9)), reduction="none", grad=-1.5)
+    add("3-D input (N, C, L), none", (2, 4, 9), rng.integers(0, 4, (2, 9)), reduction="none",
+        grad=V.cast(rng.uniform(-1, 1, (2, 9)), dtype))
+    add("5-D input, sum", (2, 3, 2, 3, 4), rng.integers(0, 3, (2, 2, 3, 4)), reduction="sum", grad=-0.5)
+    add("4-D input, W = 1, none", (2, 6, 5, 1), rng.integers(0, 6, (2, 5, 1)), reduction="none",
+        grad=V.cast(rng.uniform(-1, 1, (2, 5, 1)), dtype))
+    add("4-D input, H = 1, mean", (2, 6, 1, 5), rng.integers(0, 6, (2, 1, 5)), reduction="mean",
+        weight=rng.uniform(0.5, 1.5, 6))
+    add("4-D input, caller's total_weight, mean", (2, 4, 3, 2), rng.integers(0, 4, (2, 3, 2)), reduction="mean",
+        total_weight=7.25)
+    add("4-D input, ignore_index is a valid class, mean", (2, 4, 3, 5), rng.integers(0, 4, (2, 3, 5)),
+        reduction="mean", ignore_index=1)
+    add("4-D uint8 targets, none", (2, 300, 2, 3), np.array([[[0, 255, 17], [3, 200, 9]]] * 2, np.uint8),
+        reduction="none", grad=V.cast(rng.uniform(-1, 1, (2, 2, 3)), dtype))
+    add("4-D int32 targets, sum", (2, 4, 2, 3), np.array([[[3, 2, 1], [0, -100, 2]]] * 2, np.int32), reduction="sum")
+    t4 = rng.integers(0, 19, (2, 33, 40))
+    t4[rng.random(t4.shape) < 0.1] = -100
+    add("N=2 C=19 33x40 with ignored positions, none", (2, 19, 33, 40), t4, reduction="none",
+        grad=V.cast(rng.uniform(-2, 2, t4.shape), dtype), weight=rng.uniform(0, 2, 19))
     return cases
 
 
@@ -101,7 +139,15 @@ def error_cases() -> list[ErrorCase]:
     t = np.array([0, 2, 1, -100])
     base = dict(grad=1.0, self=s, target=t)
     errs = [
-        ("self 3-D", dict(base, self=s.reshape(2, 2, 3)), XLossValueError, r"self must have shape \(N, C\) or \(C\)"),
+        ("self 0-d", dict(base, self=np.float32(-1.0), target=np.array(0)), XLossValueError,
+         r"self must have shape \(C\), \(N, C\) or \(N, C, d1, ..., dk\); got \(\)"),
+        ("target of a 4-D self without its spatial dims", dict(base, self=s.reshape(1, 3, 2, 2), target=t[:1]),
+         XLossValueError, r"target must have shape \(1, 2, 2\) for self of shape \(1, 3, 2, 2\); got \(1,\)"),
+        ("grad of the wrong shape (none, 4-D)", dict(base, self=s.reshape(1, 3, 2, 2), target=np.zeros((1, 2, 2), int),
+                                                     reduction="none", grad=np.ones((1, 4), np.float32)),
+         XLossValueError, r"grad must have shape \(1, 2, 2\)"),
+        ("4-D target out of range", dict(base, self=s.reshape(1, 3, 2, 2), target=np.array([[[0, 1], [3, 2]]])),
+         XLossIndexError, r"target\[2\] = 3 is out of range"),
         ("self integer", dict(base, self=np.zeros((4, 3), np.int32)), XLossTypeError, r"self must have a floating"),
         ("target float", dict(base, target=t.astype(np.float32)), XLossTypeError,
          r"target must have dtype int64, int32 or uint8; got float32"),
@@ -167,28 +213,29 @@ def allowed(case: Case, expected, caps=None):
     return (allowance(expected[0], o * factor, case.dtype) + scalar_rounding + underflow(case.dtype, w, g, inv_tw),)
 
 
-# -- the shrinker's and the large ladder's view of a case: a unit is a row of a 2-D input
+# -- the shrinker's and the large ladder's view of a case: a unit is a sample (a row of a 2-D input, an
+# (C, d1, ..., dk) block of an N-d one)
 
 def _units(case: Case) -> int:
     s = case.kwargs["self"]
-    return int(np.shape(s)[0]) if np.ndim(s) == 2 else 0
+    return int(np.shape(s)[0]) if np.ndim(s) >= 2 else 0
 
 
 def _select(case: Case, keep) -> dict:
     kw = dict(case.kwargs)
-    n = np.shape(kw["self"])[0]
+    t_shape = np.shape(kw["target"])
     kw["self"], kw["target"] = kw["self"][keep], kw["target"][keep]
-    if isinstance(kw["grad"], np.ndarray) and kw["grad"].shape == (n,):
+    if isinstance(kw["grad"], np.ndarray) and kw["grad"].shape == t_shape:
         kw["grad"] = kw["grad"][keep]
     return kw
 
 
 def _unit_of(case: Case, flat_index: int, output: int) -> int:
-    s = case.kwargs["self"]  # a row of a 2-D input (a 1-D input is one unit: no hint)
-    return flat_index // max(1, np.shape(s)[1]) if np.ndim(s) == 2 else -1
+    s = case.kwargs["self"]  # a sample of a batched input (a 1-D input is one unit: no hint)
+    return flat_index // max(1, math.prod(np.shape(s)[1:])) if np.ndim(s) >= 2 else -1
 
 
-#: the NLL backward: a row of a 2-D input.
+#: the NLL backward: a sample of a batched input.
 SHRINKING = Shrinking(_units, _select, _unit_of)
 
 #: (label, N, C, reduction) of the large rungs (every rung agrees across runs and configurations):
@@ -219,7 +266,28 @@ def _large_rung(n, c, reduction):
     return period
 
 
-LADDER = large.Ladder(tuple(large.Rung(label, 1, True, _large_rung(n, c, red)) for label, n, c, red in LARGE), "self",
+#: (label, (N, C, H, W)) of the N-d rung: a segmentation map, per-position upstream gradient, every core past 65536
+LARGE_MAP = ("N=4 C=21 80x81 (a segmentation map), none", (4, 21, 80, 81))
+
+
+def _large_map(dtype, mode, seed, label, caps):
+    if caps is not None and "NCd" not in caps.variants["input"]:
+        return None
+    declared = sorted(caps.variants["target_dtype"]) if caps is not None else ["int64"]
+    tdt = "int64" if "int64" in declared else "int32" if "int32" in declared else "uint8"
+    shape = LARGE_MAP[1]
+    rng = large.rng_for(seed, NLL_GRAD.name, dtype, tdt, label)
+    t_shape = (shape[0], *shape[2:])
+    t = rng.integers(0, shape[1], t_shape)
+    t[rng.random(t_shape) < 0.1] = 255 if tdt == "uint8" else -100
+    kw = _kwargs(-np.abs(rng.normal(0.0, 3.0, shape)), t.astype(np.dtype(tdt)), dtype, reduction="none",
+                 grad=V.cast(rng.uniform(-2.0, 2.0, t_shape), dtype), weight=rng.uniform(0.0, 2.0, shape[1]),
+                 ignore_index=255 if tdt == "uint8" else -100)
+    return Case(NLL_GRAD.name, None, dtype, kw, f"large: {label}, {tdt} targets")
+
+
+LADDER = large.Ladder(tuple(large.Rung(label, 1, True, _large_rung(n, c, red)) for label, n, c, red in LARGE)
+                      + (large.Rung(LARGE_MAP[0], 1, True, _large_map),), "self",
                       per_class=("weight",), mean_as_sum=large.mean_as_sum)
 
 

@@ -56,8 +56,21 @@ def _(input, target, weight, ignore_index, reduction, backend=None):
 def nll_loss_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
                       total_weight: torch.Tensor, ignore_index: int, reduction: str,
                       backend: str | None) -> torch.Tensor:
-    return api.nll_loss_grad(scalar_or(grad), input, target, weight=weight, reduction=reduction,
-                             ignore_index=ignore_index, total_weight=float(total_weight), backend=backend_of(backend))
+    """The gradient w.r.t. (C), (N, C) or (N, C, d1, ..., dk) input (``xloss.nll_loss_grad``); a backend that
+    declares the backward for (C) and (N, C) input only gets an N-d one as rows (the class axis last), as PyTorch
+    defines them, and its gradient moved back."""
+    g = scalar_or(grad)
+    kw = dict(weight=weight, reduction=reduction, ignore_index=ignore_index, total_weight=float(total_weight),
+              backend=backend_of(backend))
+    try:
+        return api.nll_loss_grad(g, input, target, **kw)
+    except UnsupportedRequestError:
+        if input.ndim <= 2:
+            raise
+    classes = input.shape[1]
+    rows = api.nll_loss_grad(g.reshape(-1) if isinstance(g, torch.Tensor) else g,
+                             input.movedim(1, -1).reshape(-1, classes), target.reshape(-1), **kw)
+    return rows.reshape(input.shape[0], *input.shape[2:], classes).movedim(-1, 1).contiguous()
 
 
 @nll_loss_backward.register_fake
