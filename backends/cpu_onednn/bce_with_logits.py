@@ -20,7 +20,7 @@ from numba import njit, prange
 from .access import load, storage_view, store
 from .intrinsics import inline_me, like, radd
 from .layout import BLOCK as _BLOCK
-from .layout import broadcast_plan, n_blocks, ones_block, stretch, threads_for
+from .layout import broadcast_plan, n_blocks, ones_block, stretch, threads_for, tiled
 from .vecmath import vexp, vlog1p_unit
 
 _INL = dict(error_model="numpy")
@@ -154,8 +154,8 @@ def run(a, backend=None) -> None:
             a.loss_out[...] = np.nan if mean else 0.0  # mean of nothing is NaN, as torch
         return
     ones = ones_block(a.x.dtype)
-    w = broadcast_plan(a.weight, a.x.shape, ones)
-    pw = broadcast_plan(a.pos_weight, a.x.shape, ones)
+    w = tiled(broadcast_plan(a.weight, a.x.shape, ones))
+    pw = tiled(broadcast_plan(a.pos_weight, a.x.shape, ones))
     partials = np.empty(n_blocks(n))
     store_loss = a.reduction == "none" and a.loss_out is not None
     scratch = np.empty(1, dtype=storage_view(ones).dtype)  # stands in for an output that is not written
