@@ -18,10 +18,10 @@ import numpy as np
 from numba import njit, prange
 
 from .access import load, storage_view, store
-from .intrinsics import inline_me, like, radd
+from .intrinsics import fma, inline_me, like, radd
 from .layout import BLOCK as _BLOCK
 from .layout import broadcast_plan, n_blocks, ones_block, stretch, threads_for, tiled
-from .vecmath import vexp, vlog1p_unit
+from .sigmoid_terms import sigmoid_terms
 
 _INL = dict(error_model="numpy")
 _KERNEL = dict(parallel=True, cache=True, error_model="numpy")
@@ -35,20 +35,18 @@ def _parts(xv, yv, pw, want_grad):
     inline_me()
     one = like(1.0, xv)
     zero = like(0.0, xv)
-    e = vexp(-abs(xv))
-    rcp = one / (one + e)  # sigmoid(|x|)
+    e, rcp, softplus = sigmoid_terms(xv)  # exp(-|x|), sigmoid(|x|), log1p(exp(-|x|))
     omy = one - yv
     ypw = yv * pw
-    lw = one + (pw - one) * yv
-    linear = xv * omy if xv > zero else -xv * ypw
-    loss = linear + lw * vlog1p_unit(e, rcp)
+    lw = fma(pw, yv, omy)  # 1 + (pw - 1) y as two nonnegative terms: no cancellation for pw < 1, y near 1
+    pos = xv > zero
+    linear = xv * (omy if pos else -ypw)
+    loss = linear + lw * softplus
     dx = zero
     if want_grad:
-        small = e * rcp  # sigmoid(-|x|)
-        pos = xv >= zero
-        p = rcp if pos else small
-        s = small if pos else rcp
-        dx = omy * p - ypw * s
+        # (1-y) p - pw y s with p, s = sigmoid(x), sigmoid(-x) = rcp and e*rcp in either order:
+        # rcp times one FMA (its product exact), two roundings fewer than forming e*rcp first
+        dx = rcp * (fma(-ypw, e, omy) if pos else fma(omy, e, -ypw))
     return loss, dx
 
 
@@ -77,6 +75,31 @@ def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, gr
     return acc
 
 
+@njit(**_INL)
+def _run_uniform(x, y, i0, m, wk, pw, po, pk, gk, loss_out, store_loss, grad_out, want_grad, want_sum):
+    """:func:`_run` where the weight (``wk``) and the upstream gradient (``gk``) are one value over the
+    stretch (no weight and a scalar upstream: the common call): the gradient takes one product by
+    ``wk * gk`` and the sum is weighted once, four multiplies fewer per element on the FMA pipes that
+    bound this loop."""
+    inline_me()
+    acc = 0.0
+    zero = like(0.0, wk)
+    scale = wk * gk
+    for j0 in range(0, m, _SUB):
+        sub = zero
+        for j in range(j0, min(m, j0 + _SUB)):
+            i = i0 + j
+            lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, want_grad)
+            if want_sum:
+                sub = radd(sub, lv)
+            if store_loss:
+                store(loss_out, i, wk * lv)
+            if want_grad:
+                store(grad_out, i, dv * scale)
+        acc += np.float64(sub)
+    return acc * np.float64(wk)
+
+
 @njit(inline="always", error_model="numpy")  # IR-inlined: its prange must land in the kernel
 def _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_scale, loss_out, store_loss,
             grad_out, partials, want_grad, want_sum):
@@ -99,9 +122,13 @@ def _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_sc
                 wo = 0
             if pi >= 0:
                 po = 0
-            go = pos if g_full else 0
-            acc += _run(x, y, pos, end - pos, wsrc, wo, wk, psrc, po, pk, g, go, gk, loss_out, store_loss,
-                        grad_out, want_grad, want_sum)
+            if wi >= 0 and not g_full:
+                acc += _run_uniform(x, y, pos, end - pos, wk, psrc, po, pk, gk, loss_out, store_loss, grad_out,
+                                    want_grad, want_sum)
+            else:
+                go = pos if g_full else 0
+                acc += _run(x, y, pos, end - pos, wsrc, wo, wk, psrc, po, pk, g, go, gk, loss_out, store_loss,
+                            grad_out, want_grad, want_sum)
             pos = end
         partials[b] = acc
 
