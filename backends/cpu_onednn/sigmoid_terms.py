@@ -14,8 +14,8 @@ and the log1p argument is that exp, so:
   scaled by 2**-64 so that the product by ``2**(64 - n)`` (always a normal number) is the one
   rounding, gradual into the subnormals;
 * ``log1p(e) = 2 atanh(t)``, ``t = e/(2 + e)`` in [0, 1/3]: ``2t + 2t z R(z)``, ``z = t*t``, R of
-  degree 3 (fit error 0.09 x 2**-24), evaluated in ``v = 2t = e/(1 + e/2)`` so that a subnormal e
-  is not halved (rounded) on the way: seven multiply-adds and a division where the polynomial in e
+  degree 3 (fit error 0.09 x 2**-24), evaluated in ``v = 2t = 2e/(2 + e)`` so that a subnormal e
+  is not halved (rounded) on the way: six multiplies or FMAs, two adds and a division where the polynomial in e
   takes eleven multiply-adds (the divider runs beside the FMA pipes, which bound this loop).
 
 ``benchmarks/cpu_fit_sigmoid_terms.py`` recomputes both fits; the end-to-end error of the BCE with
@@ -47,7 +47,7 @@ _P = tuple(np.float32(c * _POST) for c in (
     0.0013859285973012447))
 _ONE_SCALED = np.float32(_POST)
 # log1p(e) = 2 atanh(t) = 2t + 2t z R(z), z = t*t; R from benchmarks/cpu_fit_sigmoid_terms.py. Taken in
-# v = 2t = e/(1 + e/2) (no halving of a subnormal e) and v*v = 4z: S(v*v) = R(v*v/4)/4, S_k = R_k / 4**(k+1)
+# v = 2t = 2e/(2 + e) (no halving of a subnormal e) and v*v = 4z: S(v*v) = R(v*v/4)/4, S_k = R_k / 4**(k+1)
 _S = tuple(np.float32(c / 4.0 ** (k + 1)) for k, c in enumerate(
     (0.3333320617675781, 0.2001080960035324, 0.1400042325258255, 0.14007562398910522)))
 
@@ -80,7 +80,7 @@ def sigmoid_terms_f32(x):
     one = np.float32(1.0)
     e = exp_neg_abs_f32(x)
     r = one / (one + e)
-    v = e / fma(e, np.float32(0.5), one)  # 2 atanh's 2t: e itself while e is tiny
+    v = (e + e) / (np.float32(2.0) + e)  # 2t: 2e exact, so a subnormal e is not halved and rounded
     vv = v * v
     q = fma(fma(fma(_S[3], vv, _S[2]), vv, _S[1]), vv, _S[0])
     return e, r, fma(v, vv * q, v)
