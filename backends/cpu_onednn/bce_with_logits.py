@@ -1,12 +1,15 @@
 """Binary cross entropy with logits: loss, gradient, or both, in one parallel pass over x and y.
 
-Per element (``pw`` = pos_weight, 1 if absent; ``lw = 1 + (pw - 1) y``; ``e = exp(-|x|)``;
-``p``/``s`` = ``sigmoid(x)``/``sigmoid(-x)`` from ``1/(1+e)`` and ``e/(1+e)``):
+Per element (``pw`` = pos_weight, 1 if absent; ``lw = 1 + (pw - 1) y``, formed as ``pw y + (1 - y)``;
+``e = exp(-|x|)``; ``p``/``s`` = ``sigmoid(x)``/``sigmoid(-x)`` from ``r = 1/(1+e)`` and ``e r``):
 ``loss = w (x(1-y) + lw log1p(e))`` for x > 0, ``w (-x y pw + lw log1p(e))`` otherwise (the stable
 ``max(x,0) - x y + log1p(e^-|x|)`` with torch's pos_weight form, no cancellation), and
-``dx = w ((1-y) p - pw y s)``. The weight and the pos_weight are walked as described in
-:mod:`.layout`, each by its own (rep, period): a stretch is where both layouts are uniform.
-Compute type: float64 for float64 data, float32 otherwise; sums are float32 over :data:`_SUB`
+``dx = w ((1-y) p - pw y s)``, formed as ``r ((1-y) - pw y e)`` or ``r ((1-y) e - pw y)``. ``e``, ``r``
+and ``log1p(e)`` come from :mod:`.sigmoid_terms`. The weight and the pos_weight are walked as described
+in :mod:`.layout`, each by its own (rep, period), a short period tiled to a block's length first
+(:func:`.layout.tiled`): a stretch is where both layouts are uniform; where the weight is one value
+over the stretch and the upstream gradient a scalar, a loop without the per-element weight products
+runs it. Compute type: float64 for float64 data, float32 otherwise; sums are float32 over :data:`_SUB`
 elements, then float64 per fixed block. Four kernels, as :mod:`.focal`: every loss stored or only
 per-block sums, with or without the gradient (``store_loss`` is a compile-time constant of each);
 a fifth for the gradient alone, which skips the loss's log1p.
