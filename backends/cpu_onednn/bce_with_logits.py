@@ -33,13 +33,13 @@ _SUB = 256  # elements per compute-type partial sum (at most 8 per SIMD lane): a
 
 
 @njit(**_INL)
-def _parts(xv, yv, pw, want_grad):
-    """(loss, dloss/dx) of one element before the weight, in xv's float type (dx is 0 unless
-    ``want_grad``, a compile-time constant)."""
+def _parts(xv, yv, pw, gs, want_grad):
+    """(loss, dloss/dx times ``gs``) of one element before the weight, in xv's float type (dx is 0
+    unless ``want_grad``, a compile-time constant; ``gs`` rides on the sigmoid's division)."""
     inline_me()
     one = like(1.0, xv)
     zero = like(0.0, xv)
-    e, rcp, softplus = sigmoid_terms(xv)  # exp(-|x|), sigmoid(|x|), log1p(exp(-|x|))
+    e, rcp, softplus = sigmoid_terms(xv, gs)  # exp(-|x|), gs sigmoid(|x|), log1p(exp(-|x|))
     omy = one - yv
     ypw = yv * pw
     lw = fma(pw, yv, omy)  # 1 + (pw - 1) y as two nonnegative terms: no cancellation for pw < 1, y near 1
@@ -62,11 +62,12 @@ def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, gr
     inline_me()
     acc = 0.0
     zero = like(0.0, wk)
+    one = like(1.0, wk)
     for j0 in range(0, m, _SUB):
         sub = zero
         for j in range(j0, min(m, j0 + _SUB)):
             i = i0 + j
-            lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, want_grad)
+            lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, one, want_grad)
             wv = load(w, wo + j) * wk
             lv = wv * lv
             if want_sum:
@@ -82,9 +83,9 @@ def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, gr
 @njit(**_INL)
 def _run_uniform(x, y, i0, m, wk, pw, po, pk, gk, loss_out, store_loss, grad_out, want_grad, want_sum):
     """:func:`_run` where the weight (``wk``) and the upstream gradient (``gk``) are one value over the
-    stretch (no weight and a scalar upstream: the common call): the gradient takes one product by
-    ``wk * gk`` and the sum is weighted once, four multiplies fewer per element on the FMA pipes that
-    bound this loop."""
+    stretch (no weight and a scalar upstream: the common call): ``wk * gk`` is the numerator of the
+    sigmoid's division and the sum is weighted once, five multiplies fewer per element on the FMA pipes
+    that bound this loop."""
     inline_me()
     acc = 0.0
     zero = like(0.0, wk)
@@ -93,13 +94,13 @@ def _run_uniform(x, y, i0, m, wk, pw, po, pk, gk, loss_out, store_loss, grad_out
         sub = zero
         for j in range(j0, min(m, j0 + _SUB)):
             i = i0 + j
-            lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, want_grad)
+            lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, scale, want_grad)
             if want_sum:
                 sub = radd(sub, lv)
             if store_loss:
                 store(loss_out, i, wk * lv)
             if want_grad:
-                store(grad_out, i, dv * scale)
+                store(grad_out, i, dv)
         acc += np.float64(sub)
     return acc * np.float64(wk)
 

@@ -74,12 +74,13 @@ def exp_neg_abs_f32(x):
 
 
 @njit(**_JIT)
-def sigmoid_terms_f32(x):
-    """``(e, r, l)`` = (exp(-|x|), 1/(1 + e) = sigmoid(|x|), log1p(e)) for float32 x."""
+def sigmoid_terms_f32(x, c):
+    """``(e, r, l)`` = (exp(-|x|), c/(1 + e) = c sigmoid(|x|), log1p(e)) for float32 x and c: a factor
+    the caller applies to the sigmoid anyway rides on the division (one rounding, no multiply)."""
     inline_me()
     one = np.float32(1.0)
     e = exp_neg_abs_f32(x)
-    r = one / (one + e)
+    r = c / (one + e)
     v = (e + e) / (np.float32(2.0) + e)  # 2t: 2e exact, so a subnormal e is not halved and rounded
     vv = v * v
     q = fma(fma(fma(_S[3], vv, _S[2]), vv, _S[1]), vv, _S[0])
@@ -87,27 +88,27 @@ def sigmoid_terms_f32(x):
 
 
 @njit(**_JIT)
-def sigmoid_terms_f64(x):
-    """The same for float64 x, from :mod:`.vecmath`'s general exp and log1p."""
+def sigmoid_terms_f64(x, c):
+    """The same for float64 x, from :mod:`.vecmath`'s general exp and log1p (which takes 1/(1 + e))."""
     inline_me()
     e = exp_f64(-abs(x))
     r = 1.0 / (1.0 + e)
-    return e, r, log1p_unit_f64(e, r)
+    return e, c * r, log1p_unit_f64(e, r)
 
 
-def sigmoid_terms(x):
-    """(exp(-|x|), sigmoid(|x|), log1p(exp(-|x|))) in x's float type (compiled only)."""
+def sigmoid_terms(x, c):
+    """(exp(-|x|), c sigmoid(|x|), log1p(exp(-|x|))) in x's float type (compiled only)."""
     raise TypeError("sigmoid_terms() dispatches on Numba types at compile time; call it from @njit code")
 
 
 @overload(sigmoid_terms)
-def _sigmoid_terms(x):
+def _sigmoid_terms(x, c):
     fn = {types.float32: sigmoid_terms_f32, types.float64: sigmoid_terms_f64}.get(x)
     if fn is None:
         return None
 
-    def impl(x):
+    def impl(x, c):
         inline_me()
-        return fn(x)
+        return fn(x, c)
 
     return impl

@@ -94,8 +94,9 @@ def test_float32_error_in_ulps_next_to_torch(inputs, targets, weighted):
     x, binary, soft, weight, pos_weight = inputs
     y = binary if targets == "binary" else soft
     w, pw = (weight, pos_weight) if weighted else (None, None)
-    loss, dx = api.bce_with_logits_with_grad(x, y, weight=w, pos_weight=pw, reduction="none", grad=np.ones_like(x),
-                                             backend="cpu")
+    # plain: a scalar upstream gradient (the kernel's uniform-weight loop); weighted: an array (its general loop)
+    grad = np.ones_like(x) if weighted else 1.0
+    loss, dx = api.bce_with_logits_with_grad(x, y, weight=w, pos_weight=pw, reduction="none", grad=grad, backend="cpu")
     want_loss = bce_logits.bce_with_logits_loss(x, y, weight=w, pos_weight=pw, reduction="none")
     want_dx = bce_logits.bce_with_logits_grad(x, y, np.ones(x.shape), weight=w, pos_weight=pw, reduction="none")
     # the gradient's scale: its larger term (the whole gradient for binary targets)
@@ -130,7 +131,7 @@ def test_float32_error_in_ulps_next_to_torch(inputs, targets, weighted):
 def _terms(x):
     e, r, sp = np.empty_like(x), np.empty_like(x), np.empty_like(x)
     for i in range(x.size):
-        e[i], r[i], sp[i] = sigmoid_terms_f32(x[i])
+        e[i], r[i], sp[i] = sigmoid_terms_f32(x[i], np.float32(1.0))
     return e, r, sp
 
 
