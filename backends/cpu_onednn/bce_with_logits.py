@@ -1,12 +1,15 @@
 """Binary cross entropy with logits: loss, gradient, or both, in one parallel pass over x and y.
 
-Per element (``pw`` = pos_weight, 1 if absent; ``lw = 1 + (pw - 1) y``; ``e = exp(-|x|)``;
-``p``/``s`` = ``sigmoid(x)``/``sigmoid(-x)`` from ``1/(1+e)`` and ``e/(1+e)``):
+Per element (``pw`` = pos_weight, 1 if absent; ``lw = 1 + (pw - 1) y``, formed as ``pw y + (1 - y)``;
+``e = exp(-|x|)``; ``p``/``s`` = ``sigmoid(x)``/``sigmoid(-x)`` from ``r = 1/(1+e)`` and ``e r``):
 ``loss = w (x(1-y) + lw log1p(e))`` for x > 0, ``w (-x y pw + lw log1p(e))`` otherwise (the stable
 ``max(x,0) - x y + log1p(e^-|x|)`` with torch's pos_weight form, no cancellation), and
-``dx = w ((1-y) p - pw y s)``. The weight and the pos_weight are walked as described in
-:mod:`.layout`, each by its own (rep, period): a stretch is where both layouts are uniform.
-Compute type: float64 for float64 data, float32 otherwise; sums are float32 over :data:`_SUB`
+``dx = w ((1-y) p - pw y s)``, formed as ``r ((1-y) - pw y e)`` or ``r ((1-y) e - pw y)``. ``e``, ``r``
+and ``log1p(e)`` come from :mod:`.sigmoid_terms`. The weight and the pos_weight are walked as described
+in :mod:`.layout`, each by its own (rep, period), a short period tiled to a block's length first
+(:func:`.layout.tiled`): a stretch is where both layouts are uniform; where the weight is one value
+over the stretch and the upstream gradient a scalar, a loop without the per-element weight products
+runs it. Compute type: float64 for float64 data, float32 otherwise; sums are float32 over :data:`_SUB`
 elements, then float64 per fixed block. Four kernels, as :mod:`.focal`: every loss stored or only
 per-block sums, with or without the gradient (``store_loss`` is a compile-time constant of each);
 a fifth for the gradient alone, which skips the loss's log1p.
@@ -18,37 +21,36 @@ import numpy as np
 from numba import njit, prange
 
 from .access import load, storage_view, store
-from .intrinsics import inline_me, like, radd
+from .intrinsics import fma, inline_me, like, radd
 from .layout import BLOCK as _BLOCK
-from .layout import broadcast_plan, n_blocks, ones_block, stretch, threads_for
-from .vecmath import vexp, vlog1p_unit
+from .layout import broadcast_plan, n_blocks, ones_block, stretch, threads_for, tiled
+from .sigmoid_terms import sigmoid_terms
 
 _INL = dict(error_model="numpy")
 _KERNEL = dict(parallel=True, cache=True, error_model="numpy")
-_SUB = 64  # elements per compute-type partial sum: keeps the loop at full SIMD width
+_SUB = 256  # elements per compute-type partial sum (at most 8 per SIMD lane): a float32 sum keeps the loop at
+# full SIMD width; 256 rather than 64 spreads each chunk's horizontal sum and loop set-up (-10 % per element)
 
 
 @njit(**_INL)
-def _parts(xv, yv, pw, want_grad):
-    """(loss, dloss/dx) of one element before the weight, in xv's float type (dx is 0 unless
-    ``want_grad``, a compile-time constant)."""
+def _parts(xv, yv, pw, gs, want_grad):
+    """(loss, dloss/dx times ``gs``) of one element before the weight, in xv's float type (dx is 0
+    unless ``want_grad``, a compile-time constant; ``gs`` rides on the sigmoid's division)."""
     inline_me()
     one = like(1.0, xv)
     zero = like(0.0, xv)
-    e = vexp(-abs(xv))
-    rcp = one / (one + e)  # sigmoid(|x|)
+    e, rcp, softplus = sigmoid_terms(xv, gs)  # exp(-|x|), gs sigmoid(|x|), log1p(exp(-|x|))
     omy = one - yv
     ypw = yv * pw
-    lw = one + (pw - one) * yv
-    linear = xv * omy if xv > zero else -xv * ypw
-    loss = linear + lw * vlog1p_unit(e, rcp)
+    lw = fma(pw, yv, omy)  # 1 + (pw - 1) y as two nonnegative terms: no cancellation for pw < 1, y near 1
+    pos = xv > zero
+    linear = xv * (omy if pos else -ypw)
+    loss = linear + lw * softplus
     dx = zero
     if want_grad:
-        small = e * rcp  # sigmoid(-|x|)
-        pos = xv >= zero
-        p = rcp if pos else small
-        s = small if pos else rcp
-        dx = omy * p - ypw * s
+        # (1-y) p - pw y s with p, s = sigmoid(x), sigmoid(-x) = rcp and e*rcp in either order:
+        # rcp times one FMA (its product exact), two roundings fewer than forming e*rcp first
+        dx = rcp * (fma(-ypw, e, omy) if pos else fma(omy, e, -ypw))
     return loss, dx
 
 
@@ -60,11 +62,12 @@ def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, gr
     inline_me()
     acc = 0.0
     zero = like(0.0, wk)
+    one = like(1.0, wk)
     for j0 in range(0, m, _SUB):
         sub = zero
         for j in range(j0, min(m, j0 + _SUB)):
             i = i0 + j
-            lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, want_grad)
+            lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, one, want_grad)
             wv = load(w, wo + j) * wk
             lv = wv * lv
             if want_sum:
@@ -75,6 +78,31 @@ def _run(x, y, i0, m, w, wo, wk, pw, po, pk, g, go, gk, loss_out, store_loss, gr
                 store(grad_out, i, dv * wv * (load(g, go + j) * gk))
         acc += np.float64(sub)
     return acc
+
+
+@njit(**_INL)
+def _run_uniform(x, y, i0, m, wk, pw, po, pk, gk, loss_out, store_loss, grad_out, want_grad, want_sum):
+    """:func:`_run` where the weight (``wk``) and the upstream gradient (``gk``) are one value over the
+    stretch (no weight and a scalar upstream: the common call): ``wk * gk`` is the numerator of the
+    sigmoid's division and the sum is weighted once, five multiplies fewer per element on the FMA pipes
+    that bound this loop."""
+    inline_me()
+    acc = 0.0
+    zero = like(0.0, wk)
+    scale = wk * gk
+    for j0 in range(0, m, _SUB):
+        sub = zero
+        for j in range(j0, min(m, j0 + _SUB)):
+            i = i0 + j
+            lv, dv = _parts(load(x, i), load(y, i), load(pw, po + j) * pk, scale, want_grad)
+            if want_sum:
+                sub = radd(sub, lv)
+            if store_loss:
+                store(loss_out, i, wk * lv)
+            if want_grad:
+                store(grad_out, i, dv)
+        acc += np.float64(sub)
+    return acc * np.float64(wk)
 
 
 @njit(inline="always", error_model="numpy")  # IR-inlined: its prange must land in the kernel
@@ -99,9 +127,13 @@ def _blocks(x, y, w, w_rep, w_period, pw, p_rep, p_period, ones, g, g_full, g_sc
                 wo = 0
             if pi >= 0:
                 po = 0
-            go = pos if g_full else 0
-            acc += _run(x, y, pos, end - pos, wsrc, wo, wk, psrc, po, pk, g, go, gk, loss_out, store_loss,
-                        grad_out, want_grad, want_sum)
+            if wi >= 0 and not g_full:
+                acc += _run_uniform(x, y, pos, end - pos, wk, psrc, po, pk, gk, loss_out, store_loss, grad_out,
+                                    want_grad, want_sum)
+            else:
+                go = pos if g_full else 0
+                acc += _run(x, y, pos, end - pos, wsrc, wo, wk, psrc, po, pk, g, go, gk, loss_out, store_loss,
+                            grad_out, want_grad, want_sum)
             pos = end
         partials[b] = acc
 
@@ -154,8 +186,8 @@ def run(a, backend=None) -> None:
             a.loss_out[...] = np.nan if mean else 0.0  # mean of nothing is NaN, as torch
         return
     ones = ones_block(a.x.dtype)
-    w = broadcast_plan(a.weight, a.x.shape, ones)
-    pw = broadcast_plan(a.pos_weight, a.x.shape, ones)
+    w = tiled(broadcast_plan(a.weight, a.x.shape, ones))
+    pw = tiled(broadcast_plan(a.pos_weight, a.x.shape, ones))
     partials = np.empty(n_blocks(n))
     store_loss = a.reduction == "none" and a.loss_out is not None
     scratch = np.empty(1, dtype=storage_view(ones).dtype)  # stands in for an output that is not written

@@ -61,6 +61,17 @@ def broadcast_plan(weight: np.ndarray | None, shape, ones: np.ndarray) -> Broadc
     return Broadcast(storage_view(expanded).reshape(-1), 1, n)
 
 
+def tiled(plan: Broadcast) -> Broadcast:
+    """``plan`` with a short contiguous period (``rep == 1``, period below :data:`BLOCK`) repeated
+    to at least BLOCK values: element ``i`` still takes ``values[i % period]``, but a block is then
+    walked in one or two stretches instead of one per period, so the kernel's loop runs at full
+    SIMD width instead of in short trips with a narrow remainder each (80 classes: 64 + 16)."""
+    if plan.rep != 1 or plan.period >= BLOCK:
+        return plan
+    copies = -(-BLOCK // plan.period)
+    return Broadcast(np.tile(plan.values[:plan.period], copies), 1, plan.period * copies)
+
+
 _ones_cache: dict = {}
 
 
