@@ -1,6 +1,7 @@
 """The cross-entropy rows in ``xloss bench``: the forward alone (the loss and the log-probabilities
 the backward takes; and the loss alone) and a training step (forward then backward, what
-``F.cross_entropy(...).backward()`` does), against PyTorch eager and ``torch.compile``."""
+``F.cross_entropy(...).backward()`` does; the vendor pair, xloss's fused row and the drop-in side by
+side), against PyTorch eager and ``torch.compile``; and the fused row's own cell."""
 
 from __future__ import annotations
 
@@ -53,7 +54,10 @@ def _training_xloss(w: Workload, b):
         r = api.cross_entropy_loss(i["input"], i["target"], backend=b)
         return api.cross_entropy_loss_grad(1.0, r.log_prob, i["target"], backend=b, out=r.log_prob)
 
-    return [(" fwd+bwd", step), (" fwd+bwd in place", step_in_place)] + _drop_in_step(w, b)
+    def fused():  # xloss's own row: the loss and the gradient from the logits in one pass
+        return api.cross_entropy_loss_with_grad(i["input"], i["target"], backend=b)[1]
+
+    return [(" fwd+bwd", step), (" fwd+bwd in place", step_in_place), (" fused", fused)] + _drop_in_step(w, b)
 
 
 def _drop_in_step(w: Workload, b):
@@ -152,6 +156,19 @@ def _dense_torch(w: Workload, i, torch, compile_):
     return cands, skips
 
 
+def fused_workload(mode: str, size: str, dtype: str, rng) -> Workload:
+    """The fused row's training step (mean): the floor reads the logits once and writes their gradient once."""
+    i = _inputs(size, dtype, rng)
+    x = i["input"]
+    return Workload("cross_entropy_loss_with_grad", mode, size, dtype, i, bytes_moved=2 * x.nbytes + x.shape[0] * 8)
+
+
+def _fused_xloss(w: Workload, b):
+    i = w.inputs
+    return [("", lambda: api.cross_entropy_loss_with_grad(i["input"], i["target"], backend=b))]
+
+
 DENSE_IMPLS = KernelImpls("torch eager", _dense_xloss, _dense_torch)
 FORWARD_IMPLS = KernelImpls("torch eager", _forward_xloss, _forward_torch)
 TRAINING_IMPLS = KernelImpls("torch.compile", _training_xloss, _training_torch)
+FUSED_IMPLS = KernelImpls("torch.compile", _fused_xloss, _training_torch)
