@@ -44,25 +44,28 @@ def _forward_xloss(w: Workload, b):
 
 
 def _training_xloss(w: Workload, b):
+    """The step as the drop-in runs it (xloss's fused row: the loss and the gradient from one pass over the
+    logits), and as the vendor pair runs it (the forward writes the log-probabilities, the backward reads them)."""
     i = w.inputs
 
-    def step():
+    def fused():
+        return api.cross_entropy_loss_with_grad(i["input"], i["target"], backend=b)[1]
+
+    def pair():
         r = api.cross_entropy_loss(i["input"], i["target"], backend=b)
         return api.cross_entropy_loss_grad(1.0, r.log_prob, i["target"], backend=b)
 
-    def step_in_place():  # the gradient written over the log-probabilities: one (N, C) buffer a step, as torch
+    def pair_in_place():  # the gradient written over the log-probabilities: one (N, C) buffer a step, as torch
         r = api.cross_entropy_loss(i["input"], i["target"], backend=b)
         return api.cross_entropy_loss_grad(1.0, r.log_prob, i["target"], backend=b, out=r.log_prob)
 
-    def fused():  # xloss's own row: the loss and the gradient from the logits in one pass
-        return api.cross_entropy_loss_with_grad(i["input"], i["target"], backend=b)[1]
-
-    return [(" fwd+bwd", step), (" fwd+bwd in place", step_in_place), (" fused", fused)] + _drop_in_step(w, b)
+    return [(" fwd+bwd", fused), (" vendor pair fwd+bwd", pair),
+            (" vendor pair fwd+bwd in place", pair_in_place)] + _drop_in_step(w, b)
 
 
 def _drop_in_step(w: Workload, b):
-    """``xloss.torch.cross_entropy(x, t).backward()``: the torch step through the drop-in (its backward
-    writes the gradient over its own log-probabilities); none without torch."""
+    """``xloss.torch.cross_entropy(x, t).backward()``: the torch step through the drop-in (its forward runs
+    the fused row, its backward hands the gradient on as it is); none without torch."""
     try:
         import xloss.torch as xt
     except ImportError:
