@@ -419,6 +419,8 @@ def with_grad_edges(dtype, mode, caps=None) -> list[Case]:
     rng = np.random.default_rng(9)
     cases = []
     for label, x, t, kw in _edge_problems(dtype, caps):
+        if label.startswith("N=4097") and kw["reduction"] != "none":  # one of the three: many rows, test time
+            continue
         g = V.cast(rng.uniform(-2, 2, len(t)), dtype) if kw["reduction"] == "none" else 0.5
         cases.append(with_grad_case(x, t, dtype, g, label, **kw))
     for red in ("mean", "sum"):  # g / total_weight of a subnormal g may underflow in the compute dtype
