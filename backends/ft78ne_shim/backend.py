@@ -27,7 +27,6 @@ from ...kernels.bce_with_logits import ROW as BCE_WITH_LOGITS
 from ...kernels.cross_entropy import DENSE as SOFTMAX_CROSS_ENTROPY
 from ...kernels.cross_entropy import FORWARD as CROSS_ENTROPY
 from ...kernels.cross_entropy import GRAD as CROSS_ENTROPY_GRAD
-from ...kernels.cross_entropy import WITH_GRAD as CROSS_ENTROPY_WITH_GRAD
 from ...kernels.flce import FLCE_GRAD, LOSS_WITH_MAX_SUM, ONLINE_MAX_SUM
 from ...kernels.focal import ROW as FOCAL
 from ...kernels.nll import FORWARD as NLL
@@ -44,7 +43,6 @@ from . import (
     options,
     sigmoid_ce,
     softmax_ce,
-    softmax_ce_fused,
     softmax_ce_grad,
     staging,
     vocab_parallel,
@@ -71,8 +69,6 @@ IMPLEMENTATIONS = {
 IMPLEMENTATIONS[SOFTMAX_CROSS_ENTROPY] = softmax_ce.softmax_cross_entropy_with_logits
 IMPLEMENTATIONS[CROSS_ENTROPY] = softmax_ce.cross_entropy_loss
 IMPLEMENTATIONS[CROSS_ENTROPY_GRAD] = softmax_ce_grad.cross_entropy_loss_grad
-# -- cross entropy, xloss's fused loss and gradient (xloss/kernels/cross_entropy): the two rows' adapters in turn
-IMPLEMENTATIONS[CROSS_ENTROPY_WITH_GRAD] = softmax_ce_fused.cross_entropy_loss_with_grad
 
 
 class DspBackend(Backend):

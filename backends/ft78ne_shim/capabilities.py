@@ -141,14 +141,3 @@ TABLE += (_HalfThroughFloat(
           "undone from its own output); no weight, label smoothing or z-loss in the DSP signature; ignored rows, "
           "the upstream gradient and the mean's divisor applied by the adapter; float16 through the fp_ form"),)
 DECLARATIONS = {d.kernel: d for d in TABLE}
-
-
-# -- cross entropy, xloss's fused loss and gradient (xloss/kernels/cross_entropy): no page computes both from
-# the logits with a reduction and an upstream gradient; the forward and gradient rows' adapters in turn
-# (softmax_ce_fused.py), so what they cannot express this cannot either; float16 through the float32 entry points
-TABLE += (_HalfThroughFloat(
-    "cross_entropy_loss_with_grad", ops=(abi.SPARSE_SOFTMAX_CE,), variants={"weight": False, "label_smoothing": False},
-    notes="the cross_entropy_loss and cross_entropy_loss_grad adapters in turn on sparse_softmax_cross_entropy_with_"
-          "logits (log-probabilities kept on the host between them); float16 on exact float32 copies, each result "
-          "rounded once"),)
-DECLARATIONS = {d.kernel: d for d in TABLE}
