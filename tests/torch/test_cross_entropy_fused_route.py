@@ -72,3 +72,13 @@ def test_compiled_fullgraph_with_a_per_row_upstream():
     f(xg, t).backward(up)
     torch.testing.assert_close(xg.grad.double(), _exact(x, t, up, reduction="none", label_smoothing=0.1),
                                rtol=1e-5, atol=1e-7)
+
+
+def test_a_backend_without_the_fused_row_runs_its_vendor_pair():
+    """ft78ne declares the forward and the gradient rows (no weight, no smoothing) but not the fused one."""
+    x, t = _problem()
+    xg = x.clone().requires_grad_()
+    loss = xt.cross_entropy(xg, t, backend="ft78ne")
+    loss.backward(torch.tensor(0.5))
+    torch.testing.assert_close(loss.double(), F.cross_entropy(x.double(), t), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xg.grad.double(), _exact(x, t, 0.5), rtol=1e-5, atol=1e-7)

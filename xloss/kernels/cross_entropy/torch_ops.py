@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op
 
+from xloss.errors import UnsupportedRequestError
 from xloss.torch.ops import backend_of, register_op, scalar_or
 
 from . import api
@@ -52,10 +53,16 @@ def cross_entropy_loss_with_grad(input: torch.Tensor, target: torch.Tensor, weig
                                  ignore_index: int, reduction: str, label_smoothing: float,
                                  backend: str | None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, dx)`` of (N, C) logits from one pass (xloss's fused row), ``dx`` for upstream gradient 1
-    (the autograd backward only scales it). Checks the class indices."""
-    return api.cross_entropy_loss_with_grad(input, target, 1.0, weight=weight, reduction=reduction,
-                                            ignore_index=ignore_index, label_smoothing=label_smoothing,
-                                            backend=backend_of(backend))
+    (the autograd backward only scales it). Checks the class indices. A backend that does not declare the
+    fused row for this request (ft78ne, mt7004) runs its vendor pair instead, the gradient written over the
+    log-probabilities (refused before anything ran: the pair then says what that backend can do)."""
+    kw = dict(weight=weight, reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing,
+              backend=backend_of(backend))
+    try:
+        return api.cross_entropy_loss_with_grad(input, target, 1.0, **kw)
+    except UnsupportedRequestError:
+        r = api.cross_entropy_loss(input, target, **kw)
+        return r.loss, api.cross_entropy_loss_grad(1.0, r.log_prob, target, out=r.log_prob, **kw)
 
 
 @cross_entropy_loss_with_grad.register_fake
