@@ -1,6 +1,8 @@
 """xloss's fused cross-entropy row (loss and gradient in one call) on CANN's pair, in one device session:
-``aclnnCrossEntropyLoss`` writes the log-probabilities into a device tensor that
-``aclnnCrossEntropyLossGrad`` reads at once (no vendor publishes a fused operator).
+``aclnnCrossEntropyLoss``, then ``aclnnCrossEntropyLossGrad`` on its log-probabilities (no vendor publishes a
+fused operator). The log-probabilities go back to the host and up again as the gradient's input, as every
+operator input crosses here: an on-target recording (:mod:`.ontarget`) gives each call the inputs it
+uploaded, and a device buffer another call wrote is not one of them.
 
 16-bit logits run through the FLOAT operators on exact float32 copies and each result is rounded once to
 the dtype: the pair's 16-bit form would round the log-probabilities in between, a second rounding the fused
@@ -32,10 +34,12 @@ def run(backend, a) -> None:
         tt = s.put(a.target)[0]
         tw = s.ffi.NULL if a.weight is None else s.put(a.weight, np.float32)[0]  # CANN's weights are FLOAT
         tl, bl = s.empty(loss_shape, wide)
-        tp, _ = s.empty((n, c), wide)  # the log-probabilities: stay on the device
+        tp, bp = s.empty((n, c), wide)
         tz, _ = s.empty(loss_shape, wide)
         tlse, _ = s.empty((n,), wide)
         s.run(CROSS_ENTROPY, tx, tt, tw, red, a.ignore_index, a.label_smoothing, 0.0, False, tl, tp, tz, tlse)
+        s.synchronize()
+        tp = s.put(s.download(bp, (n, c), wide))[0]
         tg = s.put(grad)[0]
         to, bo = s.empty((n, c), wide)
         s.run(CROSS_ENTROPY_GRAD, tg, tp, tt, tw, s.ffi.NULL, s.ffi.NULL, red, a.ignore_index, a.label_smoothing, 0.0,
