@@ -31,12 +31,11 @@ from ...kernels.bce_with_logits import ROW as BCE_WITH_LOGITS
 from ...kernels.cross_entropy import DENSE as SOFTMAX_CE
 from ...kernels.cross_entropy import FORWARD as CROSS_ENTROPY
 from ...kernels.cross_entropy import GRAD as CROSS_ENTROPY_GRAD
-from ...kernels.cross_entropy import WITH_GRAD as CROSS_ENTROPY_WITH_GRAD
 from ...kernels.flce import FLCE_GRAD, LOSS_WITH_MAX_SUM, ONLINE_MAX_SUM
 from ...kernels.focal import ROW as FOCAL
 from ...kernels.nll import FORWARD as NLL
 from ...kernels.nll import ROW as NLL_GRAD
-from . import bce, cross_entropy, cross_entropy_with_grad, flce, focal, loss_forward, nll, vocab_parallel
+from . import bce, cross_entropy, flce, focal, loss_forward, nll, vocab_parallel
 from . import bce_with_logits as _bce_with_logits
 from . import softmax_ce as _softmax_ce
 from .operators import OPERATORS, declare
@@ -98,8 +97,6 @@ IMPLEMENTATIONS[CROSS_ENTROPY] = cross_entropy.cross_entropy_loss
 IMPLEMENTATIONS[CROSS_ENTROPY_GRAD] = cross_entropy.cross_entropy_loss_grad
 # -- dense-label cross entropy (xloss/kernels/cross_entropy)
 IMPLEMENTATIONS[SOFTMAX_CE] = _softmax_ce.softmax_cross_entropy_with_logits
-# -- cross entropy, xloss's fused loss and gradient (xloss/kernels/cross_entropy): CANN's pair in one session
-IMPLEMENTATIONS[CROSS_ENTROPY_WITH_GRAD] = cross_entropy_with_grad.run
 
 
 class AscendBackend(Backend):

@@ -158,11 +158,3 @@ OPERATORS += (SOFTMAX_CE,)
 TABLE += (Declaration("softmax_cross_entropy_with_logits", FLOATS, (SOFTMAX_CE,),
                       notes="aclnnSoftmaxCrossEntropyWithLogits: labels of features' shape and dtype, float32 "
                             "arithmetic"),)
-
-# -- cross entropy, xloss's fused loss and gradient (xloss/kernels/cross_entropy): no vendor operator; CANN's pair
-# in one session (cross_entropy_with_grad.py), 16-bit logits through the FLOAT operators on exact copies
-TABLE += (Declaration("cross_entropy_loss_with_grad", FLOATS, (CROSS_ENTROPY, CROSS_ENTROPY_GRAD),
-                      variants={"target_dtype": "int64"},
-                      notes="aclnnCrossEntropyLoss then aclnnCrossEntropyLossGrad on its log-probabilities (uploaded "
-                            "again) in one device session; float32 operators for 16-bit logits, each result rounded "
-                            "once"),)

@@ -75,7 +75,8 @@ def test_compiled_fullgraph_with_a_per_row_upstream():
 
 
 def test_a_backend_without_the_fused_row_runs_its_vendor_pair():
-    """ft78ne declares the forward and the gradient rows (no weight, no smoothing) but not the fused one."""
+    """ft78ne declares the forward and the gradient rows (no weight, no smoothing) but not the fused one: the
+    drop-in runs the pair there, as it did before the fused row."""
     x, t = _problem()
     xg = x.clone().requires_grad_()
     loss = xt.cross_entropy(xg, t, backend="ft78ne")

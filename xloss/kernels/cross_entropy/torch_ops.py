@@ -54,7 +54,7 @@ def cross_entropy_loss_with_grad(input: torch.Tensor, target: torch.Tensor, weig
                                  backend: str | None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, dx)`` of (N, C) logits from one pass (xloss's fused row), ``dx`` for upstream gradient 1
     (the autograd backward only scales it). Checks the class indices. A backend that does not declare the
-    fused row for this request (ft78ne, mt7004) runs its vendor pair instead, the gradient written over the
+    fused row (the vendor-ABI ones) runs its vendor pair instead, the gradient written over the
     log-probabilities (refused before anything ran: the pair then says what that backend can do)."""
     kw = dict(weight=weight, reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing,
               backend=backend_of(backend))
