@@ -122,6 +122,15 @@ def cross_entropy_loss_grad(grad, log_prob, target, *, weight=None, reduction="m
     return out
 
 
+
+def cross_entropy_loss_with_grad(input, target, grad=1.0, *, weight=None, reduction="mean", ignore_index=-100,
+                                 label_smoothing=0.0) -> tuple[np.ndarray, np.ndarray]:
+    """xloss's fused row: ``(loss, d loss / d input * grad)`` of :func:`cross_entropy_loss` (no z-loss),
+    the gradient from the float64 log-probabilities, never rounded in between (float64)."""
+    kw = dict(weight=weight, reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing)
+    r = cross_entropy_loss(input, target, **kw)
+    return r.loss, cross_entropy_loss_grad(grad, r.log_prob, target, **kw)
+
 def softmax_cross_entropy_with_logits(features, labels) -> tuple[np.ndarray, np.ndarray]:
     """Dense-label cross entropy (TensorFlow's and CANN's aclnnSoftmaxCrossEntropyWithLogits):
     ``loss_n = -sum_c labels_nc * log_softmax(features)_nc`` (N) and ``backprop = softmax(features) -

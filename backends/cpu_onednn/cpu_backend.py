@@ -18,6 +18,7 @@ from ...kernels.bce_with_logits import ROW as BCE_WITH_LOGITS
 from ...kernels.cross_entropy import DENSE as SOFTMAX_CROSS_ENTROPY
 from ...kernels.cross_entropy import FORWARD as CROSS_ENTROPY
 from ...kernels.cross_entropy import GRAD as CROSS_ENTROPY_GRAD
+from ...kernels.cross_entropy import WITH_GRAD as CROSS_ENTROPY_WITH_GRAD
 from ...kernels.flce import FLCE_GRAD, LOSS_WITH_MAX_SUM, ONLINE_MAX_SUM
 from ...kernels.focal import ROW as FOCAL
 from ...kernels.nll import FORWARD as NLL
@@ -95,6 +96,12 @@ IMPLEMENTATIONS = {
 IMPLEMENTATIONS[CROSS_ENTROPY] = NumbaKernel("cross_entropy", "forward")
 IMPLEMENTATIONS[CROSS_ENTROPY_GRAD] = NumbaKernel("cross_entropy", "backward")
 IMPLEMENTATIONS[SOFTMAX_CROSS_ENTROPY] = NumbaKernel("cross_entropy", "dense")
+# -- cross entropy, xloss's fused loss and gradient (xloss/kernels/cross_entropy)
+_CAPS["cross_entropy_loss_with_grad"] = KernelCaps.declare(
+    "cross_entropy_loss_with_grad", dtypes=_ALL_DTYPES,
+    notes="one pass per row: exp(x - max) kept in a float32 row scratch (float64 for float64), the gradient "
+          "written once, rounded once")
+IMPLEMENTATIONS[CROSS_ENTROPY_WITH_GRAD] = NumbaKernel("cross_entropy_fused", "run")
 
 _load_lock = threading.Lock()
 _kernels = None

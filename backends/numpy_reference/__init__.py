@@ -15,6 +15,7 @@ from ...kernels.bce_with_logits import ROW as BCE_WITH_LOGITS
 from ...kernels.cross_entropy import DENSE as SOFTMAX_CROSS_ENTROPY
 from ...kernels.cross_entropy import FORWARD as CROSS_ENTROPY
 from ...kernels.cross_entropy import GRAD as CROSS_ENTROPY_GRAD
+from ...kernels.cross_entropy import WITH_GRAD as CROSS_ENTROPY_WITH_GRAD
 from ...kernels.flce import FLCE_GRAD, LOSS_WITH_MAX_SUM, ONLINE_MAX_SUM
 from ...kernels.focal import ROW as FOCAL
 from ...kernels.nll import FORWARD as NLL
@@ -141,6 +142,17 @@ IMPLEMENTATIONS = {
 IMPLEMENTATIONS[CROSS_ENTROPY] = cross_entropy_loss
 IMPLEMENTATIONS[CROSS_ENTROPY_GRAD] = cross_entropy_loss_grad
 IMPLEMENTATIONS[SOFTMAX_CROSS_ENTROPY] = softmax_cross_entropy_with_logits
+
+
+# -- cross entropy, xloss's fused loss and gradient (xloss/kernels/cross_entropy)
+def cross_entropy_loss_with_grad(_backend, a):
+    loss, dx = ref_ce.cross_entropy_loss_with_grad(a.input, a.target, a.grad, weight=a.weight, reduction=a.reduction,
+                                                   ignore_index=a.ignore_index, label_smoothing=a.label_smoothing)
+    _store(a.loss_out, loss)
+    _store(a.grad_out, dx)
+
+
+IMPLEMENTATIONS[CROSS_ENTROPY_WITH_GRAD] = cross_entropy_loss_with_grad
 
 #: the reference computes every kernel it implements for every dtype, whatever its variant
 _CAPS = {row.name: KernelCaps.declare(row.name, dtypes=_ALL) for row in IMPLEMENTATIONS}

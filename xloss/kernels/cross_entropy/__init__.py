@@ -1,7 +1,8 @@
 """Cross entropy from logits with class-index targets (PyTorch's ``F.cross_entropy`` with CANN's
 z-loss): the forward (``cross_entropy_loss``: loss, log-probabilities, z-loss, log-sum-exp) and the
 backward from the log-probabilities (``cross_entropy_loss_grad``), CANN's aclnnCrossEntropyLoss and
-aclnnCrossEntropyLossGrad pair.
+aclnnCrossEntropyLossGrad pair; and xloss's own fused row, the loss and its gradient from the logits in one
+pass (``cross_entropy_loss_with_grad``).
 
 Importing this package registers the rows; it imports nothing heavy (only :mod:`xloss.kernels`).
 """
@@ -92,4 +93,28 @@ DENSE = KernelSpec(
     bench_weight=(0.6, 1.0),
 )
 
-register(FORWARD, GRAD, DENSE)
+#: xloss's own fused row (no vendor publishes it): the loss and its gradient from the logits in one pass, as
+#: the training step (and ``xloss.torch.cross_entropy``) wants them; no z-loss (the drop-in has none)
+WITH_GRAD = KernelSpec(
+    name="cross_entropy_loss_with_grad",
+    axes=MappingProxyType({k: v for k, v in _AXES.items() if k != "zloss"}),
+    primary=None,
+    reduces=True,
+    aliases=("ce_fused",),
+    functions=("cross_entropy_loss_with_grad",),
+    args=".args:CrossEntropyWithGradArgs",
+    validator=".validate:cross_entropy_with_grad_args",
+    reference="xloss.reference.cross_entropy_loss:cross_entropy_loss_with_grad",
+    descriptor=".conformance:WITH_GRAD_DESCRIPTOR",
+    torch=".torch_api:cross_entropy",
+    workload=".bench:fused_workload",
+    bench=".bench:FUSED_IMPLS",
+    api=".api",
+    package=__name__,
+    order=73,
+    bench_dims=2,
+    bench_sizes=("8192x32000", "1024x4000"),
+    bench_weight=(0.6, 0.5),
+)
+
+register(FORWARD, GRAD, DENSE, WITH_GRAD)

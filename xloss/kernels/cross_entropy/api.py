@@ -7,10 +7,15 @@ from typing import Any, NamedTuple
 from xloss import dispatch
 from xloss.containers import from_numpy, kind_of
 
-from .validate import cross_entropy_args, cross_entropy_grad_args, softmax_cross_entropy_args
+from .validate import (
+    cross_entropy_args,
+    cross_entropy_grad_args,
+    cross_entropy_with_grad_args,
+    softmax_cross_entropy_args,
+)
 
 __all__ = ["cross_entropy_loss", "cross_entropy_loss_grad", "CrossEntropyLossOut", "softmax_cross_entropy_with_logits",
-           "SoftmaxCrossEntropyOut"]
+           "SoftmaxCrossEntropyOut", "cross_entropy_loss_with_grad"]
 
 
 class CrossEntropyLossOut(NamedTuple):
@@ -76,3 +81,18 @@ def softmax_cross_entropy_with_logits(features, labels, *, backend=None, loss_ou
     kind = kind_of(features)
     return SoftmaxCrossEntropyOut(loss_out if loss_out is not None else from_numpy(a.loss_out, kind),
                                   backprop_out if backprop_out is not None else from_numpy(a.backprop_out, kind))
+
+
+def cross_entropy_loss_with_grad(input, target, grad=1.0, *, weight=None, reduction="mean", ignore_index=-100,
+                                 label_smoothing=0.0, backend=None, loss_out=None, grad_out=None):
+    """``(loss, d loss / d input * grad)`` of :func:`cross_entropy_loss` (no z-loss) from the logits in one
+    pass: no log-probabilities are written or read back. ``grad``: the upstream gradient ((N) or a scalar for
+    ``none``, else a scalar); the loss as :func:`cross_entropy_loss`'s, the gradient as
+    :func:`cross_entropy_loss_grad`'s. xloss's own (the vendors publish the forward and the backward apart)."""
+    a = cross_entropy_with_grad_args(input, target, grad, weight=weight, reduction=reduction,
+                                     ignore_index=ignore_index, label_smoothing=label_smoothing, loss_out=loss_out,
+                                     grad_out=grad_out)
+    dispatch.run(a, backend, loss_out, grad_out)
+    kind = kind_of(input)
+    return (loss_out if loss_out is not None else from_numpy(a.loss_out, kind),
+            grad_out if grad_out is not None else from_numpy(a.grad_out, kind))

@@ -88,3 +88,30 @@ class SoftmaxCrossEntropyArgs:
     def request(self) -> Request:
         return Request("softmax_cross_entropy_with_logits", float_name(self.features.dtype), None,
                        {"labels": "dense"}, self.features.size)
+
+
+@dataclass(frozen=True)
+class CrossEntropyWithGradArgs:
+    """Cross entropy from logits and its gradient in one pass (xloss's own row; no vendor publishes it).
+
+    ``input``, ``target``, ``weight``, ``label_smoothing`` as :class:`CrossEntropyArgs` (no z-loss);
+    ``grad`` the upstream gradient as :class:`CrossEntropyGradArgs`' (a Python float, or for ``none`` a
+    C-contiguous (N) array of input's dtype). Outputs in input's dtype: ``loss_out`` (N) for ``none``
+    else (); ``grad_out`` (N, C), d loss / d input times ``grad`` (``mean``'s division included).
+    """
+
+    input: np.ndarray
+    target: np.ndarray
+    weight: np.ndarray | None
+    reduction: str
+    ignore_index: int
+    label_smoothing: float
+    grad: np.ndarray | float
+    loss_out: np.ndarray
+    grad_out: np.ndarray
+
+    def request(self) -> Request:
+        v = _variants(self.weight, self.label_smoothing, 0.0, self.target)
+        del v["zloss"]
+        return Request("cross_entropy_loss_with_grad", float_name(self.input.dtype), self.reduction, v,
+                       self.input.size)

@@ -1,6 +1,7 @@
 """The cross-entropy rows in ``xloss bench``: the forward alone (the loss and the log-probabilities
 the backward takes; and the loss alone) and a training step (forward then backward, what
-``F.cross_entropy(...).backward()`` does), against PyTorch eager and ``torch.compile``."""
+``F.cross_entropy(...).backward()`` does; the vendor pair, xloss's fused row and the drop-in side by
+side), against PyTorch eager and ``torch.compile``; and the fused row's own cell."""
 
 from __future__ import annotations
 
@@ -43,22 +44,33 @@ def _forward_xloss(w: Workload, b):
 
 
 def _training_xloss(w: Workload, b):
+    """The step as the drop-in runs it (xloss's fused row: the loss and the gradient from one pass over the
+    logits), and as the vendor pair runs it (the forward writes the log-probabilities, the backward reads them)."""
     i = w.inputs
 
-    def step():
+    def fused():
+        return api.cross_entropy_loss_with_grad(i["input"], i["target"], backend=b)[1]
+
+    reused = np.empty_like(i["input"])
+
+    def fused_reused():  # the kernel alone: no fresh (N, C) pages to fault in, as a training loop's grad buffer
+        return api.cross_entropy_loss_with_grad(i["input"], i["target"], backend=b, grad_out=reused)[1]
+
+    def pair():
         r = api.cross_entropy_loss(i["input"], i["target"], backend=b)
         return api.cross_entropy_loss_grad(1.0, r.log_prob, i["target"], backend=b)
 
-    def step_in_place():  # the gradient written over the log-probabilities: one (N, C) buffer a step, as torch
+    def pair_in_place():  # the gradient written over the log-probabilities: one (N, C) buffer a step, as torch
         r = api.cross_entropy_loss(i["input"], i["target"], backend=b)
         return api.cross_entropy_loss_grad(1.0, r.log_prob, i["target"], backend=b, out=r.log_prob)
 
-    return [(" fwd+bwd", step), (" fwd+bwd in place", step_in_place)] + _drop_in_step(w, b)
+    return [(" fwd+bwd", fused), (" fwd+bwd into a reused buffer", fused_reused), (" vendor pair fwd+bwd", pair),
+            (" vendor pair fwd+bwd in place", pair_in_place)] + _drop_in_step(w, b)
 
 
 def _drop_in_step(w: Workload, b):
-    """``xloss.torch.cross_entropy(x, t).backward()``: the torch step through the drop-in (its backward
-    writes the gradient over its own log-probabilities); none without torch."""
+    """``xloss.torch.cross_entropy(x, t).backward()``: the torch step through the drop-in (its forward runs
+    the fused row, its backward hands the gradient on as it is); none without torch."""
     try:
         import xloss.torch as xt
     except ImportError:
@@ -152,6 +164,19 @@ def _dense_torch(w: Workload, i, torch, compile_):
     return cands, skips
 
 
+def fused_workload(mode: str, size: str, dtype: str, rng) -> Workload:
+    """The fused row's training step (mean): the floor reads the logits once and writes their gradient once."""
+    i = _inputs(size, dtype, rng)
+    x = i["input"]
+    return Workload("cross_entropy_loss_with_grad", mode, size, dtype, i, bytes_moved=2 * x.nbytes + x.shape[0] * 8)
+
+
+def _fused_xloss(w: Workload, b):
+    i = w.inputs
+    return [("", lambda: api.cross_entropy_loss_with_grad(i["input"], i["target"], backend=b))]
+
+
 DENSE_IMPLS = KernelImpls("torch eager", _dense_xloss, _dense_torch)
 FORWARD_IMPLS = KernelImpls("torch eager", _forward_xloss, _forward_torch)
 TRAINING_IMPLS = KernelImpls("torch.compile", _training_xloss, _training_torch)
+FUSED_IMPLS = KernelImpls("torch.compile", _fused_xloss, _training_torch)

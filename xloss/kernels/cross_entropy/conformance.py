@@ -1,4 +1,5 @@
-"""Descriptors of the cross-entropy rows (no modes; variants: weight, label smoothing, z-loss, target dtype).
+"""Descriptors of the cross-entropy rows (no modes; variants: weight, label smoothing, z-loss, target dtype),
+and of xloss's fused loss-and-gradient row (at the end).
 
 The forward's outputs are checked as CANN returns them: loss, log_prob, and with a z-loss the
 z-loss alone and the row log-sum-exp. The backward's cases hold a real forward's log-probabilities
@@ -21,7 +22,7 @@ from xloss.errors import XLossIndexError, XLossTypeError, XLossValueError
 from xloss.reference import as_f64
 from xloss.reference import cross_entropy_loss as ref
 
-from . import FORWARD, GRAD, api
+from . import FORWARD, GRAD, WITH_GRAD, api
 
 _INDEX = {"int64": np.int64, "int32": np.int32}
 _SMOOTHING = (0.1, 0.25, 1.0)
@@ -76,7 +77,7 @@ def _draw_problem(draw, caps):
     ls = draw(st.sampled_from(_SMOOTHING), label="label_smoothing") if draw(
         st.sampled_from(sorted(caps.variants["label_smoothing"])), label="smoothed") else 0.0
     zl = draw(st.sampled_from(_ZLOSS), label="z-loss scale") if draw(
-        st.sampled_from(sorted(caps.variants["zloss"])), label="z-loss") else 0.0
+        st.sampled_from(sorted(caps.variants.get("zloss", (False,)))), label="z-loss") else 0.0
     reduction = draw(st.sampled_from(sorted(caps.reductions)), label="reduction")
     kw = dict(reduction=reduction, weight=weight, ignore_index=ignore_index, label_smoothing=ls, zloss=zl)
     return logits, t.astype(_INDEX[tdtype]), kw
@@ -103,7 +104,7 @@ def _edge_problems(dtype, caps):
     tdt = _INDEX["int64" if "int64" in declared["target_dtype"] else "int32"]
     w = (lambda c: rng.uniform(0.1, 2.0, c)) if True in declared["weight"] else (lambda c: None)
     ls = 0.1 if True in declared["label_smoothing"] else 0.0
-    zl = 1e-3 if True in declared["zloss"] else 0.0
+    zl = 1e-3 if True in declared.get("zloss", ()) else 0.0
     big = 60000.0 if dtype == "float16" else 1e4
     out = []
     for red in ("none", "mean", "sum"):
@@ -398,3 +399,90 @@ GRAD_DESCRIPTOR = KernelDescriptor(
     spec=GRAD, draw_case=draw_grad, edge_cases=grad_edges, error_cases=grad_errors, call=call_grad,
     oracle=oracle_grad, allowed=allowed_grad, output_names=lambda mode: ("grad_input",), shrinking=SHRINKING,
     ladder=_ladder(GRAD.name, "log_prob"))
+
+
+# -- xloss's fused row: the loss and its gradient from the logits (cross_entropy_loss_with_grad) ------------------
+
+
+def with_grad_case(logits, target, dtype, grad, label="", **kw) -> Case:
+    kw.pop("zloss", None)  # the fused row has no z-loss
+    args = dict(input=V.cast(logits, dtype), grad=grad, **_common(target, dtype, **kw))
+    return Case(WITH_GRAD.name, None, dtype, args, label)
+
+
+def draw_with_grad(draw, dtype, mode, caps) -> Case:
+    logits, t, kw = _draw_problem(draw, caps)
+    return with_grad_case(logits, t, dtype, V.draw_upstream(draw, kw["reduction"], (len(t),), dtype), **kw)
+
+
+def with_grad_edges(dtype, mode, caps=None) -> list[Case]:
+    rng = np.random.default_rng(9)
+    cases = []
+    for label, x, t, kw in _edge_problems(dtype, caps):
+        if label.startswith("N=4097") and kw["reduction"] != "none":  # one of the three: many rows, test time
+            continue
+        g = V.cast(rng.uniform(-2, 2, len(t)), dtype) if kw["reduction"] == "none" else 0.5
+        cases.append(with_grad_case(x, t, dtype, g, label, **kw))
+    for red in ("mean", "sum"):  # g / total_weight of a subnormal g may underflow in the compute dtype
+        cases.append(with_grad_case(rng.normal(0, 1, (4, 3)), np.array([0, 1, 2, 1]), dtype,
+                                    V.smallest_subnormal(dtype), f"subnormal upstream gradient, {red}", reduction=red))
+    return cases
+
+
+def with_grad_errors() -> list[ErrorCase]:
+    x, t, rows = _error_rows()
+    out = [ErrorCase(WITH_GRAD.name, {"input": value if key else x, "grad": 1.0, **kw}, exc, match, label)
+           for label, kw, key, value, exc, match in rows if "lse_square_scale_for_zloss" not in kw]
+    base = dict(input=x, target=t, grad=1.0)
+    out += [
+        ErrorCase(WITH_GRAD.name, dict(base, reduction="none", grad=np.ones(3, np.float32)), XLossValueError,
+                  r"grad must have shape \(4,\)", "grad wrong shape (none)"),
+        ErrorCase(WITH_GRAD.name, dict(base, grad=np.ones(4, np.float32)), XLossValueError,
+                  r"grad must be a scalar \(one element\) for reduction='mean'", "grad array for mean"),
+        ErrorCase(WITH_GRAD.name, dict(base, target=np.array([0, 9, 1, 1]), grad_out=np.full((4, 3), 7.0, np.float32)),
+                  XLossIndexError, r"target\[1\] = 9 is out of range", "out-of-range target with grad_out", "grad_out"),
+        ErrorCase(WITH_GRAD.name, dict(base, grad_out=np.full((4, 3), 7.0, np.float64)), XLossTypeError,
+                  r"grad_out must have dtype float32", "grad_out of the wrong dtype", "grad_out"),
+    ]
+    return out
+
+
+def call_with_grad(case: Case, backend):
+    return tuple(np.asarray(o) for o in api.cross_entropy_loss_with_grad(**case.kwargs, backend=backend))
+
+
+def oracle_with_grad(case: Case):
+    kw = dict(case.kwargs)
+    return ref.cross_entropy_loss_with_grad(kw.pop("input"), kw.pop("target"), kw.pop("grad"), **kw)
+
+
+def allowed_with_grad(case: Case, expected, caps=None):
+    """The loss as the forward's; the gradient as the backward's at the exact log-probabilities, plus what the
+    fused kernel's own probabilities may carry: ``p`` relative to within ``(|x| + A) eps``, as the forward's
+    log_prob (absolute) allowance."""
+    kw = dict(case.kwargs)
+    grad = kw.pop("grad")
+    x = as_f64(kw["input"])
+    loss_ok = allowed_forward(Case(FORWARD.name, None, case.dtype, kw), (expected[0], expected[1]))[0]
+    log_prob, lse = ref.log_softmax_rows(x)
+    back = dict(kw, grad=grad, log_prob=log_prob)
+    del back["input"]
+    grad_ok = allowed_grad(Case(GRAD.name, None, case.dtype, back), (expected[1],))[0]
+    n, c = x.shape
+    t, keep, w, w_t, a = _row_terms(kw, x, lse)
+    g = np.abs(as_f64(grad)).reshape(-1)
+    g = np.broadcast_to(g, (n,)) if kw["reduction"] == "none" else np.full(n, g[0] if g.size else 0.0)
+    d = w_t.sum() if kw["reduction"] == "mean" else 1.0
+    ls = kw.get("label_smoothing", 0.0)
+    coef = np.where(keep, g * (w_t + ls / c * w.sum()) / (d or 1.0), 0.0)
+    ax = np.where(np.isfinite(x), np.abs(x), 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.exp(log_prob)
+        extra = np.where(np.isfinite(p), p, 0.0) * coef[:, None] * (ax + a[:, None])
+    return loss_ok, grad_ok + allowance(np.zeros_like(extra), extra, case.dtype)
+
+
+WITH_GRAD_DESCRIPTOR = KernelDescriptor(
+    spec=WITH_GRAD, draw_case=draw_with_grad, edge_cases=with_grad_edges, error_cases=with_grad_errors,
+    call=call_with_grad, oracle=oracle_with_grad, allowed=allowed_with_grad,
+    output_names=lambda mode: ("loss", "grad_input"), shrinking=SHRINKING)

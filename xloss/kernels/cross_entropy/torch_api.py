@@ -7,10 +7,14 @@ Probability targets (a float target of the input's shape) are not class indices:
 PyTorch's own ``F.cross_entropy`` (a correct result, not this kernel's). The gradient w.r.t.
 ``weight`` is not computed (a weight that requires grad is refused), as for xloss's NLL loss.
 Under CPU autocast 16-bit logits are computed in float32 and the loss is float32, as PyTorch's.
-In eager use on CPU tensors the backward writes the gradient over the log-probabilities the forward
-saved (one (N, C) buffer a step, as PyTorch's own); it also keeps a reference to the logits, from which
-a second backward through a retained graph recomputes them (so, as for any op that saves its input,
-modifying the logits in place before the backward is refused by autograd).
+With a gradient wanted, the forward runs xloss's fused row (``cross_entropy_loss_with_grad``: the loss
+and the gradient for upstream gradient 1 from one pass over the logits) and saves only that gradient:
+one (N, C) buffer a step, as PyTorch's own. In eager use on CPU tensors the backward hands it on as it
+is for the scalar 1 that ``loss.backward()`` passes (no pass over memory) and scales it in place
+otherwise; it also keeps a reference to the logits, from which a second backward through a retained
+graph recomputes a gradient already scaled (so, as for any op that saves its input, modifying the
+logits in place before the backward is refused by autograd). Traced (``torch.compile``) and functorch
+backwards multiply out of place.
 """
 
 from __future__ import annotations
@@ -109,8 +113,8 @@ checks = ops.checks
 class _CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(x, target, weight, ignore_index, reduction, label_smoothing, backend):
-        return ops.call(torch_ops.cross_entropy_loss_forward, x, target, weight, ignore_index, reduction,
-                        label_smoothing, True, backend)
+        return ops.call(torch_ops.cross_entropy_loss_with_grad, x, target, weight, ignore_index, reduction,
+                        label_smoothing, backend)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -118,27 +122,29 @@ class _CrossEntropyFunction(torch.autograd.Function):
         ctx.params = (ignore_index, reduction, label_smoothing, backend)
         ctx.mark_non_differentiable(output[1])
         ctx.set_materialize_grads(False)
-        # x too (a reference, no copy): a second backward through a retained graph recomputes log_prob from it
+        # x too (a reference, no copy): a backward through a retained graph after dx was scaled in place
+        # recomputes dx from it
         ctx.save_for_backward(output[1], target, weight, x)
-        ctx.log_prob_spent = False
+        ctx.dx_spent = False
 
     @staticmethod
     @checks.first_order_only(_WHAT)
     def backward(ctx, grad, _):
         if grad is None:
             return (None,) * 7
-        log_prob, target, weight, x = ctx.saved_tensors
-        if ops.runs_directly((grad, log_prob, target, weight)):
-            # log_prob is this Function's own buffer, never handed out: the gradient is written over it
-            # (one (N, C) buffer a step instead of two). The graph may be retained for another backward,
-            # which finds it spent and recomputes it from x.
-            if ctx.log_prob_spent:
-                ignore_index, reduction, label_smoothing, backend = ctx.params
-                log_prob = ops.call(torch_ops.cross_entropy_loss_forward, x, target, weight, ignore_index, reduction,
-                                    label_smoothing, True, backend)[1]
-            ctx.log_prob_spent = True
-            dx = torch_ops.cross_entropy_loss_backward_over_log_prob(grad.detach(), log_prob, target, weight,
-                                                                     *ctx.params)
-        else:
-            dx = ops.call(torch_ops.cross_entropy_loss_backward, grad.detach(), log_prob, target, weight, *ctx.params)
-        return checks.first_order_result(_WHAT, dx, log_prob), None, None, None, None, None, None
+        dx, target, weight, x = ctx.saved_tensors
+        reduction = ctx.params[1]
+        if ops.runs_directly((grad, dx, target, weight)):
+            # dx (upstream gradient 1) is this Function's own buffer, never handed out: for the scalar 1 it is
+            # the gradient as it is (no pass); otherwise it is scaled in place (one pass), and a later backward
+            # through a retained graph finds it spent and recomputes it from x.
+            if ctx.dx_spent:
+                dx = ops.call(torch_ops.cross_entropy_loss_with_grad, x, target, weight, *ctx.params)[1]
+            g = checks.scalar_value(grad)
+            if g != 1.0:
+                ctx.dx_spent = True
+                with torch.autograd._unsafe_preserve_version_counter(dx):  # the saved dx stays unpackable
+                    dx.mul_(g if g is not None else grad.detach().unsqueeze(-1))
+        else:  # traced, functorch or another device: no mutation, the product as an op
+            dx = dx * (grad.unsqueeze(-1) if reduction == "none" else grad)
+        return checks.first_order_result(_WHAT, dx, x), None, None, None, None, None, None

@@ -1,13 +1,15 @@
-"""Cross entropy as ``torch.library`` custom ops (``xloss::cross_entropy_loss_forward`` /
-``xloss::cross_entropy_loss_backward``), registered with :func:`xloss.torch.ops.register_op`;
-:mod:`.torch_api` calls them."""
+"""Cross entropy as ``torch.library`` custom ops, registered with :func:`xloss.torch.ops.register_op`: the
+vendor pair (``xloss::cross_entropy_loss_forward`` / ``xloss::cross_entropy_loss_backward``, the backward from
+the log-probabilities) and xloss's fused ``xloss::cross_entropy_loss_with_grad`` (the loss and the gradient
+for upstream gradient 1 from one pass), which :mod:`.torch_api`'s autograd function runs; its no-grad calls
+take the forward alone."""
 
 from __future__ import annotations
 
 import torch
 from torch.library import custom_op
 
-from xloss.containers import to_numpy
+from xloss.errors import UnsupportedRequestError
 from xloss.torch.ops import backend_of, register_op, scalar_or
 
 from . import api
@@ -35,26 +37,10 @@ def _(input, target, weight, ignore_index, reduction, label_smoothing, want_log_
 def cross_entropy_loss_backward(grad: torch.Tensor, log_prob: torch.Tensor, target: torch.Tensor,
                                 weight: torch.Tensor | None, ignore_index: int, reduction: str, label_smoothing: float,
                                 backend: str | None) -> torch.Tensor:
-    return _gradient(grad, log_prob, target, weight, ignore_index, reduction, label_smoothing, backend, None)
-
-
-def cross_entropy_loss_backward_over_log_prob(grad, log_prob, target, weight, ignore_index, reduction,
-                                              label_smoothing, backend) -> torch.Tensor:
-    """:func:`cross_entropy_loss_backward` written over ``log_prob`` (returned): for the drop-in's own
-    saved buffer in a plain eager call on CPU tensors (not an op: it runs only where :func:`xloss.torch.ops.call`
-    would run an op's body directly). Written through a NumPy view, so autograd's version of ``log_prob``
-    stays as saved: nobody else sees the buffer, and a second backward through a retained graph must
-    still unpack it (and then recompute it)."""
-    _gradient(grad, log_prob, target, weight, ignore_index, reduction, label_smoothing, backend,
-              to_numpy(log_prob, "log_prob"))
-    return log_prob
-
-
-def _gradient(grad, log_prob, target, weight, ignore_index, reduction, label_smoothing, backend, out):
     g = scalar_or(grad) if reduction != "none" else grad.contiguous()
     return api.cross_entropy_loss_grad(g, log_prob, target, weight=weight, reduction=reduction,
                                        ignore_index=ignore_index, label_smoothing=label_smoothing,
-                                       backend=backend_of(backend), out=out)
+                                       backend=backend_of(backend))
 
 
 @cross_entropy_loss_backward.register_fake
@@ -62,4 +48,26 @@ def _(grad, log_prob, target, weight, ignore_index, reduction, label_smoothing, 
     return torch.empty_like(log_prob)
 
 
-register_op(cross_entropy_loss_forward, cross_entropy_loss_backward)
+@custom_op("xloss::cross_entropy_loss_with_grad", mutates_args=())
+def cross_entropy_loss_with_grad(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+                                 ignore_index: int, reduction: str, label_smoothing: float,
+                                 backend: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, dx)`` of (N, C) logits from one pass (xloss's fused row), ``dx`` for upstream gradient 1
+    (the autograd backward only scales it). Checks the class indices. A backend that does not declare the
+    fused row (the vendor-ABI ones) runs its vendor pair instead, the gradient written over the
+    log-probabilities (refused before anything ran: the pair then says what that backend can do)."""
+    kw = dict(weight=weight, reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing,
+              backend=backend_of(backend))
+    try:
+        return api.cross_entropy_loss_with_grad(input, target, 1.0, **kw)
+    except UnsupportedRequestError:
+        r = api.cross_entropy_loss(input, target, **kw)
+        return r.loss, api.cross_entropy_loss_grad(1.0, r.log_prob, target, out=r.log_prob, **kw)
+
+
+@cross_entropy_loss_with_grad.register_fake
+def _(input, target, weight, ignore_index, reduction, label_smoothing, backend):
+    return input.new_empty(target.shape if reduction == "none" else ()), torch.empty_like(input)
+
+
+register_op(cross_entropy_loss_forward, cross_entropy_loss_backward, cross_entropy_loss_with_grad)

@@ -23,7 +23,7 @@ from xloss.validation import (
 )
 
 from ..nll.validate import class_indices
-from .args import CrossEntropyArgs, CrossEntropyGradArgs, SoftmaxCrossEntropyArgs
+from .args import CrossEntropyArgs, CrossEntropyGradArgs, CrossEntropyWithGradArgs, SoftmaxCrossEntropyArgs
 
 TARGET_DTYPES = ("int64", "int32")
 
@@ -151,3 +151,21 @@ def softmax_cross_entropy_args(features, labels, *, loss_out=None, backprop_out=
     loss = output(loss_out, "loss_out", (x.shape[0],), x.dtype, inputs)
     backprop = output(backprop_out, "backprop_out", x.shape, x.dtype, {**inputs, "loss_out": loss})
     return SoftmaxCrossEntropyArgs(features=x, labels=y, loss_out=loss, backprop_out=backprop)
+
+
+@one_call
+def cross_entropy_with_grad_args(input, target, grad, *, weight, reduction, ignore_index, label_smoothing,
+                                 loss_out=None, grad_out=None) -> CrossEntropyWithGradArgs:
+    raw, x = _logits(input, "input")
+    (n, c), dt = x.shape, x.dtype
+    ignore_index = integer(ignore_index, "ignore_index")
+    t = _target(target, n, c, ignore_index, x.shape, "input")
+    reduction = reduction_name(reduction)
+    ls = _smoothing(label_smoothing)
+    w = _weight(weight, c, dt)
+    g = upstream_grad(grad, reduction, (n,), dt)
+    inputs = {"input": raw, "target": t, "weight": w, "grad": g if isinstance(g, np.ndarray) else None}
+    loss = output(loss_out, "loss_out", (n,) if reduction == "none" else (), dt, inputs)
+    dx = output(grad_out, "grad_out", x.shape, dt, {**inputs, "loss_out": loss})
+    return CrossEntropyWithGradArgs(input=x, target=t, weight=w, reduction=reduction, ignore_index=ignore_index,
+                                    label_smoothing=ls, grad=g, loss_out=loss, grad_out=dx)
