@@ -44,21 +44,10 @@ TILING = 561002  # ACLNN_ERR_INNER_TILING_ERROR: the cross-entropy pages' code f
 SIZED, FLOATS = fz.SIZED, fz.FLOATS
 F32, F16, I32, U8, I64 = C.ACL_FLOAT, C.ACL_FLOAT16, C.ACL_INT32, C.ACL_UINT8, C.ACL_INT64
 
-NLL, NLL2D, BCEF = "aclnnNLLLoss", "aclnnNLLLoss2d", "aclnnBinaryCrossEntropy"
-BCEL, BCELB = "aclnnBinaryCrossEntropyWithLogits", "aclnnBinaryCrossEntropyWithLogitsBackward"
-CE, CEG, SCE = "aclnnCrossEntropyLoss", "aclnnCrossEntropyLossGrad", "aclnnSoftmaxCrossEntropyWithLogits"
-OPS = (NLL, NLL2D, BCEF, BCEL, BCELB, CE, CEG, SCE)
+NLL, NLL2D, BCEF, BCEL, BCELB, CE, CEG, SCE = support.LOSS_OPS
+OPS, REQUIRED, op_args = support.LOSS_OPS, support.LOSS_REQUIRED, support.loss_op_args
+REDUCTIONS = support.CE_REDUCTIONS
 STRING_REDUCTION = (CE, CEG)  # reductionOptional: char *
-REDUCTIONS = {0: b"none", 1: b"mean", 2: b"sum"}
-
-#: required pointer arguments (NULL -> 161001); the others are optional
-REQUIRED = {
-    NLL: ("self", "target", "weight", "out", "totalWeightOut"), NLL2D: ("self", "target", "weight", "out",
-                                                                      "totalWeightOut"),
-    BCEF: ("self", "target", "out"), BCEL: ("self", "target", "out"), BCELB: ("gradOutput", "self", "target", "out"),
-    CE: ("input", "target", "lossOut", "logProbOut", "zlossOut", "lseForZlossOut"),
-    CEG: ("gradLoss", "logProb", "target", "out"), SCE: ("features", "labels", "loss", "backprop"),
-}
 #: what phase two writes (the z-loss outputs are checked but, as the pages say, not written yet)
 OUTPUTS = {NLL: ("out", "totalWeightOut"), NLL2D: ("out", "totalWeightOut"), BCEF: ("out",), BCEL: ("out",),
            BCELB: ("out",), CE: ("lossOut", "logProbOut", "zlossOut", "lseForZlossOut"), CEG: ("out",),
@@ -101,57 +90,6 @@ def report_counts(request):
             tr.write_line(f"\nascend loss-operator fuzz cases per category ({sum(COUNTS.values())} in all): {text}")
     if os.environ.get("XLOSS_ASCEND_LOSS_FUZZ_COUNTS"):
         Path(os.environ["XLOSS_ASCEND_LOSS_FUZZ_COUNTS"]).write_text(json.dumps(dict(COUNTS), indent=1))
-
-
-# ---- valid arguments for each operator ------------------------------------------------------------
-
-def op_args(s, op, *, reduction=1) -> dict:
-    """A valid, ordered argument dict for ``op`` (before workspaceSize and executor)."""
-    rng = np.random.default_rng(11)
-    n, c = 4, 3
-    targets = np.array([0, 2, -100, 1], np.int64)
-    if op in (NLL, NLL2D):
-        shape, tshape = ((n, c), (n,)) if op == NLL else ((2, c, 2, 2), (2, 2, 2))
-        out_shape = (tshape if reduction == 0 else ())
-        return {"self": s.put(-rng.random(shape).astype(np.float32))[0],
-                "target": s.put(np.resize(targets, tshape))[0], "weight": s.put(rng.uniform(0.5, 2, c)
-                                                                                 .astype(np.float32))[0],
-                "reduction": reduction, "ignoreIndex": -100, "out": s.empty(out_shape, np.float32)[0],
-                "totalWeightOut": s.empty((1,), np.float32)[0]}
-    if op in (BCEF, BCEL, BCELB):
-        shape = (3, 5)
-        x = rng.uniform(0.05, 0.95, shape) if op == BCEF else rng.normal(0, 3, shape)
-        d = {"gradOutput": s.put(np.asarray(1.5, np.float32))[0]} if op == BCELB else {}
-        d["self"], d["target"] = s.put(x.astype(np.float32))[0], s.put(rng.random(shape).astype(np.float32))[0]
-        if op == BCEF:
-            d["weight"] = s.put(rng.uniform(0, 2, shape).astype(np.float32))[0]
-        else:
-            d["weightOptional"] = s.put(rng.uniform(0, 2, (1, 5)).astype(np.float32))[0]
-            d["posWeightOptional"] = s.put(rng.uniform(0, 3, (5,)).astype(np.float32))[0]
-        d["reduction"] = reduction
-        d["out"] = s.empty(shape if reduction == 0 or op == BCELB else (), np.float32)[0]
-        return d
-    if op == CE:
-        d = {"input": s.put(rng.normal(0, 2, (n, c)).astype(np.float32))[0], "target": s.put(targets)[0],
-             "weightOptional": s.put(rng.uniform(0.5, 2, c).astype(np.float32))[0],
-             "reductionOptional": REDUCTIONS[reduction], "ignoreIndex": -100, "labelSmoothing": 0.1,
-             "lseSquareScaleForZloss": 0.0, "returnZloss": False}
-        loss_shape = (n,) if reduction == 0 else ()
-        for name, shape in (("lossOut", loss_shape), ("logProbOut", (n, c)), ("zlossOut", loss_shape),
-                            ("lseForZlossOut", (n,))):
-            d[name] = s.empty(shape, np.float32)[0]
-        return d
-    if op == CEG:
-        lp = np.log(rng.dirichlet(np.ones(c), n)).astype(np.float32)
-        return {"gradLoss": s.put(rng.uniform(0.5, 1.5, (n,) if reduction == 0 else ()).astype(np.float32))[0],
-                "logProb": s.put(lp)[0], "target": s.put(targets)[0],
-                "weightOptional": s.put(rng.uniform(0.5, 2, c).astype(np.float32))[0], "gradZlossOptional": s.ffi.NULL,
-                "lseForZlossOptional": s.ffi.NULL, "reductionOptional": REDUCTIONS[reduction], "ignoreIndex": -100,
-                "labelSmoothing": 0.1, "lseSquareScaleForZloss": 0.0, "out": s.empty((n, c), np.float32)[0]}
-    assert op == SCE
-    return {"features": s.put(rng.normal(0, 2, (n, c)).astype(np.float32))[0],
-            "labels": s.put(rng.dirichlet(np.ones(c), n).astype(np.float32))[0],
-            "loss": s.empty((n,), np.float32)[0], "backprop": s.empty((n, c), np.float32)[0]}
 
 
 def describe(abi, t) -> dict:

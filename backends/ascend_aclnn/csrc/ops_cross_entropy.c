@@ -16,6 +16,8 @@
  * sum(w)) - g ls / C / D * w[c], minus g (1 - ls) w[t] / D at the target. The page's usage column says
  * only labelSmoothing 0.0 is supported while its formula carries labelSmoothing: the emulator computes
  * the formula (a library whose grad ignored it would be wrong for every smoothed forward). */
+#include <stdio.h>
+
 #include "aclnnop/aclnn_cross_entropy_loss.h"
 #include "aclnnop/aclnn_cross_entropy_loss_grad.h"
 #include "ops_common.h"
