@@ -40,6 +40,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 
 FUZZ_MORE = settings(FUZZ, max_examples=2 * EXAMPLES)  # the categories with the most shapes of hostility
+FUZZ_HALF = settings(FUZZ, max_examples=max(EXAMPLES // 2, 5))  # the categories of one or two operators
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 GUARD = 64
@@ -891,7 +892,7 @@ def test_chip(harness, c, chip):
     assert run_counted(harness, c, "chip") == (UNSUPPORTED if c.prefix == "hp" and chip == FT78NE else OK)
 
 
-@FUZZ
+@FUZZ_HALF
 @given(c=calls(ops=("smce", "ssmce")), flag=st.one_of(st.sampled_from((2, -1, 255, INT_MIN, INT_MAX)),
                                                       st.integers(INT_MIN, INT_MAX)))
 def test_grad_flags(harness, c, flag):
@@ -906,7 +907,7 @@ U64_GARBAGE = st.one_of(st.integers(0, 24), st.sampled_from((2**32, 2**62, 2**63
                         st.integers(0, 2**64 - 1))
 
 
-@FUZZ
+@FUZZ_HALF
 @given(c=calls(ops=("ssmce",)), data=st.data())
 def test_sparse_geometry(harness, c, data):
     """The sparse form's uint64 inner_size/outter_size/axis_size/batch_size/number_of_classes: anything but
