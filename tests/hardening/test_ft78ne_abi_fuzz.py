@@ -821,6 +821,23 @@ def test_private_buffer_placement(harness, c, data):
     run_counted(harness, c, "private placement")
 
 
+@FUZZ_HALF
+@given(c=calls(forms=("s",)), data=st.data())
+def test_overlapping_buffers_in_shared_memory(harness, c, data):
+    """_s: an output laid over another buffer (any offset inside it, the exact in-place case included) is
+    refused (INVALID) before anything is written, unless it is an exact in-place output over an input."""
+    live = [b for b in model_buffers(c.op, c.prefix, c.ints) if b.extent]
+    outs = [b for b in live if b.role != IN]
+    assume(outs and len(live) > 1)
+    o = data.draw(st.sampled_from(outs), label="output")
+    host = data.draw(st.sampled_from([b for b in live if b.name != o.name]), label="over")
+    off = data.draw(st.one_of(st.just(0), st.integers(0, max(0, host.extent - 1))), label="offset") // o.align * o.align
+    c.place = {o.name: ("overlap", host.name, off)}
+    status = run_counted(harness, c, "overlapping buffers (_s)")
+    if not (o.role == INPLACE and host.role == IN and off == 0 and o.extent == host.extent):
+        assert status in (INVALID, UNSUPPORTED), status
+
+
 @FUZZ
 @given(c=calls(ops=("flce",), forms=("p",)), acc=st.one_of(st.sampled_from((0, 1, -1, 2, INT_MIN, INT_MAX)),
                                                              st.integers(INT_MIN, INT_MAX)),
@@ -1003,6 +1020,6 @@ def test_every_category_ran():
     """The counts printed at the end; each category must have tried cases (none was filtered away)."""
     expected = {"null pointers", "negative sizes", "huge sizes (_p)", "int-overflowing size products (_s)",
                 "core masks", "private placement", "FLCE accumulate garbage", "reduction codes", "alpha/gamma",
-                "class indices", "chip", "helpers", "grad flags", "sparse geometry"}
+                "class indices", "chip", "helpers", "grad flags", "sparse geometry", "overlapping buffers (_s)"}
     assert expected <= set(COUNTS), expected - set(COUNTS)
     assert all(COUNTS[k] >= min(EXAMPLES, 10) // 2 for k in expected), dict(COUNTS)
