@@ -452,6 +452,28 @@ def test_huge_class_counts_are_refused(emu, abi, op, classes):
     COUNTS["negative or huge dims"] += 1
 
 
+@pytest.mark.parametrize("numel", [2**63 - 1, 2**63 - 4096, 2**62 + 1])
+@pytest.mark.parametrize("op", [BCEF, BCEL])
+def test_element_counts_near_int64_max_size_the_reduction_workspace(emu, abi, op, numel):
+    """A stride-0 view of up to INT64_MAX elements over one: the mean's workspace is one float64 partial sum
+    per 4096-element block (README, Operators #18), rounded to 32 bytes. numel + 4095 overflowed int64 (UB;
+    in practice a wrapped, meaningless size). Phase one only: phase two would loop 2^62 times."""
+    ffi = abi.ffi
+    with emu.session() as s:
+        x, y = (create(abi, [numel], F32, [0], 0, C.ACL_FORMAT_ND, [1], s.malloc(64).ptr) for _ in range(2))
+        try:
+            out = s.empty((), np.float32)[0]
+            args = [x, y, ffi.NULL, 1, out] if op == BCEF else [x, y, ffi.NULL, ffi.NULL, 1, out]
+            got, need, ex = abi.phase_one(op, *args)
+            assert got == 0, abi.message()
+            assert abi.lib.aclDestroyAclOpExecutor(ex) == 0
+            assert need == -(-(-(-numel // 4096) * 8) // 32) * 32, need
+        finally:
+            abi.lib.aclDestroyTensor(x)
+            abi.lib.aclDestroyTensor(y)
+    COUNTS["negative or huge dims"] += 1
+
+
 # ---- 5. hostile strides, offsets and storage over a device block ------------------------------------------
 
 @budget(80)
