@@ -160,7 +160,7 @@ def read_view(s, abi, t) -> np.ndarray:
 
 # ---- 1. NULL in every pointer position, in both phases --------------------------------------------
 
-@budget(60)
+@budget(30)
 @given(data=st.data())
 def test_null_pointers(emu, abi, data):
     op = data.draw(st.sampled_from(OPS), label="op")
@@ -228,7 +228,7 @@ ACCEPTED = {
 }
 
 
-@budget(80)
+@budget(40)
 @given(data=st.data())
 def test_dtype_codes(emu, abi, data):
     op, name = data.draw(st.sampled_from(sorted(ACCEPTED)), label="operand")
@@ -344,7 +344,7 @@ def _fill_for(code, n, rng):
     return rng.uniform(0.1, 0.9, n).astype(np.float32)
 
 
-@budget(100)
+@budget(50)
 @given(data=st.data())
 def test_wrong_ranks_and_shapes(emu, abi, data):
     """One operand of another rank or shape: phase one gives the model's status (nothing written); an
@@ -383,7 +383,7 @@ def test_wrong_ranks_and_shapes(emu, abi, data):
 
 # ---- 4. negative and huge dims, huge class counts --------------------------------------------------------
 
-@budget(60)
+@budget(30)
 @given(data=st.data())
 def test_hostile_descriptors_as_operands(emu, abi, data):
     """A tensor with negative, huge or int64-overflowing dims, strides or offsets (test_ascend_fuzz's
@@ -476,7 +476,7 @@ def test_element_counts_near_int64_max_size_the_reduction_workspace(emu, abi, op
 
 # ---- 5. hostile strides, offsets and storage over a device block ------------------------------------------
 
-@budget(80)
+@budget(40)
 @given(data=st.data())
 def test_hostile_views(emu, abi, data):
     """One operand (input or output) as a view with random strides, offset and storage over a device block
@@ -555,7 +555,7 @@ def _overlap(a, b) -> bool:
     return alo < ahi and blo < bhi and alo < bhi and blo < ahi
 
 
-@budget(80)
+@budget(40)
 @given(data=st.data())
 def test_aliased_operands_and_workspaces(emu, abi, data):
     """Every operand placed at random (32-byte aligned) in one shared block: an output overlapping the
@@ -637,7 +637,7 @@ def test_aliased_operands_and_workspaces(emu, abi, data):
 
 # ---- 7. reduction codes and CrossEntropyLoss's reduction string -------------------------------------------
 
-@budget(40)
+@budget(20)
 @given(data=st.data())
 def test_reduction_codes(emu, abi, data):
     op = data.draw(st.sampled_from([NLL, NLL2D, BCEF, BCEL, BCELB]), label="op")
@@ -682,7 +682,7 @@ REDUCTION_TEXT = st.one_of(
     st.binary(max_size=12), st.integers(33, 100_000).map(lambda n: b"mean" * (n // 4)))
 
 
-@budget(60)
+@budget(30)
 @given(data=st.data())
 def test_reduction_strings(emu, abi, data):
     """reductionOptional of CrossEntropyLoss and its Grad: "none", "mean", "sum" or NULL (mean) accepted,
@@ -721,7 +721,7 @@ def test_reduction_strings(emu, abi, data):
 
 # ---- 8. executors run twice, by another operator, after destruction, repeatable -----------------------------
 
-@budget(40)
+@budget(20)
 @given(data=st.data())
 def test_executor_reuse(emu, abi, data):
     """A single-use executor runs once (then 561000, unknown); destroyed, it is unknown; a repeatable one
@@ -761,7 +761,7 @@ def test_executor_reuse(emu, abi, data):
 
 # ---- 9. zero and too-small workspaces --------------------------------------------------------------------------
 
-@budget(60)
+@budget(30)
 @given(data=st.data())
 def test_workspaces(emu, abi, data):
     """The operators that ask for a workspace (the reductions' block sums, cross entropy's row, softmax's
@@ -814,7 +814,7 @@ def test_workspaces(emu, abi, data):
 
 # ---- 10. device targets that phase two must refuse before writing anything ---------------------------------
 
-@budget(60)
+@budget(30)
 @given(data=st.data())
 def test_targets_are_checked_before_any_write(emu, abi, data):
     """Targets are device data: one outside [0, C) and not ignoreIndex fails phase two (361001) naming it,
