@@ -132,7 +132,7 @@ def output_masks(s, abi, d, op) -> dict:
     return masks
 
 
-def run_two_phases(s, abi, op, d, *, extra_allowed=None):
+def run_two_phases(s, abi, op, d):
     """Phase one (must succeed), a fresh workspace of the size asked for, phase two (must succeed); nothing
     but the outputs (and the workspace) written."""
     got, need, ex = abi.phase_one(op, *d.values())
@@ -144,7 +144,6 @@ def run_two_phases(s, abi, op, d, *, extra_allowed=None):
     allowed = output_masks(s, abi, d, op)
     if wsb:
         allowed[id(wsb)] = np.ones(wsb.nbytes, bool)
-    allowed.update(extra_allowed or {})
     assert_only_written(s, before, allowed)
 
 
