@@ -83,7 +83,7 @@ def test_conformance_fuzz_and_abi_suites_under_asan_and_ubsan(tmp_path):
     fuzz = json.loads(counts.read_text())
     assert len(fuzz) >= 13 and min(fuzz.values()) > 0, fuzz  # every fuzz category ran under the sanitizers
     loss_fuzz = json.loads(loss_counts.read_text())
-    assert len(loss_fuzz) >= 12 and min(loss_fuzz.values()) > 0, loss_fuzz
+    assert len(loss_fuzz) >= 11 and min(loss_fuzz.values()) > 0, loss_fuzz
     print(f"under ASan+UBSan: {ran} tests; fuzz cases per category: {fuzz}; issue 30's operators: {loss_fuzz}")
 
 
