@@ -671,7 +671,7 @@ def _guarded_string(raw: bytes):
 
 def _names_ruled_out(raw: bytes) -> bool:
     """Does some byte of ``raw`` rule out every reduction name (with its terminator)?"""
-    return all(any(i >= len(name) + 1 or raw[i] != (name + b"\0")[i] for i in range(len(raw)))
+    return all(any(raw[i] != (name + b"\0")[i] for i in range(min(len(raw), len(name) + 1)))
                for name in REDUCTIONS.values())
 
 
