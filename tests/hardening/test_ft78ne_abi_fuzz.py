@@ -551,7 +551,8 @@ class Harness:
         def close(name, got_n, want):
             got = self._read(c, name, got_n)
             scale = max(float(np.abs(np.nan_to_num(want)).max()) if want.size else 0.0, 1e-30)
-            np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=tol["atol"] * scale,
+            floor = 2.0**-24 if c.prefix == "hp" else 0.0  # a half result rounds to a multiple of its subnormal step
+            np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=max(tol["atol"] * scale, floor),
                                        err_msg=f"{c.fname} {name}")
 
         if c.op == "nllf":
@@ -795,6 +796,9 @@ def test_private_buffer_placement(harness, c, data):
     for b in data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=3, unique_by=lambda b: b.name),
                        label="hostile"):
         kind = data.draw(st.sampled_from(kinds), label=f"{b.name} placement")
+        hosts = {pl[1] for pl in c.place.values() if isinstance(pl, tuple) and pl[0] == "overlap"}
+        if b.name in hosts:  # already holds an overlapping buffer: it stays where it is (no chains)
+            continue
         if kind == "straddle_end":
             cut = data.draw(st.integers(1, max(1, b.extent - 1)), label="inside") // b.align * b.align
             c.place[b.name] = ("straddle_end", cut) if 0 < cut < b.extent else "ddr"
@@ -810,6 +814,8 @@ def test_private_buffer_placement(harness, c, data):
                 if not outs:
                     continue
                 o, host = outs[0], b  # an output laid over this input
+                if o.name in hosts or isinstance(c.place.get(o.name), tuple):
+                    continue
             else:
                 o, host = b, data.draw(st.sampled_from(others), label="host")
             if isinstance(c.place.get(host.name), tuple) or c.place.get(host.name) in ("null", "straddle_end"):
@@ -906,7 +912,9 @@ def test_garbage_class_indices(harness, c, data):
 @given(c=calls(), chip=st.sampled_from((FT78NE, MT7004)))
 def test_chip(harness, c, chip):
     c.chip = chip
-    assert run_counted(harness, c, "chip") == (UNSUPPORTED if c.prefix == "hp" and chip == FT78NE else OK)
+    no_class = c.op in ("nll", "nllf", "ssmce") and c.ints["batch"] > 0 and c.ints["classes"] == 0  # label 0: INDEX
+    assert run_counted(harness, c, "chip") == (UNSUPPORTED if c.prefix == "hp" and chip == FT78NE else
+                                               INDEX if no_class else OK)
 
 
 @FUZZ_HALF
