@@ -36,23 +36,34 @@ def emu():
     return support.emulator_backend()
 
 
+#: the operators the raw cycles take in turn: the first four, then issue 30's (ascend_support.LOSS_OPS)
+CYCLE_OPS = (BCE, NLL, FLCE, FOCAL, *support.LOSS_OPS)
+#: operators with device targets phase two checks (an out-of-range one is a phase-two refusal)
+TARGETED = (NLL, "aclnnNLLLoss", "aclnnNLLLoss2d", "aclnnCrossEntropyLoss", "aclnnCrossEntropyLossGrad")
+
+
 def _raw_cycle(abi, s, i: int) -> None:
     """One program run through the raw ABI, taking a different path each time: success
     (single-use and repeatable), a phase-one refusal, an abandoned executor, a phase-two
     refusal (small workspace, bad device data), memory freed between the phases."""
-    op = (BCE, NLL, FLCE, FOCAL)[i % 4]
-    path = (i // 4) % 6
-    d = support.op_args(s, op, reduction=1 if op == FOCAL else 0)
-    if path == 1:  # refused in phase one (reduction 7 for the first three, a bad labelSmoothing for FLCE)
-        if op == FLCE:
+    op = CYCLE_OPS[i % len(CYCLE_OPS)]
+    path = (i // len(CYCLE_OPS)) % 6
+    new = op in support.LOSS_OPS
+    d = support.loss_op_args(s, op, reduction=1) if new else support.op_args(s, op, reduction=1 if op == FOCAL
+                                                                              else 0)
+    if path == 1:  # refused in phase one (reduction 7 for the first three, a bad labelSmoothing for FLCE,
+        if new:  # a NULL required operand for the new ones)
+            d[support.LOSS_REQUIRED[op][0]] = abi.NULL
+        elif op == FLCE:
             d["labelSmoothing"] = 0.5
         else:
             d["reduction"] = 7
         got, _, ex = abi.phase_one(op, *d.values())
-        assert got == C.ACLNN_ERR_PARAM_INVALID and ex == abi.NULL
+        assert got == (C.ACLNN_ERR_PARAM_NULLPTR if new else C.ACLNN_ERR_PARAM_INVALID) and ex == abi.NULL
         return
-    if path == 4 and op == NLL:
-        d["target"] = s.put(np.array([0, 9, 1, 1], np.int64))[0]  # out of range: refused in phase two
+    if path == 4 and op in TARGETED:  # out of range: refused in phase two
+        shape = (2, 2, 2) if op == "aclnnNLLLoss2d" else (4,)
+        d["target"] = s.put(np.resize(np.array([0, 9, 1, 1], np.int64), shape))[0]
     got, need, ex = abi.phase_one(op, *d.values())
     assert got == 0, abi.message()
     if path == 2:  # abandoned between the phases
@@ -65,7 +76,7 @@ def _raw_cycle(abi, s, i: int) -> None:
             assert abi.phase_two(op, ws, need, ex, s.stream) == 0
         assert abi.lib.aclDestroyAclOpExecutor(ex) == 0
     elif path == 4:  # a failing run (too small a workspace, or bad device data) spends the executor
-        want = C.ACLNN_ERR_RUNTIME_ERROR if op == NLL else C.ACLNN_ERR_PARAM_INVALID if need else 0
+        want = C.ACLNN_ERR_RUNTIME_ERROR if op in TARGETED and not need else C.ACLNN_ERR_PARAM_INVALID if need else 0
         assert abi.phase_two(op, ws, max(need - 1, 0), ex, s.stream) == want
     elif path == 5:  # the output's memory freed between the phases
         out = s._buffers[-1 if not need else -2]

@@ -2,10 +2,10 @@
 
 * AddressSanitizer + UndefinedBehaviorSanitizer: the emulator is rebuilt with
   ``build.py --sanitize`` (both libraries) and this backend's conformance tests
-  (``tests/conformance/test_backends.py -k ascend``, bounded examples), the ABI fuzz tests, the thread tests and
-  the ABI/strided-view tests run against it in a child pytest with libasan and libubsan
-  preloaded. ASan aborts on the first invalid access and UBSan on the first undefined operation
-  (``-fno-sanitize-recover``); any sanitizer report fails the test.
+  (``tests/conformance/test_backends.py -k ascend``, bounded examples), the ABI fuzz tests (the first
+  operators' and issue 30's), the thread tests and the ABI/strided-view tests run against it in a child
+  pytest with libasan and libubsan preloaded. ASan aborts on the first invalid access and UBSan on the
+  first undefined operation (``-fno-sanitize-recover``); any sanitizer report fails the test.
 * ThreadSanitizer: the C stress program (tests/backends/ascend/c/abi_stress.c: threads running
   repeatable executors while others allocate, free and destroy) compiled with the emulator's
   sources and ``-fsanitize=thread``; any data race report fails the test.
@@ -54,16 +54,17 @@ def test_conformance_fuzz_and_abi_suites_under_asan_and_ubsan(tmp_path):
     if not os.path.isabs(asan) or not os.path.isabs(ubsan):
         pytest.skip("the compiler has no ASan/UBSan runtimes")
     lib = _build_module().build(sanitize=True, out=tmp_path / "libxloss_aclnn.so")
-    counts = tmp_path / "fuzz_counts.json"
+    counts, loss_counts = tmp_path / "fuzz_counts.json", tmp_path / "loss_fuzz_counts.json"
     env = dict(os.environ, LD_PRELOAD=f"{asan}:{ubsan}",
                ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:allocator_may_return_null=1",  # Python itself leaks
                UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
                XLOSS_ASCEND_TEST_EMULATOR=str(lib), XLOSS_ASCEND_LIB=str(lib),
                XLOSS_MAX_EXAMPLES=CONFORMANCE_EXAMPLES, XLOSS_ASCEND_FUZZ_SCALE=FUZZ_SCALE,
-               XLOSS_ASCEND_FUZZ_COUNTS=str(counts))
+               XLOSS_ASCEND_FUZZ_COUNTS=str(counts), XLOSS_ASCEND_LOSS_FUZZ_COUNTS=str(loss_counts))
     # the large ladder is left out: checked mode already guards every buffer at those sizes, and under
     # ASan its FLCE case alone costs half a minute
     tests = ["tests/conformance/test_backends.py", "tests/hardening/test_ascend_fuzz.py",
+             "tests/hardening/test_ascend_loss_fuzz.py",
              "tests/hardening/test_ascend_threads.py", "tests/backends/ascend/test_abi.py",
              "tests/backends/ascend/test_strided.py", "tests/backends/ascend/test_nll2d_backward_abi.py"]
     # from a scratch folder, with absolute paths: `python -m` puts the working directory on sys.path,
@@ -81,7 +82,9 @@ def test_conformance_fuzz_and_abi_suites_under_asan_and_ubsan(tmp_path):
     assert ran > len(targets(xloss.backend("ascend"))), res.stdout[-2000:]
     fuzz = json.loads(counts.read_text())
     assert len(fuzz) >= 13 and min(fuzz.values()) > 0, fuzz  # every fuzz category ran under the sanitizers
-    print(f"under ASan+UBSan: {ran} tests; fuzz cases per category: {fuzz}")
+    loss_fuzz = json.loads(loss_counts.read_text())
+    assert len(loss_fuzz) >= 11 and min(loss_fuzz.values()) > 0, loss_fuzz
+    print(f"under ASan+UBSan: {ran} tests; fuzz cases per category: {fuzz}; issue 30's operators: {loss_fuzz}")
 
 
 def test_stress_program_under_thread_sanitizer(tmp_path):

@@ -108,6 +108,25 @@ def test_torch_arguments_refused_as_xloss_errors():
         xt.fused_linear_cross_entropy(x, w, t, class_weight=torch.ones(5).to_sparse())
 
 
+def test_issue_30_torch_arguments_refused_as_xloss_errors():
+    """The drop-ins for nll_loss, binary_cross_entropy_with_logits and cross_entropy: integers past int64,
+    sparse weights and reduction strings with a NUL in them are refused before any kernel (or cffi) sees
+    them."""
+    x, t, y = torch.randn(4, 3), torch.tensor([0, 1, 2, 1]), torch.rand(4, 3)
+    with pytest.raises(xloss.XLossValueError, match="ignore_index must fit in int64"):
+        xt.cross_entropy(x, t, ignore_index=2**70)
+    with pytest.raises(xloss.XLossTypeError, match="weight has layout torch.sparse_coo"):
+        xt.cross_entropy(x, t, weight=torch.ones(3).to_sparse())
+    with pytest.raises(xloss.XLossValueError, match="reduction must be one of"):
+        xt.cross_entropy(x, t, reduction="sum\0x")
+    with pytest.raises(xloss.XLossTypeError, match="pos_weight has layout torch.sparse_coo"):
+        xt.binary_cross_entropy_with_logits(x, y, pos_weight=torch.ones(3).to_sparse())
+    with pytest.raises(xloss.XLossValueError, match="reduction must be one of"):
+        xt.binary_cross_entropy_with_logits(x, y, reduction="mean\0")
+    with pytest.raises(xloss.XLossTypeError, match="weight has layout torch.sparse_coo"):
+        xt.nll_loss(torch.log_softmax(x, 1), t, weight=torch.ones(3).to_sparse())
+
+
 @pytest.mark.parametrize("device", [2**62, -1, 2**31])
 def test_ascend_device_id_must_be_an_int32(device):
     with pytest.raises(xloss.XLossValueError, match=r"device must be a device id in \[0, 2\*\*31\)"):

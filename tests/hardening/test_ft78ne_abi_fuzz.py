@@ -1,11 +1,14 @@
 """Hostile-argument fuzzing of the FT78NE/MT7004 emulator's raw C entry points (issue 9).
 
-Every vendor function (fp_/hp_ x _s/_p x five operators) is called through cffi with arguments
-drawn by hypothesis per category: NULL in any buffer position; negative, huge and overflowing
-sizes; bad core masks; private buffers outside the arena, straddling its ends, in another core's
-arena, freed, at unallocated fixed offsets, overlapping, misaligned; FLCE ``accumulate`` and
-output garbage; bad reduction codes; NaN/inf/out-of-range alpha and gamma; garbage class indices;
-and the emulator helpers with garbage.
+Every vendor function (fp_/hp_ x _s/_p x eleven operators: the first five, and issue 30's nllloss,
+binarycrossentropy, sigmoidcrossentropywithlogits and its grad, softmax_cross_entropy_with_logits and
+its sparse form) is called through cffi with arguments drawn by hypothesis per category: NULL in any
+buffer position; negative, huge and overflowing sizes; bad core masks; private buffers outside the
+arena, straddling its ends, in another core's arena, freed, at unallocated fixed offsets, overlapping,
+misaligned; FLCE ``accumulate`` and output garbage; bad reduction codes; garbage need_grads/is_grad
+flags; the sparse form's inconsistent or huge uint64 geometry; NaN/inf/out-of-range alpha and gamma;
+garbage class indices; and the emulator helpers with garbage. The example budget per category is
+shared by all the operators drawn.
 
 The oracle is a Python model of the documented contract (backends/ft78ne_shim/README.md: which
 bytes each buffer spans, the order of the checks, the status of each refusal), written apart
@@ -37,6 +40,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 
 FUZZ_MORE = settings(FUZZ, max_examples=2 * EXAMPLES)  # the categories with the most shapes of hostility
+FUZZ_HALF = settings(FUZZ, max_examples=max(EXAMPLES // 2, 5))  # the categories of one or two operators
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 GUARD = 64
@@ -95,7 +99,12 @@ def model_buffers(op, prefix, ints) -> list[Buf]:
     """Each buffer of the call, in ABI order, with the bytes the documented contract says it spans
     (a negative size is refused before any buffer is looked at: its buffers are laid out empty)."""
     es = _dt(prefix).itemsize
-    ints = {k: (max(v, 0) if k in ("n", "batch", "classes", "bt", "hidden", "vocab") else v) for k, v in ints.items()}
+    if op == "ssmce" and sparse_geometry_error(ints):
+        return [Buf(name, kind, role, 0, a) for name, kind, role, a in SSMCE_BUFS]  # refused before any buffer
+    ints = {k: (max(v, 0) if k in ("n", "batch", "classes", "bt", "hidden", "vocab", "length") else v)
+            for k, v in ints.items()}
+    if op in NEW_BUFFERS:
+        return NEW_BUFFERS[op](ints, es)
     if op in ("bce", "focal", "focalgrad"):
         n, red = ints["n"], ints["reduction"]
         dl = 0 if n == 0 else (n * es if red == 0 else es)
@@ -122,10 +131,75 @@ def model_buffers(op, prefix, ints) -> list[Buf]:
             Buf("weight_grad", T, OUT, v * h * es, es)]
 
 
+def _nllf_bufs(i, es):
+    b, c, red = i["batch"], i["classes"], i["reduction"]
+    return [Buf("log_probs", T, IN, b * c * es, es), Buf("labels", I32, IN, b * 4, 4),
+            Buf("weight", T, IN, c * es if b else 0, es), Buf("loss", T, OUT, b * es if red == 0 else es, es),
+            Buf("total_weight", T, OUT, es, es)]
+
+
+def _bcef_bufs(i, es):
+    n = i["n"]
+    return [Buf("input_x", T, IN, n * es, es), Buf("input_y", T, IN, n * es, es),
+            Buf("weight", T, IN, n * es if i["weight_defined"] else 0, es),
+            Buf("loss", T, OUT, n * es if i["reduction"] == 0 else es, es), Buf("tmp_loss", T, OUT, n * es, es)]
+
+
+def _sce_bufs(i, es, grad):
+    n = i["length"]
+    return [Buf("Input0" if grad else "input0", T, IN, n * es, es), Buf("Input1" if grad else "input1", T, IN,
+                                                                        n * es, es),
+            Buf("output", T, INPLACE, n * es, es)]
+
+
+def _smce_bufs(i, es):
+    b, c = i["batch"], i["classes"]
+    return [Buf("logits", T, IN, b * c * es, es), Buf("labels", T, IN, b * c * es, es),
+            Buf("probs", T, OUT, b * c * es, es), Buf("grads", T, OUT, b * c * es if i["need_grads"] else 0, es),
+            Buf("output", T, OUT, b * es, es), Buf("sum_data", T, OUT, b * es, es)]
+
+
+#: the sparse form's buffers in ABI order: name, kind, role, alignment (its sizes are uint64 geometry)
+SSMCE_BUFS = (("input", T, IN, 0), ("losses", T, OUT, 0), ("sum_data", T, OUT, 0), ("labels", I32, IN, 4),
+              ("output", T, OUT, 0), ("partial_losses", T, OUT, 0))
+U64 = 2**64
+
+
+def sparse_geometry(ints):
+    """(inner, outer, axis, batch, classes) as the call passes them (uint64): inner 1, outer batch and axis
+    classes unless the case overrides them."""
+    b, c = ints["batch"] % U64, ints["classes"] % U64
+    return ints.get("inner", 1) % U64, ints.get("outer", b) % U64, ints.get("axis", c) % U64, b, c
+
+
+def sparse_geometry_error(ints) -> bool:
+    """Refused before any buffer: a geometry that is not 2-D [batch, classes], is_grad past 1, or a
+    batch x classes extent no size_t holds (the page's header, README)."""
+    inner, outer, axis, b, c = sparse_geometry(ints)
+    if inner != 1 or outer != b or axis != c or ints["is_grad"] % U64 > 1:
+        return True
+    return b > (U64 - 1) // 4 or b * c * 4 >= U64  # 4: the widest element (fp_); hp_ is checked in the model
+
+
+def _ssmce_bufs(i, es):
+    _, _, _, b, c = sparse_geometry(i)
+    ext = {"input": b * c * es, "losses": b * es, "sum_data": b * es, "labels": b * 4,
+           "output": b * c * es if i["is_grad"] % U64 else 0, "partial_losses": b * es}
+    return [Buf(name, kind, role, ext[name], a or es) for name, kind, role, a in SSMCE_BUFS]
+
+
+NEW_BUFFERS = {"nllf": _nllf_bufs, "bcef": _bcef_bufs, "sce": lambda i, es: _sce_bufs(i, es, False),
+               "sceg": lambda i, es: _sce_bufs(i, es, True), "smce": _smce_bufs, "ssmce": _ssmce_bufs}
+
 SIZES = {"bce": ("n",), "focal": ("n",), "focalgrad": ("n",), "nll": ("batch", "classes"),
-         "flce": ("bt", "hidden", "vocab")}
+         "flce": ("bt", "hidden", "vocab"), "nllf": ("batch", "classes"), "bcef": ("n",), "sce": ("length",),
+         "sceg": ("length",), "smce": ("batch", "classes"), "ssmce": ()}
 VENDOR = {"bce": "binarycrossentropygrad", "focal": "sigmoidfocalloss", "focalgrad": "sigmoidfocallossgrad",
-          "nll": "nlllossgrad", "flce": "fusedlinearcrossentropylossgrad"}
+          "nll": "nlllossgrad", "flce": "fusedlinearcrossentropylossgrad", "nllf": "nllloss",
+          "bcef": "binarycrossentropy", "sce": "sigmoidcrossentropywithlogits",
+          "sceg": "sigmoidcrossentropywithlogitsgrad", "smce": "softmax_cross_entropy_with_logits",
+          "ssmce": "sparse_softmax_cross_entropy_with_logits"}
+REDUCING = ("bce", "focal", "focalgrad", "nll", "nllf", "bcef")  # an int reduction argument, codes 0..2
 
 
 def expected_status(c, cap, arena_base) -> str:
@@ -136,8 +210,14 @@ def expected_status(c, cap, arena_base) -> str:
         return MASK
     if any(c.ints[k] < 0 for k in SIZES[c.op]):
         return INVALID
-    if c.op != "flce" and c.ints["reduction"] not in (0, 1, 2):
+    if c.op in REDUCING and c.ints["reduction"] not in (0, 1, 2):
         return INVALID
+    if c.op == "smce" and c.ints["need_grads"] not in (0, 1):
+        return INVALID
+    if c.op == "ssmce":
+        _, _, _, b, k = sparse_geometry(c.ints)
+        if sparse_geometry_error(c.ints) or b * k * _dt(c.prefix).itemsize >= U64:
+            return INVALID
     if c.op in ("focal", "focalgrad"):
         with np.errstate(over="ignore"):  # alpha and gamma cross the ABI as C float
             a, g = float(np.float32(c.alpha)), float(np.float32(c.gamma))
@@ -163,7 +243,7 @@ def expected_status(c, cap, arena_base) -> str:
                 continue
             if not (o.role == INPLACE and b.role == IN and ao == ab and o.extent == b.extent):
                 return INVALID
-    if c.op == "nll":
+    if c.op in ("nll", "nllf", "ssmce"):
         t, classes = c.data["labels"], c.ints["classes"]
         if ((t < 0) | (t >= classes)).any():
             return INDEX
@@ -356,7 +436,23 @@ class Harness:
         ctypes = {T: ct, F32: "float", I32: "int", U8: "unsigned char"}
         ptr = {b.name: ffi.cast(ctypes[b.kind] + " *", c.addr[b.name]) for b in c.bufs}
         i = c.ints
-        if c.op == "bce":
+        p = ptr
+        if c.op == "nllf":
+            args = [p["log_probs"], p["labels"], p["weight"], p["loss"], p["total_weight"], i["batch"], i["classes"],
+                    i["reduction"]]
+        elif c.op == "bcef":
+            args = [i["n"], i["reduction"], p["input_x"], p["input_y"], p["weight"], p["loss"], p["tmp_loss"],
+                    i["weight_defined"]]
+        elif c.op in ("sce", "sceg"):
+            args = [*ptr.values(), i["length"]]
+        elif c.op == "smce":
+            args = [p["logits"], p["labels"], p["probs"], p["grads"], p["output"], p["sum_data"], i["batch"],
+                    i["classes"], i["need_grads"]]
+        elif c.op == "ssmce":
+            inner, outer, axis, b, k = sparse_geometry(i)
+            args = [p["input"], p["losses"], p["sum_data"], inner, outer, axis, p["labels"], i["is_grad"] % U64,
+                    p["output"], b, k, p["partial_losses"]]
+        elif c.op == "bce":
             args = [i["n"], i["reduction"], *ptr.values(), i["weight_defined"]]
         elif c.op in ("focal", "focalgrad"):
             args = [i["n"], i["reduction"], c.alpha, c.gamma, *ptr.values()]
@@ -383,7 +479,9 @@ class Harness:
         d, i = c.data, c.ints
         tol = dict(rtol=2e-2, atol=1e-3) if c.prefix == "hp" else dict(rtol=2e-5, atol=1e-6)
         q = lambda a: np.asarray(a, _dt(c.prefix)).astype(np.float64)  # noqa: E731 - the inputs as the call saw them
-        if c.op in ("bce", "focal", "focalgrad"):
+        if c.op in NEW_BUFFERS:
+            self._check_new_values(c, q, tol)
+        elif c.op in ("bce", "focal", "focalgrad"):
             n, red = i["n"], i["reduction"]
             if n == 0:
                 if c.op == "focal" and red:
@@ -411,8 +509,9 @@ class Harness:
                     expected = g * at * ((p - y) * qq**g32 + g32 * qq**g32 * r * (1 - 2 * y) * ce)
                     got = self._read(c, "dx", n)
             scale = np.abs(expected).max() if expected.size else 0
-            np.testing.assert_allclose(got, expected, rtol=tol["rtol"], atol=tol["atol"] * max(scale, 1e-30),
-                                       err_msg=c.fname)
+            floor = 2.0**-24 if c.prefix == "hp" else 0.0  # a half result is a multiple of its subnormal step
+            np.testing.assert_allclose(got, expected, rtol=tol["rtol"],
+                                       atol=max(tol["atol"] * max(scale, 1e-30), floor), err_msg=c.fname)
         elif c.op == "nll":
             b, k, red = i["batch"], i["classes"], i["reduction"]
             if b * k == 0:
@@ -446,6 +545,69 @@ class Harness:
                                            err_msg=f"{c.fname} {name}")
 
 
+    def _check_new_values(self, c, q, tol):
+        """The issue-30 operators against float64 formulas of their pages (README)."""
+        d, i = c.data, c.ints
+
+        def close(name, got_n, want):
+            got = self._read(c, name, got_n)
+            scale = max(float(np.abs(np.nan_to_num(want)).max()) if want.size else 0.0, 1e-30)
+            floor = 2.0**-24 if c.prefix == "hp" else 0.0  # a half result rounds to a multiple of its subnormal step
+            np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=max(tol["atol"] * scale, floor),
+                                       err_msg=f"{c.fname} {name}")
+
+        if c.op == "nllf":
+            b, k, red = i["batch"], i["classes"], i["reduction"]
+            x, w, t = q(d["log_probs"]).reshape(b, k), q(d["weight"]), d["labels"]
+            rows = -x[np.arange(b), t] * w[t] if b else np.zeros(0)
+            tw = w[t].sum() if b else 0.0
+            with np.errstate(invalid="ignore", divide="ignore"):
+                want = rows if red == 0 else np.array([rows.sum() if red == 1 else rows.sum() / tw])
+            close("loss", want.size, want)
+            close("total_weight", 1, np.array([tw]))
+        elif c.op == "bcef":
+            n, red = i["n"], i["reduction"]
+            x, y = q(d["input_x"]), q(d["input_y"])
+            lw = q(d["weight"]) if i["weight_defined"] else 1.0
+            el = -(y * np.maximum(np.log(x), -100) + (1 - y) * np.maximum(np.log1p(-x), -100)) * lw
+            with np.errstate(invalid="ignore"):
+                want = el if red == 0 else np.array([el.mean() if red == 1 else el.sum()]) if n else \
+                    np.array([np.nan if red == 1 else 0.0])
+            close("tmp_loss", n, el)
+            close("loss", want.size, want)
+        elif c.op in ("sce", "sceg"):
+            x, y = q(d["input0" if c.op == "sce" else "Input0"]), q(d["input1" if c.op == "sce" else "Input1"])
+            if c.op == "sce":
+                want = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
+            else:
+                want = 1 / (1 + np.exp(-x)) - y
+            close("output", x.size, want)
+        else:
+            sparse = c.op == "ssmce"
+            _, _, _, b, k = sparse_geometry(i) if sparse else (0, 0, 0, i["batch"], i["classes"])
+            x = q(d["input" if sparse else "logits"]).reshape(b, k)
+            if b == 0 or k == 0:
+                return
+            m = x.max(axis=1, keepdims=True)
+            s = np.exp(x - m).sum(axis=1)
+            logp = x - m - np.log(s)[:, None]
+            if sparse:
+                onehot = np.zeros((b, k))
+                onehot[np.arange(b), d["labels"]] = 1
+                loss, grad = -logp[np.arange(b), d["labels"]], np.exp(logp) - onehot
+                close("losses", b, loss)
+                close("partial_losses", b, loss)
+                if i["is_grad"] % U64:
+                    close("output", b * k, grad.reshape(-1))
+            else:
+                y = q(d["labels"]).reshape(b, k)
+                close("output", b, -(y * logp).sum(axis=1))
+                close("probs", b * k, np.exp(logp).reshape(-1))
+                if i["need_grads"]:
+                    close("grads", b * k, (np.exp(logp) - y).reshape(-1))
+            close("sum_data", b, s)
+
+
 @pytest.fixture(scope="module")
 def harness(lib):
     return Harness(lib)
@@ -468,6 +630,24 @@ def valid_data(op, prefix, ints, rng) -> dict:
              "weight": u(0.1, 2, n), "dloss": u(-1, 1, n) if ints["reduction"] == 0 else u(0.5, 1.5, 1)}
         d["dx"] = d["loss"] = None
         return d
+    if op in ("nllf", "ssmce", "smce"):
+        b, k = max(ints["batch"], 0), max(ints["classes"], 0)
+        b, k = (b, k) if b * k < 2**20 else (0, 0)  # a refused giant: no data to lay out
+        labels = rng.integers(0, max(k, 1), b).astype(np.int32)  # with no class, label 0 is out of range: INDEX
+        if op == "nllf":
+            return {"log_probs": u(-6, 0, b * k), "labels": labels, "weight": u(0.1, 2, k), "loss": None,
+                    "total_weight": None}
+        if op == "ssmce":
+            return {"input": u(-5, 5, b * k), "labels": labels}
+        y = rng.random((b, k))
+        return {"logits": u(-5, 5, b * k), "labels": (y / np.maximum(y.sum(axis=1, keepdims=True), 1e-9)).reshape(-1)}
+    if op == "bcef":
+        n = max(ints["n"], 0)
+        return {"input_x": u(0.02, 0.98, n), "input_y": rng.random(n), "weight": u(0.1, 2, n)}
+    if op in ("sce", "sceg"):
+        n = max(ints["length"], 0)
+        names = ("input0", "input1") if op == "sce" else ("Input0", "Input1")
+        return {names[0]: u(-8, 8, n), names[1]: rng.random(n)}
     if op == "nll":
         b, k = max(ints["batch"], 0), max(ints["classes"], 0)
         t = rng.integers(0, max(k, 1), b).astype(np.int32)  # with no class, label 0 is out of range: INDEX
@@ -496,9 +676,17 @@ def calls(draw, *, ops=OPS, forms=("s", "p"), small=True):
     if op in ("bce", "focal", "focalgrad"):
         ints = {"n": draw(st.one_of(st.integers(0, 9), st.integers(0, hi))), "reduction": draw(st.integers(0, 2)),
                 "weight_defined": draw(st.sampled_from((0, 1, -7)))}
-    elif op == "nll":
+    elif op in ("nll", "nllf"):
         ints = {"batch": draw(st.integers(0, 40)), "classes": draw(st.integers(0, 40)),
                 "reduction": draw(st.integers(0, 2))}
+    elif op == "bcef":
+        ints = {"n": draw(st.one_of(st.integers(0, 9), st.integers(0, hi))), "reduction": draw(st.integers(0, 2)),
+                "weight_defined": draw(st.sampled_from((0, 1, -7)))}
+    elif op in ("sce", "sceg"):
+        ints = {"length": draw(st.one_of(st.integers(0, 9), st.integers(0, hi)))}
+    elif op in ("smce", "ssmce"):
+        ints = {"batch": draw(st.integers(0, 20)), "classes": draw(st.integers(0, 20)),
+                "need_grads" if op == "smce" else "is_grad": draw(st.integers(0, 1))}
     else:
         ints = {"bt": draw(st.integers(0, 12)), "hidden": draw(st.integers(0, 9)), "vocab": draw(st.integers(0, 12)),
                 "softmax_defined": draw(st.sampled_from((0, 1, 2))), "accumulate": 0}
@@ -530,7 +718,7 @@ def test_null_in_any_position(harness, c, data):
 
 
 @FUZZ
-@given(c=calls(), data=st.data())
+@given(c=calls(ops=tuple(op for op in OPS if SIZES[op])), data=st.data())
 def test_negative_sizes(harness, c, data):
     key = data.draw(st.sampled_from(SIZES[c.op]), label="size")
     c.ints[key] = data.draw(st.one_of(st.just(-1), st.just(INT_MIN), st.integers(INT_MIN, -1)), label="value")
@@ -543,7 +731,7 @@ def test_huge_sizes_in_private_memory(harness, c, data):
     """_p with sizes up to INT_MAX (products far beyond int): extents are computed in size_t, so the
     call is over capacity, or not private, never a write past the arena. A buffer too large to lay
     out is pointed at the arena's last 4 KiB (it must be refused before it is touched)."""
-    for key in data.draw(st.sets(st.sampled_from(SIZES[c.op]), min_size=1), label="grown"):
+    for key in data.draw(st.sets(st.sampled_from(SIZES[c.op] or ("batch", "classes")), min_size=1), label="grown"):
         c.ints[key] = data.draw(st.sampled_from((INT_MAX, INT_MAX - 1, 2**16, 2**20 + 1, 46341)), label=key)
     for b in model_buffers(c.op, c.prefix, c.ints):
         if b.extent > 4096:
@@ -553,7 +741,7 @@ def test_huge_sizes_in_private_memory(harness, c, data):
 
 
 @FUZZ
-@given(c=calls(ops=("nll", "flce"), forms=("s",)), data=st.data())
+@given(c=calls(ops=("nll", "flce", "nllf", "smce"), forms=("s",)), data=st.data())
 def test_size_products_overflowing_int_in_shared_memory(harness, c, data):
     """_s: batch*classes or bt*hidden / vocab*hidden of 2^32 or more (0 or small when wrapped in
     int) with that buffer NULL. The extent is computed in size_t, so the NULL is seen; in int the
@@ -562,6 +750,12 @@ def test_size_products_overflowing_int_in_shared_memory(harness, c, data):
     if c.op == "nll":
         c.ints.update(batch=rows, classes=2**26, reduction=0)
         nulls = ("logits_grad",)
+    elif c.op == "nllf":
+        c.ints.update(batch=rows, classes=2**26)
+        nulls = ("log_probs",)
+    elif c.op == "smce":
+        c.ints.update(batch=rows, classes=2**26)
+        nulls = ("logits", "labels", "probs", "grads")
     elif data.draw(st.booleans(), label="input"):
         c.ints.update(bt=rows, hidden=2**26, vocab=0, softmax_defined=0)
         nulls = ("input", "input_grad")
@@ -571,7 +765,7 @@ def test_size_products_overflowing_int_in_shared_memory(harness, c, data):
     small = {**c.ints, "classes": 8, "hidden": 1, "vocab": max(c.ints.get("vocab", 1), 1)}
     c.data = valid_data(c.op, c.prefix, small, np.random.default_rng(rows))
     c.place = {name: "null" for name in nulls}
-    if c.op == "nll":  # weight (2^26 classes) is never reached: a non-NULL address it is not laid out at
+    if c.op in ("nll", "nllf"):  # weight (2^26 classes) is never reached: a non-NULL address it is not laid out at
         c.place["weight"] = ("before", 64)
     assert run_counted(harness, c, "int-overflowing size products (_s)") == NULLP
 
@@ -603,6 +797,9 @@ def test_private_buffer_placement(harness, c, data):
     for b in data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=3, unique_by=lambda b: b.name),
                        label="hostile"):
         kind = data.draw(st.sampled_from(kinds), label=f"{b.name} placement")
+        hosts = {pl[1] for pl in c.place.values() if isinstance(pl, tuple) and pl[0] == "overlap"}
+        if b.name in hosts:  # already holds an overlapping buffer: it stays where it is (no chains)
+            continue
         if kind == "straddle_end":
             cut = data.draw(st.integers(1, max(1, b.extent - 1)), label="inside") // b.align * b.align
             c.place[b.name] = ("straddle_end", cut) if 0 < cut < b.extent else "ddr"
@@ -618,6 +815,8 @@ def test_private_buffer_placement(harness, c, data):
                 if not outs:
                     continue
                 o, host = outs[0], b  # an output laid over this input
+                if o.name in hosts or isinstance(c.place.get(o.name), tuple):
+                    continue
             else:
                 o, host = b, data.draw(st.sampled_from(others), label="host")
             if isinstance(c.place.get(host.name), tuple) or c.place.get(host.name) in ("null", "straddle_end"):
@@ -627,6 +826,23 @@ def test_private_buffer_placement(harness, c, data):
         else:
             c.place[b.name] = kind
     run_counted(harness, c, "private placement")
+
+
+@FUZZ_HALF
+@given(c=calls(forms=("s",)), data=st.data())
+def test_overlapping_buffers_in_shared_memory(harness, c, data):
+    """_s: an output laid over another buffer (any offset inside it, the exact in-place case included) is
+    refused (INVALID) before anything is written, unless it is an exact in-place output over an input."""
+    live = [b for b in model_buffers(c.op, c.prefix, c.ints) if b.extent]
+    outs = [b for b in live if b.role != IN]
+    assume(outs and len(live) > 1)
+    o = data.draw(st.sampled_from(outs), label="output")
+    host = data.draw(st.sampled_from([b for b in live if b.name != o.name]), label="over")
+    off = data.draw(st.one_of(st.just(0), st.integers(0, max(0, host.extent - 1))), label="offset") // o.align * o.align
+    c.place = {o.name: ("overlap", host.name, off)}
+    status = run_counted(harness, c, "overlapping buffers (_s)")
+    if not (o.role == INPLACE and host.role == IN and off == 0 and o.extent == host.extent):
+        assert status in (INVALID, UNSUPPORTED), status
 
 
 @FUZZ
@@ -651,7 +867,7 @@ def test_flce_accumulate_garbage(harness, c, acc, garbage, fixed):
 
 
 @FUZZ
-@given(c=calls(ops=("bce", "focal", "focalgrad", "nll")),
+@given(c=calls(ops=REDUCING),
        red=st.one_of(st.sampled_from((-1, 3, 4, 255, INT_MIN, INT_MAX)), st.integers(INT_MIN, INT_MAX)))
 def test_reduction_codes(harness, c, red):
     c.ints["reduction"] = red
@@ -679,10 +895,10 @@ def test_alpha_gamma(harness, c, alpha, gamma):
 
 
 @FUZZ
-@given(c=calls(ops=("nll", "flce")), data=st.data())
+@given(c=calls(ops=("nll", "flce", "nllf", "ssmce")), data=st.data())
 def test_garbage_class_indices(harness, c, data):
     ints32 = st.one_of(st.integers(INT_MIN, INT_MAX), st.integers(-3, 45), st.sampled_from((INT_MIN, INT_MAX)))
-    if c.op == "nll":
+    if c.op != "flce":
         b = c.ints["batch"]
         c.data["labels"] = np.array(data.draw(st.lists(ints32, min_size=b, max_size=b), label="labels"), np.int32)
     else:
@@ -697,7 +913,44 @@ def test_garbage_class_indices(harness, c, data):
 @given(c=calls(), chip=st.sampled_from((FT78NE, MT7004)))
 def test_chip(harness, c, chip):
     c.chip = chip
-    assert run_counted(harness, c, "chip") == (UNSUPPORTED if c.prefix == "hp" and chip == FT78NE else OK)
+    no_class = c.op in ("nll", "nllf", "ssmce") and c.ints["batch"] > 0 and c.ints["classes"] == 0  # label 0: INDEX
+    assert run_counted(harness, c, "chip") == (UNSUPPORTED if c.prefix == "hp" and chip == FT78NE else
+                                               INDEX if no_class else OK)
+
+
+@FUZZ_HALF
+@given(c=calls(ops=("smce", "ssmce")), flag=st.one_of(st.sampled_from((2, -1, 255, INT_MIN, INT_MAX)),
+                                                      st.integers(INT_MIN, INT_MAX)))
+def test_grad_flags(harness, c, flag):
+    """need_grads (int) and is_grad (uint64): 0 or 1, anything else refused before any buffer is read."""
+    c.ints["need_grads" if c.op == "smce" else "is_grad"] = flag
+    status = run_counted(harness, c, "grad flags")
+    if flag not in (0, 1):
+        assert status in (INVALID, MASK, UNSUPPORTED)
+
+
+U64_GARBAGE = st.one_of(st.integers(0, 24), st.sampled_from((2**32, 2**62, 2**63, 2**64 - 1, 2**62 + 1)),
+                        st.integers(0, 2**64 - 1))
+
+
+@FUZZ_HALF
+@given(c=calls(ops=("ssmce",)), data=st.data())
+def test_sparse_geometry(harness, c, data):
+    """The sparse form's uint64 inner_size/outter_size/axis_size/batch_size/number_of_classes: anything but
+    a consistent 2-D geometry, or a batch x classes past size_t, refused (INVALID) before any buffer; huge
+    consistent ones are refused by their buffers (NULL here), never read or written."""
+    for key in data.draw(st.sets(st.sampled_from(("inner", "outer", "axis", "batch", "classes")), min_size=1),
+                         label="spoiled"):
+        c.ints[key] = data.draw(U64_GARBAGE, label=key)
+    _, _, _, b, k = sparse_geometry(c.ints)
+    huge = b * k >= 2**20 or b >= 2**20
+    c.data = valid_data("ssmce", c.prefix, {"batch": 0 if huge else b, "classes": 0 if huge else k},
+                        np.random.default_rng(b % 997))
+    if huge:  # too large to lay out: every buffer the call would need is NULL
+        c.place = {name: "null" for name, *_ in SSMCE_BUFS}
+    status = run_counted(harness, c, "sparse geometry")
+    if sparse_geometry_error(c.ints):
+        assert status in (INVALID, MASK, UNSUPPORTED)
 
 
 SIZE_T_MAX = 2**64 - 1
@@ -776,6 +1029,6 @@ def test_every_category_ran():
     """The counts printed at the end; each category must have tried cases (none was filtered away)."""
     expected = {"null pointers", "negative sizes", "huge sizes (_p)", "int-overflowing size products (_s)",
                 "core masks", "private placement", "FLCE accumulate garbage", "reduction codes", "alpha/gamma",
-                "class indices", "chip", "helpers"}
+                "class indices", "chip", "helpers", "grad flags", "sparse geometry", "overlapping buffers (_s)"}
     assert expected <= set(COUNTS), expected - set(COUNTS)
     assert all(COUNTS[k] >= min(EXAMPLES, 10) // 2 for k in expected), dict(COUNTS)

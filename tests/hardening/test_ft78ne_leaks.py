@@ -63,7 +63,14 @@ def _workload():
         xloss.focal_loss_with_grad(x * 8 - 4, y, reduction="sum", backend=b)
         xloss.nll_loss_grad(1.0, s, t, backend=b)
         xloss.fused_linear_cross_entropy_grad(**fl, backend=b)
-        calls += 4
+        # issue 30's operators: nllloss, binarycrossentropy, sigmoidcrossentropywithlogits(grad), the
+        # sparse and the dense softmax_cross_entropy_with_logits
+        xloss.nll_loss(s, t, reduction="sum", backend=b)
+        xloss.binary_cross_entropy(x, y, backend=b)
+        xloss.bce_with_logits_with_grad(x * 8 - 4, y, reduction="none", backend=b)
+        xloss.cross_entropy_loss(s, t, backend=b)
+        xloss.softmax_cross_entropy_with_logits(s, np.exp(s), backend=b)
+        calls += 9
     failing = [
         # the staging budget exceeds the private memory: an allocation fails after others succeeded
         (xloss.backend("ft78ne", memory="private", core_mask=0x03, private_bytes=2 * cap),

@@ -227,4 +227,21 @@ static inline aclnnStatus emu_need_reduction(const emu_plan *ex, int64_t reducti
     return ACLNN_SUCCESS;
 }
 
+/* A workspace of `rows_of` floats per class for `classes` classes (a kernel's row buffers), in *bytes. Ours: a class count whose workspace does not fit an int64 byte count (a
+ * stride-0 view may claim 2^62 classes over one element) is refused with `code`; computed unchecked, the
+ * size would wrap to a few bytes and phase two would fill a row of `classes` floats into them. */
+static inline aclnnStatus emu_need_row_workspace(const emu_plan *ex, int k, int64_t classes, uint64_t rows_of,
+                                                 aclnnStatus code, uint64_t *bytes)
+{
+    uint64_t n;
+    if (classes < 0 || __builtin_mul_overflow((uint64_t)classes, rows_of * sizeof(float), &n) ||
+        n > (uint64_t)INT64_MAX - (EMU_ALIGN - 1)) {
+        emu_set_error("%s: %s has %lld classes; a workspace of %llu rows of them is too large to address", ex->api,
+                      ex->names[k], (long long)classes, (unsigned long long)rows_of);
+        return code;
+    }
+    *bytes = n;
+    return ACLNN_SUCCESS;
+}
+
 #endif

@@ -6,7 +6,8 @@
  * PyTorch's cross_entropy (the pages' golden is torch.ops.aten.cross_entropy_loss): mean divides both by
  * the summed weights of the rows not ignored. Reductions sum in float32 in blocks of EMU_REDUCE_BLOCK
  * rows. Checks (the pages' return-code tables): NULL required pointers 161001; dtypes outside the lists
- * 161002; input/target/weight shapes, reductionOptional and labelSmoothing outside their ranges 561002.
+ * 161002; input/target/weight shapes, reductionOptional and labelSmoothing outside their ranges 561002
+ * (as is, ours, a class count whose row workspace no int64 byte count holds).
  * The z-loss is not computed: the pages say lseSquareScaleForZloss and returnZloss take no effect yet,
  * so zlossOut and lseForZlossOut are checked but not written.
  *
@@ -15,6 +16,8 @@
  * sum(w)) - g ls / C / D * w[c], minus g (1 - ls) w[t] / D at the target. The page's usage column says
  * only labelSmoothing 0.0 is supported while its formula carries labelSmoothing: the emulator computes
  * the formula (a library whose grad ignored it would be wrong for every smoothed forward). */
+#include <stdio.h>
+
 #include "aclnnop/aclnn_cross_entropy_loss.h"
 #include "aclnnop/aclnn_cross_entropy_loss_grad.h"
 #include "ops_common.h"
@@ -22,15 +25,32 @@
 enum { CE_INPUT, CE_TARGET, CE_WEIGHT, CE_LOSS, CE_LOGPROB, CE_ZLOSS, CE_LSE };
 enum { CEG_GRAD, CEG_LOGPROB, CEG_TARGET, CEG_WEIGHT, CEG_GRADZ, CEG_LSE, CEG_OUT };
 
-/* "none"/"mean"/"sum" (NULL: "mean") to the reduction code; -1 otherwise */
-static int64_t ce_reduction(const char *s)
+/* "none"/"mean"/"sum" (NULL: "mean") to the reduction code; -1 otherwise, with the bytes read (at most five,
+ * NUL-terminated) in seen and *more set when the string goes on past them. Ours: the string is read a byte
+ * at a time and no further than the first byte that rules out every name (or its NUL), so an unterminated or
+ * over-long string is never read past that byte (strcmp stops there too; a "%s" of it would not). */
+static int64_t ce_reduction(const char *s, char seen[6], int *more)
 {
-    if (s == NULL || strcmp(s, "mean") == 0)
+    static const char *const names[] = {"none", "mean", "sum"};
+    static const int64_t codes[] = {EMU_REDUCTION_NONE, EMU_REDUCTION_MEAN, EMU_REDUCTION_SUM};
+    seen[0] = '\0';
+    *more = 0;
+    if (s == NULL)
         return EMU_REDUCTION_MEAN;
-    if (strcmp(s, "sum") == 0)
-        return EMU_REDUCTION_SUM;
-    if (strcmp(s, "none") == 0)
-        return EMU_REDUCTION_NONE;
+    int alive = 7; /* bit k: s matches names[k] so far (no name is longer than four bytes) */
+    for (size_t i = 0; alive; i++) {
+        char ch = s[i];
+        seen[i] = ch;
+        seen[i + 1] = '\0';
+        for (int k = 0; k < 3; k++)
+            if ((alive >> k & 1) && names[k][i] != ch)
+                alive &= ~(1 << k);
+        if (ch == '\0')
+            for (int k = 0; k < 3; k++)
+                if (alive >> k & 1)
+                    return codes[k];
+        *more = ch != '\0';
+    }
     return -1;
 }
 
@@ -165,9 +185,16 @@ static aclnnStatus ce_need_smoothing(const emu_plan *ex, double ls)
 
 static aclnnStatus ce_need_reduction(emu_plan *ex, const char *reduction)
 {
-    ex->reduction = ce_reduction(reduction);
-    if (ex->reduction < 0) {
-        emu_set_error("%s: reductionOptional \"%.32s\" is not \"none\", \"mean\" or \"sum\"", ex->api, reduction);
+    char seen[6], shown[24] = "";
+    int more;
+    ex->reduction = ce_reduction(reduction, seen, &more);
+    if (ex->reduction < 0) { /* the bytes read: printable ones as they are, others escaped */
+        size_t m = 0;
+        for (const char *p = seen; *p; p++)
+            m += (size_t)snprintf(shown + m, sizeof shown - m, *p >= 0x20 && *p < 0x7f ? "%c" : "\\x%02x",
+                                  (unsigned char)*p);
+        emu_set_error("%s: reductionOptional \"%s%s\" is not \"none\", \"mean\" or \"sum\"", ex->api, shown,
+                      more ? "..." : "");
         return ACLNN_ERR_INNER_TILING_ERROR;
     }
     return ACLNN_SUCCESS;
@@ -232,7 +259,7 @@ EMU_EXPORT aclnnStatus aclnnCrossEntropyLossGetWorkspaceSize(const aclTensor *in
     EMU_CHECK(ce_need_shape(&ex, CE_LSE, 1, &n, ACLNN_ERR_PARAM_INVALID));
     for (int k = CE_LOSS; k <= CE_LSE; k++)
         EMU_CHECK(emu_need_no_overlap(&ex, k, CE_TARGET));
-    ex.workspace_size = (uint64_t)c * sizeof(float);
+    EMU_CHECK(emu_need_row_workspace(&ex, CE_INPUT, c, 1, ACLNN_ERR_INNER_TILING_ERROR, &ex.workspace_size));
     ex.run = ce_run;
     return emu_make_executor(&ex, workspaceSize, executor);
 }
@@ -331,7 +358,7 @@ EMU_EXPORT aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(
     }
     EMU_CHECK(emu_need_same_shape(&ex, CEG_OUT, CEG_LOGPROB));
     EMU_CHECK(emu_need_no_overlap(&ex, CEG_OUT, CEG_TARGET));
-    ex.workspace_size = (uint64_t)c * sizeof(float);
+    EMU_CHECK(emu_need_row_workspace(&ex, CEG_LOGPROB, c, 1, ACLNN_ERR_INNER_TILING_ERROR, &ex.workspace_size));
     ex.run = ceg_run;
     return emu_make_executor(&ex, workspaceSize, executor);
 }

@@ -10,7 +10,8 @@
  * (CheckShape; every operand at most 8-D is the runtime's check). An empty features or labels then succeeds
  * with nothing to run (the op_api returns before its kernel). The rest is the page's rule, which the op_api
  * does not check (its kernel would broadcast labels, and the 950 tiling refuses labels of another dtype):
- * labels of features' shape and dtype, loss (N), backprop (N, C), else 161002. */
+ * labels of features' shape and dtype, loss (N), backprop (N, C), else 161002. Ours: a class count whose row
+ * workspace no int64 byte count holds 561002 (a tiling failure). */
 #include "aclnnop/aclnn_softmax_cross_entropy_with_logits.h"
 #include "ops_common.h"
 
@@ -111,7 +112,9 @@ EMU_EXPORT aclnnStatus aclnnSoftmaxCrossEntropyWithLogitsGetWorkspaceSize(const 
         EMU_CHECK(emu_need_same_shape(&ex, SCE_LABELS, SCE_FEATURES));
         EMU_CHECK(sce_need_dims(&ex, SCE_LOSS, x->dims[0], x->dims[1], 1));
         EMU_CHECK(sce_need_dims(&ex, SCE_BACKPROP, x->dims[0], x->dims[1], 2));
-        ex.workspace_size = emu_round_up((uint64_t)x->dims[1] * SCE_ROW_BUFFERS * sizeof(float));
+        EMU_CHECK(emu_need_row_workspace(&ex, SCE_FEATURES, x->dims[1], SCE_ROW_BUFFERS, ACLNN_ERR_INNER_TILING_ERROR,
+                                         &ex.workspace_size));
+        ex.workspace_size = emu_round_up(ex.workspace_size);
     }
     ex.run = sce_run;
     return emu_make_executor(&ex, workspaceSize, executor);

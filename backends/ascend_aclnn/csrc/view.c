@@ -347,7 +347,8 @@ void emu_elementwise(const emu_view *shape_of, const emu_view *const *in, int ni
 
 uint64_t emu_reduce_workspace(int64_t numel)
 {
-    return emu_round_up((uint64_t)((numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK) * sizeof(double));
+    /* in uint64: a view of up to INT64_MAX elements (stride 0 over one) must not overflow numel + block - 1 */
+    return emu_round_up(((uint64_t)numel + EMU_REDUCE_BLOCK - 1) / EMU_REDUCE_BLOCK * sizeof(double));
 }
 
 aclnnStatus emu_elementwise_sum(const emu_view *shape_of, const emu_view *const *in, int nin, int64_t reduction,

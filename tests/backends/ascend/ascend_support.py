@@ -203,3 +203,70 @@ def _vocab_parallel_args(s, op, rng, dt):
             "inputOptional": s.ffi.NULL, "weightOptional": s.ffi.NULL,
             "vocabParallelLogitsOptional": s.put(logits.astype(dt))[0], "lossOut": s.empty((BT,), np.float32)[0],
             "softMaxOutOptional": s.empty((BT, V), np.float32)[0]}
+
+
+# ---- issue 30's operators (the hardening fuzzer and leak tests take their arguments from here) ----------
+
+LOSS_OPS = ("aclnnNLLLoss", "aclnnNLLLoss2d", "aclnnBinaryCrossEntropy", "aclnnBinaryCrossEntropyWithLogits",
+            "aclnnBinaryCrossEntropyWithLogitsBackward", "aclnnCrossEntropyLoss", "aclnnCrossEntropyLossGrad",
+            "aclnnSoftmaxCrossEntropyWithLogits")
+_NLL, _NLL2D, _BCEF, _BCEL, _BCELB, _CE, _CEG, _SCE = LOSS_OPS
+CE_REDUCTIONS = {0: b"none", 1: b"mean", 2: b"sum"}  # cross entropy's reductionOptional, by int64 code
+#: required pointer arguments (NULL -> 161001); the others are optional
+LOSS_REQUIRED = {
+    _NLL: ("self", "target", "weight", "out", "totalWeightOut"),
+    _NLL2D: ("self", "target", "weight", "out", "totalWeightOut"),
+    _BCEF: ("self", "target", "out"), _BCEL: ("self", "target", "out"),
+    _BCELB: ("gradOutput", "self", "target", "out"),
+    _CE: ("input", "target", "lossOut", "logProbOut", "zlossOut", "lseForZlossOut"),
+    _CEG: ("gradLoss", "logProb", "target", "out"), _SCE: ("features", "labels", "loss", "backprop"),
+}
+
+
+def loss_op_args(s, op, *, reduction=1) -> dict:
+    """A valid, ordered argument dict for ``op`` (before workspaceSize and executor)."""
+    rng = np.random.default_rng(11)
+    n, c = 4, 3
+    targets = np.array([0, 2, -100, 1], np.int64)
+    if op in (_NLL, _NLL2D):
+        shape, tshape = ((n, c), (n,)) if op == _NLL else ((2, c, 2, 2), (2, 2, 2))
+        out_shape = (tshape if reduction == 0 else ())
+        return {"self": s.put(-rng.random(shape).astype(np.float32))[0],
+                "target": s.put(np.resize(targets, tshape))[0], "weight": s.put(rng.uniform(0.5, 2, c)
+                                                                                 .astype(np.float32))[0],
+                "reduction": reduction, "ignoreIndex": -100, "out": s.empty(out_shape, np.float32)[0],
+                "totalWeightOut": s.empty((1,), np.float32)[0]}
+    if op in (_BCEF, _BCEL, _BCELB):
+        shape = (3, 5)
+        x = rng.uniform(0.05, 0.95, shape) if op == _BCEF else rng.normal(0, 3, shape)
+        d = {"gradOutput": s.put(np.asarray(1.5, np.float32))[0]} if op == _BCELB else {}
+        d["self"], d["target"] = s.put(x.astype(np.float32))[0], s.put(rng.random(shape).astype(np.float32))[0]
+        if op == _BCEF:
+            d["weight"] = s.put(rng.uniform(0, 2, shape).astype(np.float32))[0]
+        else:
+            d["weightOptional"] = s.put(rng.uniform(0, 2, (1, 5)).astype(np.float32))[0]
+            d["posWeightOptional"] = s.put(rng.uniform(0, 3, (5,)).astype(np.float32))[0]
+        d["reduction"] = reduction
+        d["out"] = s.empty(shape if reduction == 0 or op == _BCELB else (), np.float32)[0]
+        return d
+    if op == _CE:
+        d = {"input": s.put(rng.normal(0, 2, (n, c)).astype(np.float32))[0], "target": s.put(targets)[0],
+             "weightOptional": s.put(rng.uniform(0.5, 2, c).astype(np.float32))[0],
+             "reductionOptional": CE_REDUCTIONS[reduction], "ignoreIndex": -100, "labelSmoothing": 0.1,
+             "lseSquareScaleForZloss": 0.0, "returnZloss": False}
+        loss_shape = (n,) if reduction == 0 else ()
+        for name, shape in (("lossOut", loss_shape), ("logProbOut", (n, c)), ("zlossOut", loss_shape),
+                            ("lseForZlossOut", (n,))):
+            d[name] = s.empty(shape, np.float32)[0]
+        return d
+    if op == _CEG:
+        lp = np.log(rng.dirichlet(np.ones(c), n)).astype(np.float32)
+        return {"gradLoss": s.put(rng.uniform(0.5, 1.5, (n,) if reduction == 0 else ()).astype(np.float32))[0],
+                "logProb": s.put(lp)[0], "target": s.put(targets)[0],
+                "weightOptional": s.put(rng.uniform(0.5, 2, c).astype(np.float32))[0], "gradZlossOptional": s.ffi.NULL,
+                "lseForZlossOptional": s.ffi.NULL, "reductionOptional": CE_REDUCTIONS[reduction], "ignoreIndex": -100,
+                "labelSmoothing": 0.1, "lseSquareScaleForZloss": 0.0, "out": s.empty((n, c), np.float32)[0]}
+    assert op == _SCE
+    return {"features": s.put(rng.normal(0, 2, (n, c)).astype(np.float32))[0],
+            "labels": s.put(rng.dirichlet(np.ones(c), n).astype(np.float32))[0],
+            "loss": s.empty((n,), np.float32)[0], "backprop": s.empty((n, c), np.float32)[0]}

@@ -19,9 +19,17 @@
 #include <string.h>
 
 #include "acl/acl.h"
+#include "aclnnop/aclnn_binary_cross_entropy.h"
 #include "aclnnop/aclnn_binary_cross_entropy_backward.h"
+#include "aclnnop/aclnn_binary_cross_entropy_with_logits.h"
+#include "aclnnop/aclnn_binary_cross_entropy_with_logits_backward.h"
+#include "aclnnop/aclnn_cross_entropy_loss.h"
+#include "aclnnop/aclnn_cross_entropy_loss_grad.h"
 #include "aclnnop/aclnn_fused_linear_cross_entropy_loss_grad.h"
+#include "aclnnop/aclnn_nll_loss.h"
+#include "aclnnop/aclnn_nll_loss2d.h"
 #include "aclnnop/aclnn_nll_loss_backward.h"
+#include "aclnnop/aclnn_softmax_cross_entropy_with_logits.h"
 #include "aclnnop/aclnn_xloss_sigmoid_focal_loss.h"
 #include "aclnnop/aclnn_xloss_sigmoid_focal_loss_backward.h"
 #include "xloss_aclnn_emu.h"
@@ -48,7 +56,7 @@ static int64_t pick(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uin
 static int known_status(aclnnStatus st)
 {
     return st == ACLNN_SUCCESS || st == ACLNN_ERR_PARAM_NULLPTR || st == ACLNN_ERR_PARAM_INVALID ||
-           st == ACLNN_ERR_RUNTIME_ERROR;
+           st == ACLNN_ERR_RUNTIME_ERROR || st == ACLNN_ERR_INNER_TILING_ERROR; /* the last: cross entropy's pages */
 }
 
 /* Reads a live tensor back through every accessor; the arrays are the caller's to free. */
@@ -149,9 +157,12 @@ static void fuzz_one(aclrtStream stream)
     clean = (int)(rnd() % 2);
     const int64_t bt = pick(0, 5), h = pick(0, 4), v = pick(1, 6), n = pick(0, 5), c = pick(1, 5);
     const int64_t s2[2] = {n, c}, s1n[1] = {n}, s1c[1] = {c}, s_bt[1] = {bt}, s_in[2] = {bt, h}, s_w[2] = {v, h},
-                  s_sm[2] = {bt, v}, s_m[1] = {(bt + 7) / 8}, one[1] = {1};
+                  s_sm[2] = {bt, v}, s_m[1] = {(bt + 7) / 8}, one[1] = {1}, s4[4] = {n, c, 2, 3}, s3[3] = {n, 2, 3};
     aclTensor *t[11] = {0};
-    int op = (int)(rnd() % 5);
+    int op = (int)(rnd() % 13); /* 0-4: the first operators; 5-12: issue 30's */
+    static const char *const ce_reductions[] = {"none", "mean", "sum", NULL, "batchmean", ""};
+    char *ce_red = (char *)ce_reductions[rnd() % 6];
+    aclDataType idt = (aclDataType[]){ACL_INT64, ACL_INT32, ACL_UINT8}[rnd() % 3];
     aclDataType fdt = (aclDataType[]){ACL_FLOAT, ACL_FLOAT16, ACL_BF16}[rnd() % 3];
     uint64_t ws = 0;
     aclOpExecutor *ex = NULL;
@@ -180,6 +191,74 @@ static void fuzz_one(aclrtStream stream)
         t[4] = random_tensor(one, 1, fdt);
         t[5] = random_tensor(s2, 2, fdt);
         st = aclnnNLLLossBackwardGetWorkspaceSize(t[0], t[1], t[2], t[3], red, pick(-101, 3), t[4], t[5], &ws, &ex);
+        break;
+    case 5: /* NLL forward: (N, C) or (C) self */
+    case 6: /* NLL2d: (N, C, H, W) self */
+        if (op == 5) {
+            int batched = (int)(rnd() % 4 != 0);
+            t[0] = batched ? random_tensor(s2, 2, fdt) : random_tensor(s1c, 1, fdt);
+        } else
+            t[0] = random_tensor(s4, 4, fdt);
+        t[1] = op == 5 ? random_tensor(s1n, 1, idt) : random_tensor(s3, 3, idt);
+        t[2] = random_tensor(s1c, 1, fdt);
+        t[3] =
+            red == 0 ? (op == 5 ? random_tensor(s1n, 1, fdt) : random_tensor(s3, 3, fdt)) : random_tensor(one, 0, fdt);
+        t[4] = random_tensor(one, 1, fdt);
+        st = (op == 5 ? aclnnNLLLossGetWorkspaceSize
+                      : aclnnNLLLoss2dGetWorkspaceSize)(t[0], t[1], t[2], red, pick(-101, 3), t[3], t[4], &ws, &ex);
+        break;
+    case 7: /* BCE forward */
+        for (int i = 0; i < 3; i++)
+            t[i] = (clean || rnd() % 15) ? random_tensor(s2, 2, fdt) : NULL;
+        t[3] = red == 0 ? random_tensor(s2, 2, fdt) : random_tensor(one, 0, fdt);
+        st = aclnnBinaryCrossEntropyGetWorkspaceSize(t[0], t[1], t[2], red, t[3], &ws, &ex);
+        break;
+    case 8: /* BCE with logits, forward and backward: weight and pos_weight broadcast over the rows */
+    case 9:
+        t[0] = random_tensor(s2, 2, fdt);
+        t[1] = random_tensor(s2, 2, fdt);
+        t[2] = rnd() % 3 ? random_tensor(s1c, 1, fdt) : NULL;
+        t[3] = rnd() % 3 ? random_tensor(s1c, 1, fdt) : NULL;
+        t[5] = random_tensor(one, 0, fdt);
+        if (op == 8) {
+            t[4] = red == 0 ? random_tensor(s2, 2, fdt) : random_tensor(one, 0, fdt);
+            st = aclnnBinaryCrossEntropyWithLogitsGetWorkspaceSize(t[0], t[1], t[2], t[3], red, t[4], &ws, &ex);
+        } else {
+            t[4] = random_tensor(s2, 2, fdt);
+            st = aclnnBinaryCrossEntropyWithLogitsBackwardGetWorkspaceSize(t[5], t[0], t[1], t[2], t[3], red, t[4], &ws,
+                                                                           &ex);
+        }
+        break;
+    case 10: { /* cross entropy forward: the loss shapes follow the reduction string */
+        int per_row = ce_red && strcmp(ce_red, "none") == 0;
+        t[0] = random_tensor(s2, 2, ACL_FLOAT);
+        t[1] = random_tensor(s1n, 1, rnd() % 2 ? ACL_INT64 : ACL_INT32);
+        t[2] = rnd() % 2 ? random_tensor(s1c, 1, ACL_FLOAT) : NULL;
+        t[3] = per_row ? random_tensor(s1n, 1, ACL_FLOAT) : random_tensor(one, 0, ACL_FLOAT);
+        t[4] = random_tensor(s2, 2, ACL_FLOAT);
+        t[5] = per_row ? random_tensor(s1n, 1, ACL_FLOAT) : random_tensor(one, 0, ACL_FLOAT);
+        t[6] = random_tensor(s1n, 1, ACL_FLOAT);
+        st = aclnnCrossEntropyLossGetWorkspaceSize(t[0], t[1], t[2], ce_red, pick(-101, 3), rnd() % 3 ? 0.0 : 0.2, 0.0,
+                                                   false, t[3], t[4], t[5], t[6], &ws, &ex);
+        break;
+    }
+    case 11: { /* cross entropy grad */
+        int per_row = ce_red && strcmp(ce_red, "none") == 0;
+        t[0] = per_row ? random_tensor(s1n, 1, ACL_FLOAT) : random_tensor(one, 0, ACL_FLOAT);
+        t[1] = random_tensor(s2, 2, ACL_FLOAT);
+        t[2] = random_tensor(s1n, 1, ACL_INT64);
+        t[3] = rnd() % 2 ? random_tensor(s1c, 1, ACL_FLOAT) : NULL;
+        t[4] = random_tensor(s2, 2, ACL_FLOAT);
+        st = aclnnCrossEntropyLossGradGetWorkspaceSize(t[0], t[1], t[2], t[3], NULL, NULL, ce_red, pick(-101, 3),
+                                                       rnd() % 3 ? 0.0 : 0.2, 0.0, t[4], &ws, &ex);
+        break;
+    }
+    case 12: /* softmax cross entropy, dense labels */
+        t[0] = random_tensor(s2, 2, fdt);
+        t[1] = random_tensor(s2, 2, fdt);
+        t[2] = random_tensor(s1n, 1, fdt);
+        t[3] = random_tensor(s2, 2, fdt);
+        st = aclnnSoftmaxCrossEntropyWithLogitsGetWorkspaceSize(t[0], t[1], t[2], t[3], &ws, &ex);
         break;
     default: { /* FLCE */
         aclDataType hdt = rnd() % 2 ? ACL_FLOAT16 : ACL_BF16;
@@ -212,9 +291,20 @@ static void fuzz_one(aclrtStream stream)
         int repeat = (int)(rnd() % 3 == 0);
         if (repeat)
             aclSetAclOpExecutorRepeatable(ex);
-        aclnnStatus (*run[])(void *, uint64_t, aclOpExecutor *, aclrtStream) = {
-            aclnnXlossSigmoidFocalLoss, aclnnXlossSigmoidFocalLossBackward, aclnnBinaryCrossEntropyBackward,
-            aclnnNLLLossBackward, aclnnFusedLinearCrossEntropyLossGrad};
+        aclnnStatus (*run[])(void *, uint64_t, aclOpExecutor *,
+                             aclrtStream) = {aclnnXlossSigmoidFocalLoss,
+                                             aclnnXlossSigmoidFocalLossBackward,
+                                             aclnnBinaryCrossEntropyBackward,
+                                             aclnnNLLLossBackward,
+                                             aclnnFusedLinearCrossEntropyLossGrad,
+                                             aclnnNLLLoss,
+                                             aclnnNLLLoss2d,
+                                             aclnnBinaryCrossEntropy,
+                                             aclnnBinaryCrossEntropyWithLogits,
+                                             aclnnBinaryCrossEntropyWithLogitsBackward,
+                                             aclnnCrossEntropyLoss,
+                                             aclnnCrossEntropyLossGrad,
+                                             aclnnSoftmaxCrossEntropyWithLogits};
         for (int k = 0; k < 1 + repeat; k++) {
             aclnnStatus r = run[op](wsp, ws, ex, stream);
             if (!known_status(r))
