@@ -89,7 +89,7 @@ def test_opt_out_by_function_and_by_environment(pool, monkeypatch):
     finally:
         monkeypatch.delenv("XLOSS_TORCH_POOL")
         importlib.reload(gb)
-    assert gb._POOL.enabled is True and gb.MIN_BYTES == 32 << 20
+    assert gb._POOL.enabled is True and gb._POOL.min_bytes == gb.MIN_BYTES
 
 
 def test_threads_never_share_a_buffer(pool):

@@ -29,8 +29,11 @@ import weakref
 import numpy as np
 import torch
 
-#: smallest buffer pooled: below glibc's 32 MiB mmap ceiling, a freed buffer's memory comes back from the heap
-MIN_BYTES = 32 << 20
+#: smallest buffer pooled. glibc maps anew each allocation whose chunk (request + header, page-rounded) exceeds
+#: its 32 MiB mmap ceiling, so a request just under 32 MiB (8M floats less a row) is fresh too; at half the
+#: ceiling a freed buffer's memory comes back from the heap (measured: a fresh 16 MiB write costs 1.3x a reused
+#: one, 33 MiB 4.8x)
+MIN_BYTES = 16 << 20
 _ALIGN = 64  # torch's CPU allocator's alignment (AVX-512 loads); NumPy promises only 16
 
 
