@@ -76,6 +76,16 @@ def test_bounded_by_count_and_bytes_then_plain_allocations(pool):
     assert float(big.sum()) == float(1 << 18)
 
 
+def test_a_free_buffer_is_evicted_only_for_a_request_that_then_fits():
+    p = gb.BufferPool(min_bytes=1, max_buffers=2, max_bytes=1 << 20)
+    used = p.empty((1 << 17,), torch.float32)  # 512 KiB in use
+    p.empty((64,), torch.float32)  # 256 B, dropped at once: free
+    p.empty((3 << 16,), torch.float32)  # 768 KiB: no room beside the one in use; plain, nothing evicted
+    assert p.stats() == {"buffers": 2, "bytes": (1 << 19) + 256, "in_use": 1}
+    kept = p.empty((1 << 16,), torch.float32)  # 256 KiB: fits once the free 256 B buffer goes
+    assert p.stats() == {"buffers": 2, "bytes": 3 << 18, "in_use": 2} and _ptr(kept) != _ptr(used)
+
+
 def test_opt_out_by_function_and_by_environment(pool, monkeypatch):
     a = gb.empty((32,), torch.float32)
     assert gb.set_enabled(False) is True and pool.stats()["buffers"] == 0

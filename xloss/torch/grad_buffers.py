@@ -93,16 +93,15 @@ class BufferPool:
         for i, slot in enumerate(self._slots):
             if slot.nbytes == nbytes and slot.free():
                 return self._slots.pop(i)
-        if nbytes > self.max_bytes:
-            return None
+        in_use = [s for s in self._slots if not s.free()]
+        if len(in_use) >= self.max_buffers or sum(s.nbytes for s in in_use) + nbytes > self.max_bytes:
+            return None  # no room even with every free slot evicted: evict nothing
         held = sum(s.nbytes for s in self._slots)
         for slot in [s for s in self._slots if s.free()]:
             if len(self._slots) < self.max_buffers and held + nbytes <= self.max_bytes:
                 break
             self._slots.remove(slot)
             held -= slot.nbytes
-        if len(self._slots) >= self.max_buffers or held + nbytes > self.max_bytes:
-            return None
         return _Slot(nbytes)
 
     def release(self) -> int:
