@@ -14,16 +14,22 @@ The kernels are ``torch.library`` custom ops (``torch.ops.xloss.*``, :mod:`xloss
 ``torch.compile(fullgraph=True)`` and ``torch.func.grad`` trace through them. Model patches:
 :func:`apply_to_causal_lm` (Hugging Face causal LMs), :func:`apply_to_detection` (torchvision
 RetinaNet/FCOS); :func:`mmdet_sigmoid_focal_loss` has mmdetection's semantics.
+
+Large gradient outputs come from a small reuse pool (:mod:`xloss.torch.grad_buffers`: a buffer is handed
+out again only once no tensor holds it); ``XLOSS_TORCH_POOL=0`` turns it off, :func:`release_buffers`
+gives its memory back.
 """
 
 from ..kernels import KERNELS as _KERNELS
 from . import ops  # noqa: F401  (the custom-op registry the families' ops join)
 from .chunking import default_chunk_size, default_vocab_chunk_size
 from .distributed import shard_vocab, vocab_shard_range
+from .grad_buffers import release_buffers
 
 #: what each kernel family adds here (its row's ``torch_exports``); loading them registers the families' ops
 _FAMILY_EXPORTS = {link.rpartition(":")[2]: row.resolve(link)
                    for row in _KERNELS.values() for link in row.torch_exports}
 globals().update(_FAMILY_EXPORTS)
 
-__all__ = ["default_chunk_size", "default_vocab_chunk_size", "shard_vocab", "vocab_shard_range", *_FAMILY_EXPORTS]
+__all__ = ["default_chunk_size", "default_vocab_chunk_size", "release_buffers", "shard_vocab", "vocab_shard_range",
+           *_FAMILY_EXPORTS]

@@ -30,10 +30,11 @@ def bce_with_logits_grad(x, y, grad=1.0, *, weight=None, pos_weight=None, reduct
     return out if out is not None else from_numpy(a.grad_out, kind_of(x))
 
 
-def bce_with_logits_with_grad(x, y, grad=1.0, *, weight=None, pos_weight=None, reduction="mean", backend=None):
-    """``(loss, dx)`` from one pass over ``x`` and ``y``."""
+def bce_with_logits_with_grad(x, y, grad=1.0, *, weight=None, pos_weight=None, reduction="mean", backend=None,
+                              grad_out=None):
+    """``(loss, dx)`` from one pass over ``x`` and ``y``; ``grad_out``: where dx goes (x's shape and dtype)."""
     a = bce_with_logits_args(x, y, grad, weight=weight, pos_weight=pos_weight, reduction=reduction,
-                             mode="forward+grad")
-    dispatch.run(a, backend)
+                             mode="forward+grad", grad_out=grad_out)
+    dispatch.run(a, backend, grad_out)
     kind = kind_of(x)
-    return from_numpy(a.loss_out, kind), from_numpy(a.grad_out, kind)
+    return from_numpy(a.loss_out, kind), grad_out if grad_out is not None else from_numpy(a.grad_out, kind)

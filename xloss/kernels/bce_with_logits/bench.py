@@ -8,6 +8,7 @@ import numpy as np
 from xloss import dtypes as xdt
 from xloss.bench.impls import PYTORCH, Candidate, KernelImpls, Skip
 from xloss.bench.workloads import Workload, parse_count
+from xloss.containers import from_numpy
 
 from . import api
 
@@ -34,7 +35,26 @@ def _xloss(w: Workload, b):
     note = "" if kw else " (no pos_weight)"
     fn = {"forward": api.bce_with_logits, "grad": api.bce_with_logits_grad,
           "forward+grad": api.bce_with_logits_with_grad}[w.mode]
-    return [(note, lambda: fn(i["x"], i["y"], reduction="mean", backend=b, **kw))]
+    rows = [(note, lambda: fn(i["x"], i["y"], reduction="mean", backend=b, **kw))]
+    return rows + (_drop_in_step(w, b, note, bool(kw)) if w.mode == "forward+grad" else [])
+
+
+def _drop_in_step(w: Workload, b, note: str, with_pos_weight: bool):
+    """``xloss.torch.binary_cross_entropy_with_logits(x, y).backward()``: the torch step through the drop-in
+    (its gradient buffer as a training loop gets it); none without torch."""
+    try:
+        import xloss.torch as xt
+    except ImportError:
+        return []
+    x, y, pw = (from_numpy(w.inputs[k], "torch") for k in ("x", "y", "pos_weight"))
+    pw = pw if with_pos_weight else None
+
+    def step():
+        xg = x.detach().requires_grad_()
+        xt.binary_cross_entropy_with_logits(xg, y, pos_weight=pw, backend=b).backward()
+        return xg.grad
+
+    return [(" xloss.torch fwd+bwd" + note, step)]
 
 
 def _torch(w: Workload, i, torch, compile_):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op
 
+from xloss.torch import grad_buffers
 from xloss.torch.ops import backend_of, register_op
 
 from . import api
@@ -29,9 +30,11 @@ def _(input, target, weight, pos_weight, reduction, backend):
 def bce_with_logits_with_grad(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
                               pos_weight: torch.Tensor | None, reduction: str,
                               backend: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(loss, dx)`` from one pass, dx for upstream gradient 1 (the backward scales it)."""
+    """``(loss, dx)`` from one pass, dx for upstream gradient 1 (the backward scales it); ``dx`` comes from
+    :mod:`xloss.torch.grad_buffers` (reused once nothing holds it)."""
     return api.bce_with_logits_with_grad(input, target, 1.0, weight=weight, pos_weight=pos_weight,
-                                         reduction=reduction, backend=backend_of(backend))
+                                         reduction=reduction, backend=backend_of(backend),
+                                         grad_out=grad_buffers.empty(input.shape, input.dtype))
 
 
 @bce_with_logits_with_grad.register_fake

@@ -9,9 +9,10 @@ PyTorch's own ``F.cross_entropy`` (a correct result, not this kernel's). The gra
 Under CPU autocast 16-bit logits are computed in float32 and the loss is float32, as PyTorch's.
 With a gradient wanted, the forward runs xloss's fused row (``cross_entropy_loss_with_grad``: the loss
 and the gradient for upstream gradient 1 from one pass over the logits) and saves only that gradient:
-one (N, C) buffer a step, as PyTorch's own. In eager use on CPU tensors the backward hands it on as it
-is for the scalar 1 that ``loss.backward()`` passes (no pass over memory) and scales it in place
-otherwise; it also keeps a reference to the logits, from which a second backward through a retained
+one (N, C) buffer a step, as PyTorch's own, from :mod:`xloss.torch.grad_buffers` (a large one is reused
+once no tensor holds it: no fresh pages to fault in every step). In eager use on CPU tensors the backward
+hands it on as it is for the scalar 1 that ``loss.backward()`` passes (no pass over memory) and scales it
+in place otherwise; it also keeps a reference to the logits, from which a second backward through a retained
 graph recomputes a gradient already scaled (so, as for any op that saves its input, modifying the
 logits in place before the backward is refused by autograd). Traced (``torch.compile``) and functorch
 backwards multiply out of place.

@@ -10,6 +10,7 @@ import torch
 from torch.library import custom_op
 
 from xloss.errors import UnsupportedRequestError
+from xloss.torch import grad_buffers
 from xloss.torch.ops import backend_of, register_op, scalar_or
 
 from . import api
@@ -55,11 +56,13 @@ def cross_entropy_loss_with_grad(input: torch.Tensor, target: torch.Tensor, weig
     """``(loss, dx)`` of (N, C) logits from one pass (xloss's fused row), ``dx`` for upstream gradient 1
     (the autograd backward only scales it). Checks the class indices. A backend that does not declare the
     fused row (the vendor-ABI ones) runs its vendor pair instead, the gradient written over the
-    log-probabilities (refused before anything ran: the pair then says what that backend can do)."""
+    log-probabilities (refused before anything ran: the pair then says what that backend can do). ``dx`` comes
+    from :mod:`xloss.torch.grad_buffers` (reused once nothing holds it)."""
     kw = dict(weight=weight, reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing,
               backend=backend_of(backend))
     try:
-        return api.cross_entropy_loss_with_grad(input, target, 1.0, **kw)
+        dx = grad_buffers.empty(input.shape, input.dtype)
+        return api.cross_entropy_loss_with_grad(input, target, 1.0, grad_out=dx, **kw)
     except UnsupportedRequestError:
         r = api.cross_entropy_loss(input, target, **kw)
         return r.loss, api.cross_entropy_loss_grad(1.0, r.log_prob, target, out=r.log_prob, **kw)

@@ -1,0 +1,195 @@
+"""The gradient-buffer pool (xloss.torch.grad_buffers): a buffer comes back only once no tensor, view,
+x.grad or saved graph holds it; the drop-ins' gradients through it equal the fresh path's bit for bit."""
+
+import importlib
+import threading
+
+import pytest
+import torch
+
+import xloss.torch as xt
+from xloss.torch import grad_buffers as gb
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    """A process pool that takes every size (the drop-ins' small test tensors included)."""
+    p = gb.BufferPool(min_bytes=1, max_buffers=4, max_bytes=1 << 20)
+    monkeypatch.setattr(gb, "_POOL", p)
+    return p
+
+
+def _ptr(t):
+    return t.untyped_storage().data_ptr()
+
+
+# -- the pool alone --------------------------------------------------------------------------
+
+
+def test_a_dropped_buffer_is_handed_out_again_and_aligned(pool):
+    a = gb.empty((8, 16), torch.float32)
+    ptr = _ptr(a)
+    assert ptr % 64 == 0 and a.is_contiguous() and a._base is None
+    del a
+    b = gb.empty((16, 8), torch.float32)  # same byte size, another shape
+    assert _ptr(b) == ptr and b.shape == (16, 8)
+    assert pool.stats() == {"buffers": 1, "bytes": 512, "in_use": 1}
+
+
+def _holder(a, hold):
+    """Something other than ``a`` that keeps its memory."""
+    if hold == "grad":
+        leaf = torch.zeros(a.shape, requires_grad=True)
+        leaf.grad = a
+        return leaf
+    return {"view": a[5:], "detach": a.detach(), "storage": a.untyped_storage(), "numpy": a.numpy()}[hold]
+
+
+def _first_value(holder, hold):
+    if hold == "grad":
+        return float(holder.grad[0])
+    return float(torch.as_tensor((torch.empty(0).set_(holder) if hold == "storage" else holder)[0]))
+
+
+@pytest.mark.parametrize("hold", ["view", "detach", "storage", "numpy", "grad"])
+def test_never_handed_out_while_anything_holds_it(pool, hold):
+    a = gb.empty((128,), torch.float32).fill_(3.0)
+    keep, ptr = _holder(a, hold), _ptr(a)
+    del a
+    b = gb.empty((128,), torch.float32).fill_(-1.0)
+    assert _ptr(b) != ptr and _first_value(keep, hold) == 3.0  # untouched
+    del b, keep
+    assert _ptr(gb.empty((128,), torch.float32)) == ptr
+
+
+def test_bounded_by_count_and_bytes_then_plain_allocations(pool):
+    held = [gb.empty((64,), torch.float64) for _ in range(6)]  # 512 B each; 4 buffers at most
+    assert pool.stats() == {"buffers": 4, "bytes": 2048, "in_use": 4}
+    assert len({_ptr(t) for t in held}) == 6
+    del held
+    big = gb.empty((1 << 18,), torch.float32)  # 1 MiB: evicts the free small ones to fit the byte cap
+    assert pool.stats() == {"buffers": 1, "bytes": 1 << 20, "in_use": 1}
+    over = gb.empty((1 << 19,), torch.float32)  # beyond the cap: plain
+    assert pool.stats()["buffers"] == 1 and _ptr(over) != _ptr(big)
+    assert xt.release_buffers() == 1 << 20 and pool.stats()["buffers"] == 0
+    big.fill_(1.0)  # a released buffer in use stays valid with its tensor
+    assert float(big.sum()) == float(1 << 18)
+
+
+def test_a_free_buffer_is_evicted_only_for_a_request_that_then_fits():
+    p = gb.BufferPool(min_bytes=1, max_buffers=2, max_bytes=1 << 20)
+    used = p.empty((1 << 17,), torch.float32)  # 512 KiB in use
+    p.empty((64,), torch.float32)  # 256 B, dropped at once: free
+    p.empty((3 << 16,), torch.float32)  # 768 KiB: no room beside the one in use; plain, nothing evicted
+    assert p.stats() == {"buffers": 2, "bytes": (1 << 19) + 256, "in_use": 1}
+    kept = p.empty((1 << 16,), torch.float32)  # 256 KiB: fits once the free 256 B buffer goes
+    assert p.stats() == {"buffers": 2, "bytes": 3 << 18, "in_use": 2} and _ptr(kept) != _ptr(used)
+
+
+def test_opt_out_by_function_and_by_environment(pool, monkeypatch):
+    a = gb.empty((32,), torch.float32)
+    assert gb.set_enabled(False) is True and pool.stats()["buffers"] == 0
+    ptr = _ptr(a)
+    del a
+    assert _ptr(gb.empty((32,), torch.float32)) != ptr and pool.stats()["buffers"] == 0
+    gb.set_enabled(True)
+    monkeypatch.setenv("XLOSS_TORCH_POOL", "0")
+    try:
+        assert importlib.reload(gb)._POOL.enabled is False
+    finally:
+        monkeypatch.delenv("XLOSS_TORCH_POOL")
+        importlib.reload(gb)
+    assert gb._POOL.enabled is True and gb._POOL.min_bytes == gb.MIN_BYTES
+
+
+def test_threads_never_share_a_buffer(pool):
+    errors = []
+
+    def work(k):
+        for _ in range(200):
+            t = gb.empty((64,), torch.float32).fill_(k)
+            if not bool((t == k).all()):
+                errors.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and pool.stats()["buffers"] <= 4
+
+
+# -- the drop-ins through the pool -----------------------------------------------------------
+
+_DTYPES = [torch.float32, torch.bfloat16, torch.float64]
+
+
+def _ce(x, t, **kw):
+    return xt.cross_entropy(x, t, backend="cpu", **kw)
+
+
+def _bcewl(x, y, **kw):
+    return xt.binary_cross_entropy_with_logits(x, y, backend="cpu", **kw)
+
+
+def _problem(family, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if family == "ce":
+        return _ce, (torch.randn(9, 37, generator=g) * 4).to(dtype), torch.randint(0, 37, (9,), generator=g)
+    return _bcewl, (torch.randn(5, 41, generator=g) * 4).to(dtype), torch.rand(5, 41, generator=g).to(dtype)
+
+
+def _grad(fn, x, t, *, retain=False, **kw):
+    xg = x.detach().requires_grad_()
+    fn(xg, t, **kw).backward()
+    return xg.grad
+
+
+@pytest.mark.parametrize("family", ["ce", "bcewl"])
+@pytest.mark.parametrize("dtype", _DTYPES)
+def test_drop_in_gradients_equal_the_fresh_path_and_reuse_after_drop(pool, family, dtype):
+    fn, x, t = _problem(family, dtype)
+    gb.set_enabled(False)
+    fresh = _grad(fn, x, t)
+    gb.set_enabled(True)
+    first = _grad(fn, x, t)
+    ptr = _ptr(first)
+    assert torch.equal(first, fresh) and pool.stats()["in_use"] == 1
+    kept = first  # the user holds the gradient: the next step gets another buffer
+    second = _grad(fn, x * 0.5, t)
+    assert _ptr(second) != ptr and torch.equal(kept, fresh)
+    del first, kept, second
+    assert _ptr(_grad(fn, x, t)) == ptr
+
+
+@pytest.mark.parametrize("family", ["ce", "bcewl"])
+def test_accumulation_retained_graphs_and_interleaved_steps(pool, family):
+    fn, x, t = _problem(family, torch.float32)
+
+    def run():
+        a = x.detach().requires_grad_()
+        loss_a = fn(a, t, reduction="sum")
+        loss_a.backward(retain_graph=True)
+        other = _grad(fn, x.flip(0), t)  # another step between the two backwards through a's graph
+        fn(a, t).backward()  # a second micro-batch accumulated into a.grad in place
+        loss_a.backward(retain_graph=True)  # the retained graph again
+        loss_a.backward(torch.tensor(2.0))  # upstream other than 1: the saved gradient scaled
+        return a.grad.clone(), other.clone()
+
+    gb.set_enabled(False)
+    expect = run()
+    gb.set_enabled(True)
+    got = run()
+    assert all(torch.equal(g, e) for g, e in zip(got, expect, strict=True))
+
+
+def test_compiled_fullgraph_and_functorch_through_the_pool(pool):
+    fn, x, t = _problem("ce", torch.float32)
+    compiled = torch.compile(lambda a, b: fn(a, b, label_smoothing=0.1), fullgraph=True, backend="aot_eager")
+    gb.set_enabled(False)
+    expect = _grad(fn, x, t, label_smoothing=0.1)
+    expect_func = torch.func.grad(lambda a: _bcewl(a, x.sigmoid()))(x)
+    gb.set_enabled(True)
+    for _ in range(2):
+        assert torch.equal(_grad(compiled, x, t), expect)
+        assert torch.equal(torch.func.grad(lambda a: _bcewl(a, x.sigmoid()))(x), expect_func)
