@@ -132,8 +132,14 @@ def _bcewl(x, y, **kw):
     return xt.binary_cross_entropy_with_logits(x, y, backend="cpu", **kw)
 
 
+def _focal(x, y, **kw):
+    return xt.sigmoid_focal_loss(x, y, backend="cpu", **{"reduction": "mean", **kw})
+
+
 def _problem(family, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
+    if family == "focal":
+        return _focal, (torch.randn(6, 43, generator=g) * 4).to(dtype), (torch.rand(6, 43, generator=g) > 0.8).to(dtype)
     if family == "ce":
         return _ce, (torch.randn(9, 37, generator=g) * 4).to(dtype), torch.randint(0, 37, (9,), generator=g)
     return _bcewl, (torch.randn(5, 41, generator=g) * 4).to(dtype), torch.rand(5, 41, generator=g).to(dtype)
@@ -145,7 +151,7 @@ def _grad(fn, x, t, *, retain=False, **kw):
     return xg.grad
 
 
-@pytest.mark.parametrize("family", ["ce", "bcewl"])
+@pytest.mark.parametrize("family", ["ce", "bcewl", "focal"])
 @pytest.mark.parametrize("dtype", _DTYPES)
 def test_drop_in_gradients_equal_the_fresh_path_and_reuse_after_drop(pool, family, dtype):
     fn, x, t = _problem(family, dtype)
@@ -162,7 +168,7 @@ def test_drop_in_gradients_equal_the_fresh_path_and_reuse_after_drop(pool, famil
     assert _ptr(_grad(fn, x, t)) == ptr
 
 
-@pytest.mark.parametrize("family", ["ce", "bcewl"])
+@pytest.mark.parametrize("family", ["ce", "bcewl", "focal"])
 def test_accumulation_retained_graphs_and_interleaved_steps(pool, family):
     fn, x, t = _problem(family, torch.float32)
 

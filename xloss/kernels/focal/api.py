@@ -28,10 +28,11 @@ def focal_loss_grad(x, y, grad=1.0, *, alpha=0.25, gamma=2.0, weight=None, reduc
     return out if out is not None else from_numpy(a.grad_out, kind_of(x))
 
 
-def focal_loss_with_grad(x, y, grad=1.0, *, alpha=0.25, gamma=2.0, weight=None, reduction="none", backend=None):
-    """``(loss, dx)`` from one pass over ``x`` and ``y``."""
+def focal_loss_with_grad(x, y, grad=1.0, *, alpha=0.25, gamma=2.0, weight=None, reduction="none", backend=None,
+                         grad_out=None):
+    """``(loss, dx)`` from one pass over ``x`` and ``y``; ``grad_out``: where dx goes (x's shape and dtype)."""
     a = focal_args(x, y, grad, alpha=alpha, gamma=gamma, weight=weight, reduction=reduction,
-                              mode="forward+grad")
-    dispatch.run(a, backend)
+                   mode="forward+grad", grad_out=grad_out)
+    dispatch.run(a, backend, grad_out)
     kind = kind_of(x)
-    return from_numpy(a.loss_out, kind), from_numpy(a.grad_out, kind)
+    return from_numpy(a.loss_out, kind), grad_out if grad_out is not None else from_numpy(a.grad_out, kind)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op
 
+from xloss.torch import grad_buffers
 from xloss.torch.ops import backend_of, register_op
 
 from . import api
@@ -27,9 +28,11 @@ def _(inputs, targets, weight, alpha, gamma, reduction, backend):
 def sigmoid_focal_loss_with_grad(inputs: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None,
                                  alpha: float, gamma: float, reduction: str,
                                  backend: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(loss, dx)`` from one pass, dx for upstream gradient 1 (the backward scales it)."""
+    """``(loss, dx)`` from one pass, dx for upstream gradient 1 (the backward scales it); ``dx`` comes from
+    :mod:`xloss.torch.grad_buffers` (reused once nothing holds it)."""
     return api.focal_loss_with_grad(inputs, targets, 1.0, alpha=alpha, gamma=gamma, weight=weight,
-                                    reduction=reduction, backend=backend_of(backend))
+                                    reduction=reduction, backend=backend_of(backend),
+                                    grad_out=grad_buffers.empty(inputs.shape, inputs.dtype))
 
 
 @sigmoid_focal_loss_with_grad.register_fake

@@ -62,7 +62,7 @@ def focal_args(x, y, grad, *, alpha, gamma, weight, reduction, mode, out=None, g
     if mode in ("forward", "forward+grad"):
         loss_out = output(out, "out", x.shape if reduction == "none" else (), dt, inputs)
     if mode in ("grad", "forward+grad"):
-        grad_out_arr = output(grad_out, "out", x.shape, dt,
+        grad_out_arr = output(grad_out, "out" if mode == "grad" else "grad_out", x.shape, dt,
                               {**inputs, "the loss output": loss_out} if out is not None else inputs)
     return FocalArgs(x=x, y=y, weight=weight, alpha=alpha, gamma=gamma, reduction=reduction, mode=mode, grad=g,
                      loss_out=loss_out, grad_out=grad_out_arr)
