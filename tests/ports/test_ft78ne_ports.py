@@ -542,7 +542,7 @@ def test_checked_mode_names_the_buffer_a_port_violates(ft78ne_ports, variant, op
     bad = xloss.backend("mt7004", lib=_lib(ft78ne_ports, variant, private), core_mask=MASK, **options)
     assert bad.checked().options["guards"] is True and not bad.guards
     t0 = time.perf_counter()
-    r = runner.run_target(bad, *target, max_examples=10, seed=SEED, shrink=False)  # the first violation names it
+    r = runner.run_target(bad, *target, max_examples=10, seed=SEED)
     seconds = time.perf_counter() - t0
     assert r.status == runner.FAIL and f"`{buffer}`" in r.message, r.message
     good = xloss.backend("mt7004", lib=_lib(ft78ne_ports, "correct", private), core_mask=MASK, **options)
@@ -585,7 +585,7 @@ def test_core_mask_bugs_are_caught(ft78ne_ports, variant, target, status, port_f
     assert [label for label, _ in b.configurations()] == ["core_mask=0x01", "core_mask=0x55", "core_mask=0x81",
                                                           "core_mask=0xf0", "core_mask=0xff"]
     t0 = time.perf_counter()
-    r = runner.run_target(b, *target, max_examples=10, seed=SEED, shrink=False)  # the verdict, not a smaller input
+    r = runner.run_target(b, *target, max_examples=10, seed=SEED)
     seconds = time.perf_counter() - t0
     assert r.status == status, (r.status, r.message)
     if status == runner.MASK_DEPENDENT:
