@@ -8,29 +8,16 @@ one. The _s calls run on core_mask 0x07 (three cores: most row counts do not spl
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import xloss
-from xloss import cli
 from xloss.conformance import runner
-from xloss.conformance import targets as declared_targets
-from xloss.conformance.casefile import case_from_json
-from xloss.conformance.export import export
-from xloss.conformance.judge import judge_results
-from xloss.conformance.report import write_failures
 
 HERE = Path(__file__).resolve().parent
 DENSE, SPARSE = "softmax_cross_entropy_with_logits", "cross_entropy_loss"
-SEED = 0
 MAX_EXAMPLES = 12
 DTYPES = ("float16", "float32")
-CC = os.environ.get("CC", "gcc").split()[0]
 
 
 def _targets(*kernels):
@@ -55,84 +42,40 @@ def ports(port_harness):
     return port_harness.build(build.build_softmax_ce)
 
 
-def _mt7004(path):
-    return xloss.backend("mt7004", lib=str(path), core_mask=0x07)
+@pytest.fixture(scope="module")
+def smce(port_harness):
+    """The helpers this file shares with test_softmax_ce_grad_ports.py (ft78ne/softmax_ce_checks.py)."""
+    return port_harness.load_module(HERE / "ft78ne" / "softmax_ce_checks.py", "ft78ne_softmax_ce_checks")
 
 
-def _run(backend, max_examples=MAX_EXAMPLES):
-    todo = [t for t in declared_targets(backend) if t[0] in (DENSE, SPARSE)]
-    return todo, {t: runner.run_target(backend, *t, max_examples=max_examples, seed=SEED, shrink=False)
-                  for t in todo}
-
-
-def _numel(case_json) -> int:
-    case = case_from_json(case_json)
-    return max((v.size for v in case.kwargs.values() if isinstance(v, np.ndarray)), default=0)
-
-
-def test_the_correct_port_passes_every_declared_target(ports):
-    todo, results = _run(_mt7004(ports["smce_correct"]), max_examples=2 * MAX_EXAMPLES)
+def test_the_correct_port_passes_every_declared_target(ports, smce):
+    todo, results = smce.run(smce.mt7004(ports["smce_correct"]), (DENSE, SPARSE), 2 * MAX_EXAMPLES)
     assert set(todo) == _targets(DENSE, SPARSE)
     assert all(r.status == "pass" for r in results.values()), {t: r.message for t, r in results.items()
                                                                if r.status != "pass"}
 
 
 @pytest.mark.parametrize("variant", sorted(BUGS))
-def test_seeded_bug_fails_its_targets_only(variant, ports, tmp_path, port_findings, capsys):
+def test_seeded_bug_fails_its_targets_only(variant, ports, smce, tmp_path, port_findings, capsys):
     lib, must = ports[variant], BUGS[variant]
-    todo, results = _run(_mt7004(lib), EXAMPLES.get(variant, MAX_EXAMPLES))
+    todo, results = smce.run(smce.mt7004(lib), (DENSE, SPARSE), EXAMPLES.get(variant, MAX_EXAMPLES))
     assert must <= set(todo)
     failing = {t for t, r in results.items() if r.status != "pass"}
     assert failing == must, sorted(failing, key=str)
     assert all(results[t].status == "fail" and "outside tolerance" in results[t].message for t in failing)
-    shrunk = min(must, key=lambda t: _numel(results[t].case))
-    assert _numel(results[shrunk].case) <= 100_000  # a replay file holds it
-    saved = write_failures([results[shrunk]], tmp_path / "failures", "ft78ne", str(lib))
-    path = saved[next(iter(saved))]
-    options = ["--option", "core_mask=7"]
-    assert cli.main(["check", "--replay", str(path), "--backend", "mt7004", "--lib", str(lib), *options]) == 1
-    # the correct port in this process (a child costs ~2 s of CPU; the buggy port's replay above runs in one)
-    assert cli.main(["check", "--replay", str(path), "--backend", "mt7004", "--lib", str(ports["smce_correct"]),
-                     *options, "--in-process"]) == 0
-    r = results[shrunk]
-    port_findings.append(dict(vendor="ft78ne", port=variant, target=shrunk, first_failure=r.found_at,
-                              examples=r.examples, seconds=r.seconds,
-                              sweep_seconds=sum(x.seconds for x in results.values())))
+    smce.replay_the_smallest_failure(variant, must, results, lib, ports["smce_correct"], tmp_path / "failures",
+                                     port_findings)
     capsys.readouterr()
 
 
-def test_a_port_of_the_scalar_reading_passes_under_its_option_only(ports):
+def test_a_port_of_the_scalar_reading_passes_under_its_option_only(ports, smce):
     """The pages' loss output is "usually a scalar or each sample's loss": a port writing one mean loss per call
     fails the default reading (a loss per row) and passes softmax_ce_losses=one (a row per call)."""
     lib = str(ports["smce_scalar_loss"])
     for given, status in (({}, "fail"), ({"softmax_ce_losses": "one"}, "pass")):
-        b = xloss.backend("mt7004", lib=lib, core_mask=0x07, **given)
-        results = {t: runner.run_target(b, *t, max_examples=2, seed=SEED, shrink=False, configurations=False)
+        b = smce.mt7004(lib, **given)
+        results = {t: runner.run_target(b, *t, max_examples=2, seed=smce.SEED, shrink=False, configurations=False)
                    for t in _targets(DENSE, SPARSE) if t[1] == "float32"}  # the reading is the same in half
         assert all(r.status == status for r in results.values()), (given, {t: r.message for t, r in results.items()})
         if status == "fail":  # the report names the reading the library matches
             assert all("pass --option softmax_ce_losses=one" in r.message for r in results.values())
-
-
-def test_on_target_verdicts_equal_the_hosts(ports, tmp_path):
-    """``xloss check --export``, the runner built against a port (runner/xloss_runner.c's SMCE/SSMCE dispatch)
-    and the judge give the host check's verdicts on both pages: a port whose sparse page is wrong and whose dense
-    page is right (one verdict per target: no large cases)."""
-    variant = "smce_sum_of_first_row"
-    if shutil.which(CC) is None:
-        pytest.skip("no C compiler")
-    lib = str(ports[variant])
-    settings = {"max_examples": 1, "seed": 0, "kernels": [DENSE, SPARSE], "large": False, "repeat": 1,
-                "repeat_given": False}
-    folder = tmp_path / "x"
-    export(folder, "mt7004", {"lib": lib, "core_mask": 0x07}, settings)
-    shim = str(Path(lib).with_name("libxloss_ft78ne_private.so"))
-    built = subprocess.run([str(folder / "build.sh"), lib, shim, f"-Wl,-rpath,{Path(lib).parent}"],
-                           capture_output=True, text=True, env=dict(os.environ, CC=CC), check=False)
-    assert built.returncode == 0, built.stderr
-    subprocess.run([str(folder / "xloss_runner"), str(folder)], capture_output=True, text=True, check=False,
-                   timeout=300)
-    _, on_target = judge_results(folder)
-    got = {(r.kernel, r.dtype): r.status for r in on_target if r.dtype in DTYPES}
-    # the host check's verdicts on this port (test_seeded_bug_fails_its_targets_only)
-    assert got == {(k, dt): "fail" if k == SPARSE else "pass" for k, dt, _ in _targets(DENSE, SPARSE)}
