@@ -78,17 +78,22 @@ def no_leaks(abi):
     assert abi.live() == before, "the runtime leaked objects"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def report_counts(request):
-    yield
-    text = ", ".join(f"{k}: {v}" for k, v in sorted(COUNTS.items()))
+def report(request, counts, what: str, env_var: str) -> None:
+    """Print the cases run per category (even when the run passes), and write them to ``$env_var`` if set."""
+    text = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
     capman = request.config.pluginmanager.get_plugin("capturemanager")
     if tr is not None and capman is not None:
-        with capman.global_and_fixture_disabled():  # shown even when the run passes
-            tr.write_line(f"\nascend ABI fuzz cases per category ({sum(COUNTS.values())} in all): {text}")
-    if os.environ.get("XLOSS_ASCEND_FUZZ_COUNTS"):
-        Path(os.environ["XLOSS_ASCEND_FUZZ_COUNTS"]).write_text(json.dumps(dict(COUNTS), indent=1))
+        with capman.global_and_fixture_disabled():
+            tr.write_line(f"\n{what} cases per category ({sum(counts.values())} in all): {text}")
+    if os.environ.get(env_var):
+        Path(os.environ[env_var]).write_text(json.dumps(dict(counts), indent=1))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_counts(request):
+    yield
+    report(request, COUNTS, "ascend ABI fuzz", "XLOSS_ASCEND_FUZZ_COUNTS")
 
 
 # ---- helpers -------------------------------------------------------------------------------------

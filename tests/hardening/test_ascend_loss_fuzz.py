@@ -19,10 +19,8 @@ printed at the end and written as JSON to $XLOSS_ASCEND_LOSS_FUZZ_COUNTS if set.
 from __future__ import annotations
 
 import collections
-import json
 import math
 import mmap
-import os
 import re
 from pathlib import Path
 
@@ -63,34 +61,13 @@ _libc_ffi.cdef("int mprotect(void *addr, size_t len, int prot);")
 _libc = _libc_ffi.dlopen(None)
 
 
-@pytest.fixture(scope="module")
-def emu():
-    return support.emulator_backend()
-
-
-@pytest.fixture(scope="module")
-def abi(emu):
-    return support.Abi(emu)
-
-
-@pytest.fixture(autouse=True)
-def no_leaks(abi):
-    before = abi.live()
-    yield
-    assert abi.live() == before, "the runtime leaked objects"
+emu, abi, no_leaks = fz.emu, fz.abi, fz.no_leaks  # the older fuzzer's fixtures: the emulator, no leaks
 
 
 @pytest.fixture(scope="module", autouse=True)
 def report_counts(request):
     yield
-    text = ", ".join(f"{k}: {v}" for k, v in sorted(COUNTS.items()))
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    if tr is not None and capman is not None:
-        with capman.global_and_fixture_disabled():
-            tr.write_line(f"\nascend loss-operator fuzz cases per category ({sum(COUNTS.values())} in all): {text}")
-    if os.environ.get("XLOSS_ASCEND_LOSS_FUZZ_COUNTS"):
-        Path(os.environ["XLOSS_ASCEND_LOSS_FUZZ_COUNTS"]).write_text(json.dumps(dict(COUNTS), indent=1))
+    fz.report(request, COUNTS, "ascend loss-operator fuzz", "XLOSS_ASCEND_LOSS_FUZZ_COUNTS")
 
 
 def describe(abi, t) -> dict:
