@@ -7,6 +7,7 @@ import threading
 import pytest
 import torch
 
+import xloss
 import xloss.torch as xt
 from xloss.torch import grad_buffers as gb
 
@@ -199,3 +200,11 @@ def test_compiled_fullgraph_and_functorch_through_the_pool(pool):
     for _ in range(2):
         assert torch.equal(_grad(compiled, x, t), expect)
         assert torch.equal(torch.func.grad(lambda a: _bcewl(a, x.sigmoid()))(x), expect_func)
+
+
+def test_a_malformed_size_setting_is_named(monkeypatch):
+    monkeypatch.setenv("XLOSS_TORCH_POOL_BYTES", "2GiB")
+    with pytest.raises(xloss.XLossValueError, match="XLOSS_TORCH_POOL_BYTES must be a non-negative whole number"):
+        gb._env_int("XLOSS_TORCH_POOL_BYTES", 1)
+    monkeypatch.setenv("XLOSS_TORCH_POOL_BYTES", " 4096 ")
+    assert gb._env_int("XLOSS_TORCH_POOL_BYTES", 1) == 4096

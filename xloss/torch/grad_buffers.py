@@ -29,6 +29,8 @@ import weakref
 import numpy as np
 import torch
 
+from ..errors import XLossValueError
+
 #: smallest buffer pooled. glibc maps anew each allocation whose chunk (request + header, page-rounded) exceeds
 #: its 32 MiB mmap ceiling, so a request just under 32 MiB (8M floats less a row) is fresh too; at half the
 #: ceiling a freed buffer's memory comes back from the heap (measured: a fresh 16 MiB write costs 1.3x a reused
@@ -39,7 +41,11 @@ _ALIGN = 64  # torch's CPU allocator's alignment (AVX-512 loads); NumPy promises
 
 def _env_int(name: str, default: int) -> int:
     text = os.environ.get(name, "").strip()
-    return int(text) if text else default
+    if not text:
+        return default
+    if not text.isdigit():
+        raise XLossValueError(f"{name} must be a non-negative whole number; got {text!r}")
+    return int(text)
 
 
 class _Slot:
