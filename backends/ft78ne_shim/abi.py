@@ -175,3 +175,10 @@ SOFTMAX_CE_OPS = (SOFTMAX_CE, SPARSE_SOFTMAX_CE)
 SOFTMAX_CE_CDEF = prototypes([INCLUDE / f"{op}.h" for op in SOFTMAX_CE_OPS], "FT78NE_API")
 CDEF += SOFTMAX_CE_CDEF
 VENDOR_OPS += SOFTMAX_CE_OPS  # the manual's pages: called in any library that exports them
+
+
+# -- the int8 forms of sigmoidcrossentropywithlogits (issue #30): FT78NE only, in the page's own header ---------------
+# The page gives no scale, rounding or saturation for them: the emulator's conversion is xloss's choice (the header).
+SCE_LOGITS_I8 = "i8_" + SCE_LOGITS  # + "_s" / "_p"
+SCE_I8_CDEF = prototypes([INCLUDE / f"{SCE_LOGITS}.h"], "FT78NE_API")
+CDEF += SCE_I8_CDEF

@@ -236,7 +236,7 @@ class DspBackend(Backend):
         fn = lib.symbol(fname)
         library.prepare_call(lib, self._features, self.chip)
         if self.guards:
-            guards.checked_call(self, fname, fn, args, self.ffi, 2 if fname.startswith("hp") else 4,
+            guards.checked_call(self, fname, fn, args, self.ffi, {"hp": 2, "i8": 1}.get(fname[:2], 4),
                                 self._codes.get(fname[3:-2], {}), getattr(self._private_blocks, "blocks", None))
             return
         fn(*args)

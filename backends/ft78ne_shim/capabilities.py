@@ -100,7 +100,8 @@ TABLE += (Declaration("bce_with_logits",
                       variants={"weight": False, "pos_weight": False},
                       notes="sigmoidcrossentropywithlogits[grad]: per-element loss and sigmoid(x) - y; no weight or "
                             "pos_weight in the DSP signature; reductions and the upstream gradient applied by the "
-                            "adapter"),)
+                            "adapter; the page's int8 forms (FT78NE) are no dtype of this row: sigmoid_ce_i8.py calls "
+                            "them, rounding to nearest even and saturating (xloss's choice: the page gives no rule)"),)
 DECLARATIONS = {d.kernel: d for d in TABLE}
 
 

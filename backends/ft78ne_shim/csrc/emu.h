@@ -16,7 +16,8 @@
 
 #define EMU_INLINE static inline __attribute__((always_inline))
 
-typedef enum { EMU_FLOAT = 0, EMU_HALF = 1 } emu_dtype;
+/* EMU_INT8: the FT78NE's i8_ forms (int8_t buffers; no emu_ld/emu_st: their operators convert themselves) */
+typedef enum { EMU_FLOAT = 0, EMU_HALF = 1, EMU_INT8 = 2 } emu_dtype;
 
 /* A byte range of host memory. */
 typedef struct {
@@ -130,7 +131,7 @@ EMU_INLINE float emu_dot_rows(const void *x, const void *w, size_t i, size_t r, 
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
-EMU_INLINE size_t emu_size(emu_dtype dt) { return dt == EMU_HALF ? 2u : 4u; }
+EMU_INLINE size_t emu_size(emu_dtype dt) { return dt == EMU_HALF ? 2u : dt == EMU_INT8 ? 1u : 4u; }
 
 /* Reductions are summed in blocks of this many elements (Kahan, float32), then the block sums
  * in order: the same value whatever the core mask or the tiling by a caller. */

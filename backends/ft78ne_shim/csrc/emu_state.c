@@ -69,6 +69,9 @@ int emu_begin(emu_call *c, const char *fn, emu_dtype dt, int is_private, int cor
     if (dt == EMU_HALF && current_chip() != FT78NE_EMU_CHIP_MT7004)
         return emu_fail(FT78NE_ERR_UNSUPPORTED,
                         "%s: FT78NE supports fp32 only (fp_ functions); half precision needs MT7004", fn);
+    if (dt == EMU_INT8 && current_chip() != FT78NE_EMU_CHIP_FT78NE)
+        return emu_fail(FT78NE_ERR_UNSUPPORTED, "%s: MT7004 supports fp16 and fp32 only; the i8_ forms are FT78NE's",
+                        fn);
     if (!is_private) {
         if (core_mask == 0)
             return emu_fail(FT78NE_ERR_CORE_MASK,

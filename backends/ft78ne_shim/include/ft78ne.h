@@ -144,7 +144,8 @@ FT78NE_API void hp_nlllossgrad_p(half *logits, half *loss_grad, int *labels, hal
 /* ---- sigmoidcrossentropywithlogits and sigmoidcrossentropywithlogitsgrad (vendor manual) ------------
  * Per element, no weight, reduction or upstream gradient: output[i] = -[y ln p + (1-y) ln(1-p)] with
  * p = sigmoid(input0[i]), y = input1[i] (the loss), and output[i] = sigmoid(Input0[i]) - Input1[i] (the
- * gradient). FT78NE: float (the forward page's int8 i8_ forms are not emulated); MT7004: float and half.
+ * gradient). FT78NE: float, and int8 for the loss (its i8_ forms: sigmoidcrossentropywithlogits.h); MT7004:
+ * float and half.
  * The forward page's stored copy is cut off inside fp_..._p: hp_sigmoidcrossentropywithlogits_p is
  * ASSUMED to follow the other forms. */
 FT78NE_API void fp_sigmoidcrossentropywithlogits_s(float *input0, float *input1, float *output, int length,

@@ -23,7 +23,7 @@ BACKENDS = {
     # ft78ne_private_shim.h is for port authors: xloss calls none of its functions
     "ft78ne": ({"VENDOR_CDEF": abi.VENDOR_CDEF, "VOCAB_PARALLEL_CDEF": abi.VOCAB_PARALLEL_CDEF,
                 "LOSS_FORWARD_CDEF": abi.LOSS_FORWARD_CDEF, "SOFTMAX_CE_CDEF": abi.SOFTMAX_CE_CDEF,
-                "EMU_CDEF": abi.EMU_CDEF},
+                "EMU_CDEF": abi.EMU_CDEF, "SCE_I8_CDEF": abi.SCE_I8_CDEF},
                sorted(h for h in FT_INCLUDE.glob("*.h") if h.name != "ft78ne_private_shim.h"), "FT78NE_API"),
 }
 

@@ -239,8 +239,8 @@ def test_exports_exactly_the_abi_and_the_helpers(emu):
     out = subprocess.run(["nm", "-D", "--defined-only", str(abi.EMULATOR)], capture_output=True, text=True,
                          check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.split()[-2] in "TDB"}
-    expected = set(_prototypes(abi.VENDOR_CDEF + abi.VOCAB_PARALLEL_CDEF + abi.LOSS_FORWARD_CDEF + abi.SOFTMAX_CE_CDEF,
-                               r"void (\w+)\((.*?)\);")) | set(
+    expected = set(_prototypes(abi.VENDOR_CDEF + abi.VOCAB_PARALLEL_CDEF + abi.LOSS_FORWARD_CDEF + abi.SOFTMAX_CE_CDEF
+                               + abi.SCE_I8_CDEF, r"void (\w+)\((.*?)\);")) | set(
         _prototypes(abi.EMU_CDEF, r"(ft78ne_emu_\w+)\((.*?)\);")) | {abi.EXT_MARKER}
     assert names == expected
 

@@ -16,7 +16,7 @@ from .conftest import FT78NE, MT7004
 
 FWD, GRAD = abi.SCE_LOGITS, abi.SCE_LOGITS_GRAD
 SENTINEL = 7.0
-#: the manual's pages (the forward page's i8_ forms are not emulated; its hp_ _p form is cut off in the
+#: the manual's pages (the forward page's i8_ forms: test_sigmoid_ce_i8.py; its hp_ _p form is cut off in the
 #: stored copy and assumed)
 MANUAL_PROTOTYPES = (
     "void fp_sigmoidcrossentropywithlogits_s(float *input0, float *input1, float *output, int length, int core_mask)",

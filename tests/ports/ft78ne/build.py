@@ -252,3 +252,18 @@ SOFTMAX_CE_GRAD_VARIANTS: dict[str, tuple[str, ...]] = {
 def build_softmax_ce_grad(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
     """The sparse page's gradient port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
     return build_separate(out_dir, SOFTMAX_CE_SOURCES, SOFTMAX_CE_GRAD_VARIANTS, variants, cc=cc)
+
+
+# -- the int8 form of sigmoidcrossentropywithlogits (issue #30): its own libraries ----------------------------------
+# port_common.c with sigmoid_ce_i8.c only: the i8_ entry points and nothing else.
+SCE_I8_SOURCES = ("port_common.c", "sigmoid_ce_i8.c")
+SCE_I8_VARIANTS: dict[str, tuple[str, ...]] = {
+    "sce_i8_correct": (),  # rounds half away from zero: not the emulator's rounding, within the check's unit
+    "sce_i8_wrap": ("BUG_SCE_I8_WRAP",),  # converted to int8_t without saturation
+    "sce_i8_abs_int8": ("BUG_SCE_I8_ABS_INT8",),  # |x| in int8_t arithmetic: |-128| wraps
+}
+
+
+def build_sigmoid_ce_i8(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
+    """The int8 sigmoidcrossentropywithlogits port libraries of ``variants`` (default all) in ``out_dir``."""
+    return build_separate(out_dir, SCE_I8_SOURCES, SCE_I8_VARIANTS, variants, cc=cc)
