@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from xloss import reference as ref
-from xloss.reference import cross_entropy_loss as ref_ce
 from xloss.backends import ascend_aclnn
+from xloss.reference import cross_entropy_loss as ref_ce
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = ROOT / "examples" / "ascend_samples"
