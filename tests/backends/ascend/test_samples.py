@@ -248,7 +248,8 @@ SCE_SAMPLE = "activation/softmax_cross_entropy_with_logits/examples/test_aclnn_s
 #: linked beside the sample, which prints only the status: the emulator's message for it, at exit
 RECENT_MESSAGE = ('#include <cstdio>\n#include "acl/acl_rt.h"\n'
                   "__attribute__((destructor)) static void recent() {\n"
-                  '    const char *m = aclGetRecentErrMsg();\n    std::fprintf(stderr, "recent: %s\\n", m ? m : "");\n}\n')
+                  "    const char *m = aclGetRecentErrMsg();\n"
+                  '    std::fprintf(stderr, "recent: %s\\n", m ? m : "");\n}\n')
 needs_ops_nn = pytest.mark.skipif(not os.environ.get("XLOSS_OPS_NN_DIR"),
                                   reason="XLOSS_OPS_NN_DIR (an ops-nn checkout) not set")
 
