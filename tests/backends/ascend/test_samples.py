@@ -37,6 +37,8 @@ VENDOR_SAMPLES = ("loss/nll_loss_grad/examples/test_aclnn_nll_loss_grad.cpp",
                   "matmul/fused_linear_cross_entropy_loss_grad/examples/test_aclnn_fused_linear_cross_entropy_loss_grad.cpp",
                   "matmul/fused_linear_online_max_sum/examples/test_aclnn_fused_linear_online_max_sum.cpp",
                   "loss/fused_cross_entropy_loss_with_max_sum/examples/test_aclnn_fused_cross_entropy_loss_with_max_sum.cpp")
+needs_ops_nn = pytest.mark.skipif(not os.environ.get("XLOSS_OPS_NN_DIR"),
+                                  reason="XLOSS_OPS_NN_DIR (an ops-nn checkout) not set")
 
 
 def _compile(src: Path, out: Path, cxx: bool, flags=(f"-I{INCLUDE}",), werror=True):
@@ -173,7 +175,7 @@ def test_every_operator_has_a_sample(samples):
     assert len(samples) == 5
 
 
-@pytest.mark.skipif(not os.environ.get("XLOSS_OPS_NN_DIR"), reason="XLOSS_OPS_NN_DIR (an ops-nn checkout) not set")
+@needs_ops_nn
 @pytest.mark.parametrize("rel", VENDOR_SAMPLES, ids=lambda r: Path(r).stem)
 def test_vendor_samples_build_and_run(tmp_path, rel):
     """ops-nn's own samples, unchanged, with its run_example flags, on the emulator: exit status 0 (the samples
@@ -250,8 +252,6 @@ RECENT_MESSAGE = ('#include <cstdio>\n#include "acl/acl_rt.h"\n'
                   "__attribute__((destructor)) static void recent() {\n"
                   "    const char *m = aclGetRecentErrMsg();\n"
                   '    std::fprintf(stderr, "recent: %s\\n", m ? m : "");\n}\n')
-needs_ops_nn = pytest.mark.skipif(not os.environ.get("XLOSS_OPS_NN_DIR"),
-                                  reason="XLOSS_OPS_NN_DIR (an ops-nn checkout) not set")
 
 
 def _sce_sample() -> str:
