@@ -5,9 +5,9 @@ acl/acl_rt.h only, aclnnop/aclnn_util.h exists; op::fp16_t (ours) rounds as IEEE
 samples written in the style of CANN's operator documentation build with CANN's include flags
 (include, include/aclnnop, include/aclnn: ops-nn build.sh's run_example) and compute, on the
 emulator, what the float64 reference computes; and, given an ops-nn checkout
-(XLOSS_OPS_NN_DIR), the vendor's own five samples build and run to success, and its SoftmaxCrossEntropyWithLogits
-sample, whose output buffers are half their tensors, is refused as published and, with its buffers sized as its
-tensors, prints what CANN computes."""
+(XLOSS_OPS_NN_DIR), the vendor's own samples for those five and six of issue #30's operators build and
+run to success, and its SoftmaxCrossEntropyWithLogits sample, whose output buffers are half their tensors, is
+refused as published and, with its buffers sized as its tensors, prints what CANN computes."""
 
 from __future__ import annotations
 
@@ -36,7 +36,15 @@ VENDOR_SAMPLES = ("loss/nll_loss_grad/examples/test_aclnn_nll_loss_grad.cpp",
                   "loss/binary_cross_entropy_grad/examples/test_aclnn_binary_cross_entropy_backward.cpp",
                   "matmul/fused_linear_cross_entropy_loss_grad/examples/test_aclnn_fused_linear_cross_entropy_loss_grad.cpp",
                   "matmul/fused_linear_online_max_sum/examples/test_aclnn_fused_linear_online_max_sum.cpp",
-                  "loss/fused_cross_entropy_loss_with_max_sum/examples/test_aclnn_fused_cross_entropy_loss_with_max_sum.cpp")
+                  "loss/fused_cross_entropy_loss_with_max_sum/examples/test_aclnn_fused_cross_entropy_loss_with_max_sum.cpp",
+                  # issue #30's operators whose samples are consistent (the SoftmaxCrossEntropyWithLogits one: below)
+                  "loss/nll_loss/examples/test_aclnn_nll_loss.cpp",
+                  "loss/nll_loss_grad/examples/test_aclnn_nll_loss_grad_2d.cpp",
+                  "loss/binary_cross_entropy/examples/test_aclnn_binary_cross_entropy.cpp",
+                  "loss/sigmoid_cross_entropy_with_logits_v2/examples/test_aclnn_sigmoid_cross_entropy_with_logits_v2.cpp",
+                  "loss/sigmoid_cross_entropy_with_logits_grad_v2/examples/"
+                  "test_aclnn_sigmoid_cross_entropy_with_logits_grad_v2.cpp",
+                  "loss/cross_entropy_loss/examples/test_aclnn_cross_entropy_loss.cpp")
 needs_ops_nn = pytest.mark.skipif(not os.environ.get("XLOSS_OPS_NN_DIR"),
                                   reason="XLOSS_OPS_NN_DIR (an ops-nn checkout) not set")
 
