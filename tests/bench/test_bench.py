@@ -25,7 +25,8 @@ def test_every_cell_has_the_promised_columns(result):
     assert result["ceilings"]["copy_bandwidth_bytes_per_s"] > 0 and result["ceilings"]["gemm_peak_flops"] > 0
     cells = {(c["kernel"], c["mode"]): c for c in result["cells"]}
     assert set(cells) == {("focal_loss", "forward"), ("focal_loss", "grad"), ("focal_loss", "forward+grad"),
-                          ("nll_loss_grad", "grad"), ("fused_linear_cross_entropy_grad", "recompute")}
+                          ("nll_loss_grad", "grad"), ("nll_loss_grad", "grad NCHW"),
+                          ("fused_linear_cross_entropy_grad", "recompute")}
     for cell in result["cells"]:
         names = {r["implementation"] for r in cell["results"]}
         assert {"xloss:cpu", "xloss:reference", cell["baseline"]} <= names
@@ -52,6 +53,9 @@ def test_every_cell_has_the_promised_columns(result):
     assert any(s["name"] == "torch.compile (A.1)" and "disabled" in s["reason"] for s in focal["skipped"])
     nll = {r["implementation"] for r in cells[("nll_loss_grad", "grad")]["results"]}
     assert {"xloss:cpu out=", "memset of the output"} <= nll
+    nd = cells[("nll_loss_grad", "grad NCHW")]  # the same 64 positions x 10 classes as (1, 10, 1, 64)
+    assert {"xloss:cpu out=", "torch aten backward", "torch eager"} <= {r["implementation"] for r in nd["results"]}
+    assert any(s["name"] == "torch.compile" and "disabled" in s["reason"] for s in nd["skipped"])
     flce = {r["implementation"] for r in cells[("fused_linear_cross_entropy_grad", "recompute")]["results"]}
     assert {"torch materialised", "3 bare GEMMs"} <= flce
 

@@ -39,7 +39,8 @@ def emu():
 #: the operators the raw cycles take in turn: the first four, then issue 30's (ascend_support.LOSS_OPS)
 CYCLE_OPS = (BCE, NLL, FLCE, FOCAL, *support.LOSS_OPS)
 #: operators with device targets phase two checks (an out-of-range one is a phase-two refusal)
-TARGETED = (NLL, "aclnnNLLLoss", "aclnnNLLLoss2d", "aclnnCrossEntropyLoss", "aclnnCrossEntropyLossGrad")
+TARGETED = (NLL, "aclnnNLLLoss", "aclnnNLLLoss2d", "aclnnCrossEntropyLoss", "aclnnCrossEntropyLossGrad",
+            "aclnnNLLLoss2dBackward")
 
 
 def _raw_cycle(abi, s, i: int) -> None:
@@ -62,7 +63,7 @@ def _raw_cycle(abi, s, i: int) -> None:
         assert got == (C.ACLNN_ERR_PARAM_NULLPTR if new else C.ACLNN_ERR_PARAM_INVALID) and ex == abi.NULL
         return
     if path == 4 and op in TARGETED:  # out of range: refused in phase two
-        shape = (2, 2, 2) if op == "aclnnNLLLoss2d" else (4,)
+        shape = (2, 2, 2) if op in ("aclnnNLLLoss2d", "aclnnNLLLoss2dBackward") else (4,)
         d["target"] = s.put(np.resize(np.array([0, 9, 1, 1], np.int64), shape))[0]
     got, need, ex = abi.phase_one(op, *d.values())
     assert got == 0, abi.message()

@@ -1,7 +1,8 @@
 """Hostile arguments at the raw C entry points of the ascend emulator's issue-30 operators.
 
 The operators aclnnNLLLoss, aclnnNLLLoss2d, aclnnBinaryCrossEntropy, aclnnBinaryCrossEntropyWithLogits and its
-Backward, aclnnCrossEntropyLoss and its Grad, and aclnnSoftmaxCrossEntropyWithLogits, both phases, fuzzed the
+Backward, aclnnCrossEntropyLoss and its Grad, aclnnSoftmaxCrossEntropyWithLogits and aclnnNLLLoss2dBackward, both
+phases, fuzzed the
 way tests/hardening/test_ascend_fuzz.py fuzzes the older ones (and with its helpers): NULL in every pointer
 position, dtype codes of every kind, wrong ranks and shapes (a model of each op_api's checks gives the
 status), hostile strides, offsets and storage over a device block, huge class counts, operands aliasing each
@@ -43,16 +44,16 @@ TILING = 561002  # ACLNN_ERR_INNER_TILING_ERROR: the cross-entropy pages' code f
 SIZED, FLOATS = fz.SIZED, fz.FLOATS
 F32, F16, I32, U8, I64 = C.ACL_FLOAT, C.ACL_FLOAT16, C.ACL_INT32, C.ACL_UINT8, C.ACL_INT64
 
-NLL, NLL2D, BCEF, BCEL, BCELB, CE, CEG, SCE = support.LOSS_OPS
+NLL, NLL2D, BCEF, BCEL, BCELB, CE, CEG, SCE, NLL2DB = support.LOSS_OPS
 OPS, REQUIRED, op_args = support.LOSS_OPS, support.LOSS_REQUIRED, support.loss_op_args
 REDUCTIONS = support.CE_REDUCTIONS
 STRING_REDUCTION = (CE, CEG)  # reductionOptional: char *
 #: what phase two writes (the z-loss outputs are checked but, as the pages say, not written yet)
 OUTPUTS = {NLL: ("out", "totalWeightOut"), NLL2D: ("out", "totalWeightOut"), BCEF: ("out",), BCEL: ("out",),
            BCELB: ("out",), CE: ("lossOut", "logProbOut", "zlossOut", "lseForZlossOut"), CEG: ("out",),
-           SCE: ("loss", "backprop")}
+           SCE: ("loss", "backprop"), NLL2DB: ("out",)}
 #: device data the kernel validates and then indexes with: no output may overlap it
-INDICES = {NLL: ("target",), NLL2D: ("target",), CE: ("target",), CEG: ("target",)}
+INDICES = {NLL: ("target",), NLL2D: ("target",), CE: ("target",), CEG: ("target",), NLL2DB: ("target",)}
 
 COUNTS: collections.Counter = collections.Counter()
 
@@ -201,6 +202,9 @@ ACCEPTED = {
     (CE, "target"): {I64, I32},
     **{(CEG, k): {F32} for k in ("gradLoss", "logProb", "weightOptional", "out")}, (CEG, "target"): {I64},
     **{(SCE, k): {F32} for k in ("features", "labels", "loss", "backprop")},  # all in features' dtype
+    # self FLOAT, FLOAT16 or BF16 and the other floats exactly its dtype: with FLOAT beside it, FLOAT only
+    **{(NLL2DB, k): {F32} for k in ("gradOutput", "self", "weight", "totalWeight", "out")},
+    (NLL2DB, "target"): {I64, I32, U8},
 }
 
 
@@ -303,6 +307,14 @@ def model_shapes(op, sh: dict, reduction: int) -> int:
         if sh["gradLoss"] != ((n,) if reduction == 0 else ()):
             return INVALID
         return 0 if sh["out"] == x else INVALID
+    if op == NLL2DB:  # aclnn_nll_loss2d_backward.cpp's CheckShape; CheckReduction comes after it
+        g, s_, t_ = sh["gradOutput"], sh["self"], sh["target"]
+        if (reduction == 0 and g != t_) or (reduction != 0 and not (len(g) <= 1 and numel["gradOutput"] == 1)):
+            return INVALID
+        if len(s_) != 4 or len(t_) != 3 or (s_[0], s_[2], s_[3]) != t_:
+            return INVALID
+        ok = numel["weight"] == s_[1] and sh["out"] == s_ and numel["totalWeight"] == 1
+        return 0 if ok else INVALID  # an empty self: success, no kernel
     assert op == SCE
     x, y = sh["features"], sh["labels"]
     if len(x) != 2 or len(y) != 2:
@@ -616,7 +628,7 @@ def test_aliased_operands_and_workspaces(emu, abi, data):
 @budget(20)
 @given(data=st.data())
 def test_reduction_codes(emu, abi, data):
-    op = data.draw(st.sampled_from([NLL, NLL2D, BCEF, BCEL, BCELB]), label="op")
+    op = data.draw(st.sampled_from([NLL, NLL2D, BCEF, BCEL, BCELB, NLL2DB]), label="op")
     code = data.draw(st.one_of(st.sampled_from([-1, 3, 4, 255, -(2**63), 2**63 - 1]),
                                st.integers(-(2**63), 2**63 - 1)), label="reduction")
     with emu.session() as s:
@@ -816,7 +828,7 @@ def test_workspaces(emu, abi, data):
 def test_targets_are_checked_before_any_write(emu, abi, data):
     """Targets are device data: one outside [0, C) and not ignoreIndex fails phase two (361001) naming it,
     with nothing written; valid ones (ignoreIndex drawn too) run."""
-    op = data.draw(st.sampled_from([NLL, NLL2D, CE, CEG]), label="op")
+    op = data.draw(st.sampled_from([NLL, NLL2D, CE, CEG, NLL2DB]), label="op")
     ignore = data.draw(st.one_of(st.just(-100), st.integers(-3, 5)), label="ignoreIndex")
     with emu.session() as s:
         d = op_args(s, op, reduction=data.draw(st.sampled_from([0, 1, 2]), label="reduction"))
@@ -834,8 +846,9 @@ def test_targets_are_checked_before_any_write(emu, abi, data):
         before = snapshot(s)
         got = abi.phase_two(op, wsb.ptr if wsb else abi.NULL, need, ex, s.stream)
         bad = [(i, int(v)) for i, v in enumerate(t) if v != ignore and not 0 <= v < 3]
-        if bad:
-            assert got == RUNTIME and f"target[{bad[0][0]}] = {bad[0][1]}" in abi.message(), (got, abi.message())
+        if bad:  # the first in row-major order, named by its flat index or (NLL2DB) by (n, h, w)
+            where = ", ".join(map(str, np.unravel_index(bad[0][0], tshape))) if op == NLL2DB else bad[0][0]
+            assert got == RUNTIME and f"target[{where}] = {bad[0][1]}" in abi.message(), (got, abi.message())
             assert_only_written(s, before)
         else:
             assert got == 0, abi.message()

@@ -209,8 +209,8 @@ def _vocab_parallel_args(s, op, rng, dt):
 
 LOSS_OPS = ("aclnnNLLLoss", "aclnnNLLLoss2d", "aclnnBinaryCrossEntropy", "aclnnBinaryCrossEntropyWithLogits",
             "aclnnBinaryCrossEntropyWithLogitsBackward", "aclnnCrossEntropyLoss", "aclnnCrossEntropyLossGrad",
-            "aclnnSoftmaxCrossEntropyWithLogits")
-_NLL, _NLL2D, _BCEF, _BCEL, _BCELB, _CE, _CEG, _SCE = LOSS_OPS
+            "aclnnSoftmaxCrossEntropyWithLogits", "aclnnNLLLoss2dBackward")
+_NLL, _NLL2D, _BCEF, _BCEL, _BCELB, _CE, _CEG, _SCE, _NLL2DB = LOSS_OPS
 CE_REDUCTIONS = {0: b"none", 1: b"mean", 2: b"sum"}  # cross entropy's reductionOptional, by int64 code
 #: required pointer arguments (NULL -> 161001); the others are optional
 LOSS_REQUIRED = {
@@ -220,6 +220,7 @@ LOSS_REQUIRED = {
     _BCELB: ("gradOutput", "self", "target", "out"),
     _CE: ("input", "target", "lossOut", "logProbOut", "zlossOut", "lseForZlossOut"),
     _CEG: ("gradLoss", "logProb", "target", "out"), _SCE: ("features", "labels", "loss", "backprop"),
+    _NLL2DB: ("gradOutput", "self", "target", "weight", "out", "totalWeight"),  # CheckNotNull's order
 }
 
 
@@ -266,6 +267,13 @@ def loss_op_args(s, op, *, reduction=1) -> dict:
                 "weightOptional": s.put(rng.uniform(0.5, 2, c).astype(np.float32))[0], "gradZlossOptional": s.ffi.NULL,
                 "lseForZlossOptional": s.ffi.NULL, "reductionOptional": CE_REDUCTIONS[reduction], "ignoreIndex": -100,
                 "labelSmoothing": 0.1, "lseSquareScaleForZloss": 0.0, "out": s.empty((n, c), np.float32)[0]}
+    if op == _NLL2DB:  # (N, C, H, W) = (2, 3, 2, 2); totalWeight is the weights' sum over the kept positions
+        t, w = np.resize(targets, (2, 2, 2)), rng.uniform(0.5, 2, c).astype(np.float32)
+        return {"gradOutput": s.put(rng.uniform(0.5, 1.5, t.shape if reduction == 0 else ()).astype(np.float32))[0],
+                "self": s.put(-rng.random((2, c, 2, 2)).astype(np.float32))[0], "target": s.put(t)[0],
+                "weight": s.put(w)[0], "reduction": reduction, "ignoreIndex": -100,
+                "totalWeight": s.put(np.array([w[t[t != -100]].sum()], np.float32))[0],
+                "out": s.empty((2, c, 2, 2), np.float32)[0]}
     assert op == _SCE
     return {"features": s.put(rng.normal(0, 2, (n, c)).astype(np.float32))[0],
             "labels": s.put(rng.dirichlet(np.ones(c), n).astype(np.float32))[0],

@@ -98,6 +98,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     # aclnnNLLLoss2dBackward (issue #30)
     "nll2db_target_transposed": ("BUG_NLL2DB_TARGET_TRANSPOSED",),  # the target plane read as W x H
     "nll2db_grad_per_sample": ("BUG_NLL2DB_GRAD_PER_SAMPLE",),  # reduction 0's gradOutput read as (N)
+    "nll2db_mean_own_total": ("BUG_NLL2DB_MEAN_OWN_TOTAL",),  # mean by its own weight sum, not totalWeight
 }
 
 #: hostile ports (tests/ports/test_hostile_ports.py): correct numbers, but each breaks the process or the

@@ -7,7 +7,10 @@
  * BUG_NLL2DB_TARGET_TRANSPOSED (each target plane read as a W x H array, column-major: in bounds, wrong wherever
  * H and W both exceed 1),
  * BUG_NLL2DB_GRAD_PER_SAMPLE (reduction 0 reads gradOutput as aclnnNLLLossBackward's (N): one value per sample,
- * gradOutput[n, 0, 0], for every position of its plane). */
+ * gradOutput[n, 0, 0], for every position of its plane),
+ * BUG_NLL2DB_MEAN_OWN_TOTAL (reduction 1 ignores the totalWeight operand and divides by the total it recomputes as
+ * the forward does, the class weights of the positions not ignored: right whenever the caller passes the forward's
+ * totalWeight, wrong for any other). */
 #include "port.h"
 
 enum { B_GRAD, B_SELF, B_TARGET, B_WEIGHT, B_TOTAL, B_OUT };
@@ -62,6 +65,19 @@ static aclnnStatus nll2db_kernel(const void *vplan, void *workspace, uint64_t wo
         port_store(out, port_element_at(out, k), 0.0f, PORT_ROUND_RINT);
     float g0 = p->reduction == 0 ? 0.0f : port_load(grad, port_element_at(grad, 0));
     float total = p->reduction == 1 ? port_load(&p->t[B_TOTAL], port_element_at(&p->t[B_TOTAL], 0)) : 1.0f;
+#ifdef BUG_NLL2DB_MEAN_OWN_TOTAL
+    /* BUG: "the mean divides by the total weight", recomputed here rather than read from totalWeight */
+    if (p->reduction == 1) {
+        total = 0.0f;
+        for (int64_t n = 0; n < batch; n++)
+            for (int64_t h = 0; h < height; h++)
+                for (int64_t x = 0; x < width; x++) {
+                    int64_t t = port_load_int(target, target_at(target, n, h, x));
+                    if (t != p->ignore_index)
+                        total += port_load(w, port_element_at(w, t));
+                }
+    }
+#endif
     for (int64_t n = 0; n < batch; n++)
         for (int64_t h = 0; h < height; h++)
             for (int64_t x = 0; x < width; x++) {

@@ -33,7 +33,8 @@ ROW = KernelSpec(
     bench_weight=(0.7, 1.0),
     order=30,
     bench_dims=2,
-    bench_sizes=("32768x1000", "8192x1000"),
+    bench_sizes=("32768x1000", "8192x1000"),  # positions x classes: (N, C) rows, or (N, C, H, W) in "grad NCHW"
+    bench_modes=(("grad", "grad NCHW"), ("grad",)),
     refusals=MappingProxyType({"input": "input of layout {value} ({supported})"}),
 )
 
