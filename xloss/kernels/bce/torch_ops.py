@@ -7,6 +7,7 @@ import torch
 from torch.library import custom_op
 
 from xloss.errors import UnsupportedRequestError, XLossValueError
+from xloss.torch import grad_buffers
 from xloss.torch.ops import backend_of, compute_dtype, register_op, scalar_or
 
 from .api import bce_grad
@@ -58,8 +59,9 @@ def _(input, target, weight, reduction, backend=None):
 def binary_cross_entropy_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Tensor,
                                   weight: torch.Tensor | None, reduction: str, eps: float, eps_mode: str,
                                   backend: str | None) -> torch.Tensor:
+    """d loss / d input (``xloss.bce_grad``), from :mod:`xloss.torch.grad_buffers` (reused once nothing holds it)."""
     return bce_grad(input, target, scalar_or(grad), weight=weight, reduction=reduction, eps=eps,
-                    eps_mode=eps_mode, backend=backend_of(backend))
+                    eps_mode=eps_mode, backend=backend_of(backend), out=grad_buffers.empty(input.shape, input.dtype))
 
 
 @binary_cross_entropy_backward.register_fake
