@@ -51,6 +51,12 @@ def _ce_pair():  # a backend without the fused row (the Ascend emulator): the ve
     return torch.randn(2048, 32000), torch.randint(0, 32000, (2048,))
 
 
+def _compiled(fn):
+    """``fn`` under torch.compile (fullgraph; aot_eager: the ops are opaque to inductor anyway). The traced
+    backward returns a copy of the op's gradient, so only the op's own buffer can be reused there."""
+    return torch.compile(fn, fullgraph=True, backend="aot_eager")
+
+
 #: name, drop-in, inputs, backend, micro-batches
 CASES = [("cross_entropy 8192x32000 float32", xt.cross_entropy, _ce, "cpu", 1),
          ("bce_with_logits 8M float32", xt.binary_cross_entropy_with_logits, _bcewl, "cpu", 1),
@@ -59,7 +65,9 @@ CASES = [("cross_entropy 8192x32000 float32", xt.cross_entropy, _ce, "cpu", 1),
          ("nll_loss 8192x32000 log-probs float32", xt.nll_loss, _nll, "cpu", 1),
          ("nll_loss N-d (8, 21, 256, 256) float32", xt.nll_loss, _nll_nd, "cpu", 1),
          ("binary_cross_entropy 8M float32", xt.binary_cross_entropy, _bce, "cpu", 1),
-         ("cross_entropy vendor pair (ascend) 2048x32000 float32", xt.cross_entropy, _ce_pair, "ascend", 1)]
+         ("cross_entropy vendor pair (ascend) 2048x32000 float32", xt.cross_entropy, _ce_pair, "ascend", 1),
+         ("nll_loss 8192x32000 log-probs float32, torch.compile", _compiled(xt.nll_loss), _nll, "cpu", 1),
+         ("cross_entropy 8192x32000 float32, torch.compile", _compiled(xt.cross_entropy), _ce, "cpu", 1)]
 
 
 def main(rounds: int, words: list[str]) -> None:
