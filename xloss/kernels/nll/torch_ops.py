@@ -71,10 +71,10 @@ def nll_loss_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Ten
         if input.ndim <= 2:
             raise
     classes = input.shape[1]
-    rows = input.movedim(1, -1).reshape(-1, classes)
-    rows = api.nll_loss_grad(g.reshape(-1) if isinstance(g, torch.Tensor) else g, rows, target.reshape(-1),
-                             out=grad_buffers.empty(rows.shape, input.dtype), **kw)
-    return dx.copy_(rows.reshape(input.shape[0], *input.shape[2:], classes).movedim(-1, 1))
+    x_rows = input.movedim(1, -1).reshape(-1, classes)
+    dx_rows = api.nll_loss_grad(g.reshape(-1) if isinstance(g, torch.Tensor) else g, x_rows, target.reshape(-1),
+                                out=grad_buffers.empty(x_rows.shape, input.dtype), **kw)
+    return dx.copy_(dx_rows.reshape(input.shape[0], *input.shape[2:], classes).movedim(-1, 1))
 
 
 @nll_loss_backward.register_fake
