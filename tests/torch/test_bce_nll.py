@@ -249,3 +249,18 @@ def test_nll_nd_shape_errors_name_the_argument():
         xt.nll_loss(torch.randn(2, 3, 4, 5), torch.zeros(2, 4, dtype=torch.int64))
     with pytest.raises(xloss.XLossIndexError, match="out of range"):
         xt.nll_loss(torch.randn(2, 3, 4), torch.full((2, 4), 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bce_refuses_exactly_the_inputs_outside_zero_one(dtype):
+    """The [0, 1] check (one aminmax pass) against NumPy's elementwise test: NaN, infinities and the nearest
+    values outside the interval are refused, -0, 0 and 1 are taken."""
+    eps = float(torch.finfo(dtype).eps)
+    for edge in [-0.0, 0.0, 1.0, float("nan"), float("inf"), float("-inf"), -1e-30, 1 + eps, -eps]:
+        x = torch.tensor([0.25, edge, 0.75]).to(dtype)
+        inside = bool(((x.double().numpy() >= 0) & (x.double().numpy() <= 1)).all())
+        if inside:
+            assert torch.isfinite(xt.binary_cross_entropy(x, torch.zeros(3, dtype=dtype)))
+        else:
+            with pytest.raises(xloss.XLossValueError, match="input must hold probabilities"):
+                xt.binary_cross_entropy(x, torch.zeros(3, dtype=dtype))

@@ -9,6 +9,8 @@ import torch
 
 import xloss
 import xloss.torch as xt
+from xloss.backend import KernelCaps
+from xloss.backends.numpy_reference import ReferenceBackend
 from xloss.torch import grad_buffers as gb
 
 
@@ -129,21 +131,50 @@ def _ce(x, t, **kw):
     return xt.cross_entropy(x, t, backend="cpu", **kw)
 
 
+def _ce_pair(x, t, **kw):
+    return xt.cross_entropy(x, t, backend="ascend", **kw)  # no fused row there: the vendor pair, in place
+
+
 def _bcewl(x, y, **kw):
     return xt.binary_cross_entropy_with_logits(x, y, backend="cpu", **kw)
+
+
+def _bce(p, y, **kw):
+    return xt.binary_cross_entropy(p, y, backend="cpu", **kw)
+
+
+def _nll(x, t, **kw):
+    return xt.nll_loss(x, t, backend="cpu", **kw)
 
 
 def _focal(x, y, **kw):
     return xt.sigmoid_focal_loss(x, y, backend="cpu", **{"reduction": "mean", **kw})
 
 
+def _classes(g, shape):
+    t = torch.randint(0, shape[1], (shape[0], *shape[2:]), generator=g)
+    t.view(-1)[::4] = -100
+    return t
+
+
 def _problem(family, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     if family == "focal":
         return _focal, (torch.randn(6, 43, generator=g) * 4).to(dtype), (torch.rand(6, 43, generator=g) > 0.8).to(dtype)
-    if family == "ce":
-        return _ce, (torch.randn(9, 37, generator=g) * 4).to(dtype), torch.randint(0, 37, (9,), generator=g)
+    if family in ("ce", "ce_pair"):
+        return (_ce if family == "ce" else _ce_pair, (torch.randn(9, 37, generator=g) * 4).to(dtype),
+                torch.randint(0, 37, (9,), generator=g))
+    if family == "bce":
+        p = torch.sigmoid(torch.randn(7, 29, generator=g) * 3)
+        return _bce, p.to(dtype), torch.rand(7, 29, generator=g).to(dtype)
+    if family in ("nll", "nll_nd"):
+        shape = (9, 37) if family == "nll" else (3, 5, 4, 6)
+        return _nll, torch.randn(shape, generator=g).mul(3).log_softmax(1).to(dtype), _classes(g, shape)
     return _bcewl, (torch.randn(5, 41, generator=g) * 4).to(dtype), torch.rand(5, 41, generator=g).to(dtype)
+
+
+_FAMILIES = ["ce", "bcewl", "focal", "bce", "nll", "nll_nd", "ce_pair"]
+_CASES = [(f, d) for f in _FAMILIES for d in _DTYPES if not (f == "ce_pair" and d == torch.float64)]  # ascend: no f64
 
 
 def _grad(fn, x, t, *, retain=False, **kw):
@@ -152,8 +183,7 @@ def _grad(fn, x, t, *, retain=False, **kw):
     return xg.grad
 
 
-@pytest.mark.parametrize("family", ["ce", "bcewl", "focal"])
-@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize(("family", "dtype"), _CASES)
 def test_drop_in_gradients_equal_the_fresh_path_and_reuse_after_drop(pool, family, dtype):
     fn, x, t = _problem(family, dtype)
     gb.set_enabled(False)
@@ -169,7 +199,7 @@ def test_drop_in_gradients_equal_the_fresh_path_and_reuse_after_drop(pool, famil
     assert _ptr(_grad(fn, x, t)) == ptr
 
 
-@pytest.mark.parametrize("family", ["ce", "bcewl", "focal"])
+@pytest.mark.parametrize("family", _FAMILIES)
 def test_accumulation_retained_graphs_and_interleaved_steps(pool, family):
     fn, x, t = _problem(family, torch.float32)
 
@@ -200,6 +230,86 @@ def test_compiled_fullgraph_and_functorch_through_the_pool(pool):
     for _ in range(2):
         assert torch.equal(_grad(compiled, x, t), expect)
         assert torch.equal(torch.func.grad(lambda a: _bcewl(a, x.sigmoid()))(x), expect_func)
+
+
+@pytest.mark.parametrize("family", ["bce", "nll", "nll_nd", "ce_pair"])
+def test_a_reused_buffer_is_written_whole_and_never_aliases_an_input(pool, family):
+    """A buffer full of another step's values (NaN here) gives the fresh path's gradient bit for bit (the one
+    nonzero per NLL row included); an input that is itself a pooled buffer is never handed out as the output."""
+    fn, x, t = _problem(family, torch.float32)
+    gb.set_enabled(False)
+    fresh = _grad(fn, x, t)
+    gb.set_enabled(True)
+    stale = gb.empty(x.shape, x.dtype).fill_(float("nan"))
+    ptr = _ptr(stale)
+    del stale
+    got = _grad(fn, x, t)
+    assert _ptr(got) == ptr and torch.equal(got, fresh)
+    del got
+    pooled_input = gb.empty(x.shape, x.dtype).copy_(x)  # takes the free buffer: the op must get another
+    got = _grad(fn, pooled_input, t)
+    assert _ptr(got) != _ptr(pooled_input) and torch.equal(pooled_input, x) and torch.equal(got, fresh)
+
+
+class _RowsOnlyNLLBackward(ReferenceBackend):
+    """The reference backend with the NLL backward declared for (C) and (N, C) input only."""
+
+    def capabilities(self):
+        caps = super().capabilities()
+        caps["nll_loss_grad"] = KernelCaps.declare("nll_loss_grad", dtypes=("float32", "float64"), input=("C", "NC"))
+        return caps
+
+
+def test_nll_rows_route_and_the_vendor_pair_op_through_the_pool(pool):
+    """The N-d NLL backward on a backend that takes rows only (the rows' buffer comes back at once; the
+    refused call's buffer is the gradient), and ``torch.ops.xloss.cross_entropy_loss_backward`` alone."""
+    _, x, t = _problem("nll_nd", torch.float32)
+    rows_only = _RowsOnlyNLLBackward()
+
+    def nll_rows(a, b, **kw):
+        return xt.nll_loss(a, b, backend=rows_only, **kw)
+
+    _, logits, classes = _problem("ce", torch.float32)
+    lp = logits.log_softmax(1)
+    up = torch.linspace(-1, 1, 9)
+
+    def pair_backward():
+        return torch.ops.xloss.cross_entropy_loss_backward(up, lp, classes, None, -100, "none", 0.2, "cpu")
+
+    gb.set_enabled(False)
+    expect = _grad(nll_rows, x, t, reduction="sum"), pair_backward()
+    gb.set_enabled(True)
+    for _ in range(2):
+        got = _grad(nll_rows, x, t, reduction="sum"), pair_backward()
+        assert all(torch.equal(g, e) for g, e in zip(got, expect, strict=True))
+        assert pool.stats() == {"buffers": 3, "bytes": 2 * x.numel() * 4 + lp.numel() * 4,
+                                "in_use": 2}
+        del got
+
+
+def test_compiled_fullgraph_nll_bce_and_the_vendor_pair_through_the_pool(pool):
+    """torch.compile records the ops as before; their bodies take pooled buffers at run time. The traced
+    backward's second-order guard clones the op's gradient (as it always did), so ``x.grad`` is that clone and
+    the pooled buffer is free again when the backward ends: reused every step, never held by the user."""
+    cases = [_problem(f, torch.float32) for f in ("nll_nd", "bce", "ce_pair")]
+
+    def losses(*args):
+        return sum(fn(a, b) for (fn, _, _), a, b in zip(cases, args[::2], args[1::2], strict=True))
+
+    def grads(f):
+        leaves = [x.detach().requires_grad_() for _, x, _ in cases]
+        f(*(v for leaf, (_, _, t) in zip(leaves, cases, strict=True) for v in (leaf, t))).backward()
+        return [leaf.grad for leaf in leaves]
+
+    compiled = torch.compile(losses, fullgraph=True, backend="aot_eager")
+    gb.set_enabled(False)
+    expect = grads(losses)
+    gb.set_enabled(True)
+    for _ in range(2):
+        got = grads(compiled)
+        assert all(torch.equal(g, e) for g, e in zip(got, expect, strict=True))
+        assert pool.stats() == {"buffers": 3, "bytes": sum(x.numel() * 4 for _, x, _ in cases), "in_use": 0}
+        del got
 
 
 def test_a_malformed_size_setting_is_named(monkeypatch):

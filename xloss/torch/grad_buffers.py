@@ -17,6 +17,11 @@ Bounds: buffers of at least :data:`MIN_BYTES` only (smaller ones are plain ``tor
 a request that fits nowhere gets a plain ``torch.empty``. ``XLOSS_TORCH_POOL=0`` (read at import) or
 :func:`set_enabled` turns it off; :func:`release_buffers` drops the free buffers and forgets the ones in use
 (their memory then goes with their tensors).
+
+Under ``torch.compile`` (and ``torch.func``) the ops' bodies run as in eager use and take pooled buffers, but
+the traced backward hands autograd a copy of the op's gradient (the second-order guard's clone, or an
+out-of-place product): the pooled buffer is free again when the backward ends and is reused next step, while
+``x.grad`` is a fresh tensor there.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import torch
 from torch.library import custom_op
 
 from xloss.errors import UnsupportedRequestError, XLossValueError
+from xloss.torch import grad_buffers
 from xloss.torch.ops import backend_of, compute_dtype, register_op, scalar_or
 
 from .api import bce_grad
@@ -14,7 +15,10 @@ from .api import binary_cross_entropy as forward_api
 
 
 def _check_probabilities(x: torch.Tensor) -> None:
-    if x.numel() and not bool(((x >= 0) & (x <= 1)).all()):
+    if not x.numel():
+        return
+    low, high = torch.aminmax(x)  # one pass (the comparisons and their `&` took four); NaN fails both tests
+    if not (bool(low >= 0) and bool(high <= 1)):
         raise XLossValueError("input must hold probabilities in [0, 1] (every element); "
                               "use binary_cross_entropy_with_logits for logits")
 
@@ -58,8 +62,9 @@ def _(input, target, weight, reduction, backend=None):
 def binary_cross_entropy_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Tensor,
                                   weight: torch.Tensor | None, reduction: str, eps: float, eps_mode: str,
                                   backend: str | None) -> torch.Tensor:
+    """d loss / d input (``xloss.bce_grad``), from :mod:`xloss.torch.grad_buffers` (reused once nothing holds it)."""
     return bce_grad(input, target, scalar_or(grad), weight=weight, reduction=reduction, eps=eps,
-                    eps_mode=eps_mode, backend=backend_of(backend))
+                    eps_mode=eps_mode, backend=backend_of(backend), out=grad_buffers.empty(input.shape, input.dtype))
 
 
 @binary_cross_entropy_backward.register_fake

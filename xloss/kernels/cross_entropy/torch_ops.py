@@ -38,10 +38,12 @@ def _(input, target, weight, ignore_index, reduction, label_smoothing, want_log_
 def cross_entropy_loss_backward(grad: torch.Tensor, log_prob: torch.Tensor, target: torch.Tensor,
                                 weight: torch.Tensor | None, ignore_index: int, reduction: str, label_smoothing: float,
                                 backend: str | None) -> torch.Tensor:
+    """d loss / d input from the forward's ``log_prob``, in a buffer from :mod:`xloss.torch.grad_buffers`."""
     g = scalar_or(grad) if reduction != "none" else grad.contiguous()
     return api.cross_entropy_loss_grad(g, log_prob, target, weight=weight, reduction=reduction,
                                        ignore_index=ignore_index, label_smoothing=label_smoothing,
-                                       backend=backend_of(backend))
+                                       backend=backend_of(backend),
+                                       out=grad_buffers.empty(log_prob.shape, log_prob.dtype))
 
 
 @cross_entropy_loss_backward.register_fake
@@ -56,16 +58,17 @@ def cross_entropy_loss_with_grad(input: torch.Tensor, target: torch.Tensor, weig
     """``(loss, dx)`` of (N, C) logits from one pass (xloss's fused row), ``dx`` for upstream gradient 1
     (the autograd backward only scales it). Checks the class indices. A backend that does not declare the
     fused row (the vendor-ABI ones) runs its vendor pair instead, the gradient written over the
-    log-probabilities (refused before anything ran: the pair then says what that backend can do). ``dx`` comes
-    from :mod:`xloss.torch.grad_buffers` (reused once nothing holds it)."""
+    log-probabilities (refused before anything ran: the pair then says what that backend can do). ``dx`` (on
+    the pair, the log-probabilities' buffer) comes from :mod:`xloss.torch.grad_buffers` (reused once nothing
+    holds it)."""
     kw = dict(weight=weight, reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing,
               backend=backend_of(backend))
+    dx = grad_buffers.empty(input.shape, input.dtype)
     try:
-        dx = grad_buffers.empty(input.shape, input.dtype)
         return api.cross_entropy_loss_with_grad(input, target, 1.0, grad_out=dx, **kw)
-    except UnsupportedRequestError:
-        r = api.cross_entropy_loss(input, target, **kw)
-        return r.loss, api.cross_entropy_loss_grad(1.0, r.log_prob, target, out=r.log_prob, **kw)
+    except UnsupportedRequestError:  # refused before anything ran: dx takes the pair's log-probabilities
+        loss = api.cross_entropy_loss(input, target, log_prob_out=dx, **kw).loss
+        return loss, api.cross_entropy_loss_grad(1.0, dx, target, out=dx, **kw)
 
 
 @cross_entropy_loss_with_grad.register_fake

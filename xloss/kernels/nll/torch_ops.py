@@ -7,6 +7,7 @@ import torch
 from torch.library import custom_op
 
 from xloss.errors import UnsupportedRequestError
+from xloss.torch import grad_buffers
 from xloss.torch.ops import backend_of, check_class_indices, compute_dtype, register_op, scalar_or
 
 from . import api
@@ -58,19 +59,22 @@ def nll_loss_backward(grad: torch.Tensor, input: torch.Tensor, target: torch.Ten
                       backend: str | None) -> torch.Tensor:
     """The gradient w.r.t. (C), (N, C) or (N, C, d1, ..., dk) input (``xloss.nll_loss_grad``); a backend that
     declares the backward for (C) and (N, C) input only gets an N-d one as rows (the class axis last), as PyTorch
-    defines them, and its gradient moved back."""
+    defines them, and its gradient moved back. The gradient (and those rows) come from
+    :mod:`xloss.torch.grad_buffers` (reused once nothing holds it)."""
     g = scalar_or(grad)
     kw = dict(weight=weight, reduction=reduction, ignore_index=ignore_index, total_weight=float(total_weight),
               backend=backend_of(backend))
+    dx = grad_buffers.empty(input.shape, input.dtype)
     try:
-        return api.nll_loss_grad(g, input, target, **kw)
-    except UnsupportedRequestError:
+        return api.nll_loss_grad(g, input, target, out=dx, **kw)
+    except UnsupportedRequestError:  # refused before anything ran
         if input.ndim <= 2:
             raise
     classes = input.shape[1]
-    rows = api.nll_loss_grad(g.reshape(-1) if isinstance(g, torch.Tensor) else g,
-                             input.movedim(1, -1).reshape(-1, classes), target.reshape(-1), **kw)
-    return rows.reshape(input.shape[0], *input.shape[2:], classes).movedim(-1, 1).contiguous()
+    x_rows = input.movedim(1, -1).reshape(-1, classes)
+    dx_rows = api.nll_loss_grad(g.reshape(-1) if isinstance(g, torch.Tensor) else g, x_rows, target.reshape(-1),
+                                out=grad_buffers.empty(x_rows.shape, input.dtype), **kw)
+    return dx.copy_(dx_rows.reshape(input.shape[0], *input.shape[2:], classes).movedim(-1, 1))
 
 
 @nll_loss_backward.register_fake
