@@ -25,23 +25,40 @@ import numpy as np
 from numba import njit, prange
 
 from .access import load, storage_view, store, writeable
-from .intrinsics import like, radd
+from .intrinsics import inline_me, like, radd
 from .layout import threads_for
+from .streaming import STAGE, line_head, sfence, stream_run, use_streaming
 from .vecmath import vexp
 from .vp_rows import maxnum
 
 
+@njit(error_model="numpy")
+def _grad_run(scratch, sb, r, si, weight, w0, dst, d0, n):
+    """``dst[d0 + j] = scratch[sb + j] * r - si * weight[w0 + j]`` for ``j < n`` (without the weight term
+    when ``si`` is 0), computed in the compute type and rounded once to ``dst``'s storage type."""
+    inline_me()
+    if si == 0:
+        for j in range(n):
+            store(dst, np.uint64(d0 + j), scratch[np.uint64(sb + j)] * r)
+    else:
+        for j in range(n):
+            store(dst, np.uint64(d0 + j), scratch[np.uint64(sb + j)] * r - si * weight[np.uint64(w0 + j)])
+
+
 @njit(parallel=True, cache=True, error_model="numpy")
 def fused_rows(x, classes, target, ignore_index, weight, weight_sum, smoothing, a, b, s, scratch, blocks, nll_row,
-               smooth_row, out):
+               smooth_row, out, stream, stage):
     """Per row ``i``: ``nll_row[i] = -w_t * log_prob_t`` (0 for an ignored row), ``smooth_row[i] =
     -sum_c w_c log_prob_c`` (only when ``smoothing``), and the gradient row written into ``out``.
-    Rows are cut into ``blocks`` contiguous runs; run ``k`` keeps its exponentials in ``scratch[k]``."""
+    Rows are cut into ``blocks`` contiguous runs; run ``k`` keeps its exponentials in ``scratch[k]``.
+    With ``stream``, each gradient row is finished in runs in ``stage`` (``STAGE + 64`` elements of
+    ``out``'s storage type per block) and streamed to ``out`` (:mod:`.streaming`): the same values."""
     n = target.size
     for blk in prange(blocks):
         lo = blk * n // blocks
         hi = (blk + 1) * n // blocks
         sbase = blk * classes
+        gbase = blk * (STAGE + 64)
         z0 = weight[np.uint64(0)]
         for i in range(lo, hi):
             base = i * classes
@@ -68,18 +85,30 @@ def fused_rows(x, classes, target, ignore_index, weight, weight_sum, smoothing, 
             kept = t != ignore_index
             r = a[i] / total
             si = s[i]
-            if si == 0:
-                for j in range(classes):
-                    store(out, np.uint64(base + j), scratch[np.uint64(sbase + j)] * r)
+            tv = scratch[np.uint64(sbase + t)] * r - si * weight[np.uint64(t)] - b[i] if kept else r
+            if stream:
+                # first run up to STAGE elements past out's first 64-byte boundary in the row: the later
+                # runs start on a boundary, so only the row's ends are written with normal stores
+                c0 = 0
+                c1 = min(classes, np.int64(line_head(out, base)) + STAGE)
+                while c0 < classes:
+                    _grad_run(scratch, sbase + c0, r, si, weight, c0, stage, gbase, c1 - c0)
+                    if kept and c0 <= t < c1:
+                        store(stage, np.uint64(gbase + t - c0), tv)
+                    stream_run(out, base + c0, stage, gbase, c1 - c0)
+                    c0 = c1
+                    c1 = min(classes, c0 + STAGE)
             else:
-                for j in range(classes):
-                    store(out, np.uint64(base + j), scratch[np.uint64(sbase + j)] * r - si * weight[np.uint64(j)])
+                _grad_run(scratch, sbase, r, si, weight, 0, out, base, classes)
+                if kept:
+                    store(out, np.uint64(base + t), tv)
             if kept:
                 lpt = (load(x, np.uint64(base + t)) - m) - log_total
                 nll_row[i] = -np.float64(weight[np.uint64(t)]) * np.float64(lpt)
-                store(out, np.uint64(base + t), scratch[np.uint64(sbase + t)] * r - si * weight[np.uint64(t)] - b[i])
             else:
                 nll_row[i] = 0.0
+        if stream:
+            sfence()
 
 
 def _reduce(values, reduction, denominator):
@@ -114,10 +143,12 @@ def run(a, backend=None) -> None:
     if n:
         blocks = min(n, 4 * numba.get_num_threads())
         scratch = np.empty(blocks * classes, cdt)
+        out = storage_view(a.grad_out).reshape(-1)
+        stream = use_streaming(out.nbytes, out.ctypes.data, out.itemsize)
+        stage = np.empty(blocks * (STAGE + 64) if stream else 1, out.dtype)
         with threads_for(a.input.size):
             fused_rows(storage_view(a.input).reshape(-1), classes, writeable(np.ascontiguousarray(t)), a.ignore_index,
-                       w, float(w64.sum()), ls != 0.0, *coefs, scratch, blocks, nll, smooth,
-                       storage_view(a.grad_out).reshape(-1))
+                       w, float(w64.sum()), ls != 0.0, *coefs, scratch, blocks, nll, smooth, out, stream, stage)
     with np.errstate(invalid="ignore", over="ignore"):
         loss = (1.0 - ls) * _reduce(nll, a.reduction, total_weight)
         if ls:
