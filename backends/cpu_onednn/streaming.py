@@ -4,7 +4,11 @@ A normal store to a cache line that is not in cache first reads the line from me
 ownership), so a kernel that reads N bytes and writes N bytes moves 3N over the memory bus. A
 non-temporal store writes whole lines through a write-combining buffer straight to memory: 2N.
 It pays only when the output is far larger than the caches (it would be evicted before it is read
-again anyway); a small output is re-read soon and belongs in cache (:data:`STREAM_MIN_BYTES`).
+again anyway); a small output is re-read soon and belongs in cache (:data:`STREAM_MIN_BYTES`). Nor
+does it pay on memory never touched before (a fresh ``np.empty``): the kernel zeroes each new page as
+it is first written, leaving the zeroed lines dirty in cache, where a normal store simply overwrites
+them and a streaming store must first push them out, two writes for one. So only an output whose pages
+are all resident already (a reused buffer, :func:`resident`) is streamed.
 
 LLVM's loop vectorizer does not vectorize a ``!nontemporal`` store it cannot prove aligned, so the
 kernels here stage a short run of finished output values in an L1-resident buffer of the output's
@@ -18,7 +22,10 @@ before the parallel region joins.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import platform
+import sys
 
 import numpy as np
 from llvmlite import ir
@@ -31,16 +38,41 @@ from .intrinsics import inline_me
 #: Outputs of at least this many bytes are written with streaming stores (far beyond the L2 and L3
 #: of the machines this runs on; a smaller output is likely still in cache when it is read back).
 STREAM_MIN_BYTES = 32 << 20
-#: x86-64 only: ``sfence`` and the streaming-store instructions are x86's.
-STREAMING_CPU = platform.machine().lower() in ("x86_64", "amd64")
+#: x86-64 Linux only: ``sfence`` and the streaming-store instructions are x86's, ``mincore`` is Linux's.
+STREAMING_CPU = platform.machine().lower() in ("x86_64", "amd64") and sys.platform.startswith("linux")
 _LINE = 64
 #: staging run in elements of a 16-bit type (a multiple of a line for every element size; 4-8 KiB)
 STAGE = 4096
 
 
+_libc = None
+
+
+def resident(address: int, nbytes: int) -> bool:
+    """Whether every page of ``[address, address + nbytes)`` is in memory (``mincore``; False when it
+    cannot tell). One bit per 4 KiB page: under a millisecond for a gigabyte."""
+    global _libc
+    if nbytes <= 0:
+        return True
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+        page = mmap.PAGESIZE
+        start = address - address % page
+        length = address + nbytes - start
+        vec = np.empty((length + page - 1) // page, np.uint8)
+        if _libc.mincore(start, length, vec.ctypes.data) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return bool(np.bitwise_and(vec, 1).all())
+
+
 def use_streaming(nbytes: int, address: int, itemsize: int) -> bool:
     """Whether an output of ``nbytes`` at ``address`` is written with streaming stores."""
-    return STREAMING_CPU and nbytes >= STREAM_MIN_BYTES and address % itemsize == 0
+    return (STREAMING_CPU and nbytes >= STREAM_MIN_BYTES and address % itemsize == 0
+            and resident(address, nbytes))
 
 
 @intrinsic

@@ -2,7 +2,8 @@
 written with non-temporal stores) gives the same bits as its normal-store path: the same arithmetic, only
 the stores differ. Every dtype, rows shorter than a cache line and rows of several staging runs, targets
 in the row's unaligned head, in later runs and ignored, label smoothing and class weights; a gradient
-buffer on and off a 64-byte boundary; and one output past the default size threshold."""
+buffer on and off a 64-byte boundary; and one output past the default size threshold (streamed when reused,
+not when fresh)."""
 
 import numpy as np
 import pytest
@@ -27,9 +28,10 @@ def took(monkeypatch):
 
 
 def _out(shape, dtype, offset):
-    """An output buffer whose first element lies ``offset`` elements past a 64-byte boundary."""
+    """An output buffer whose first element lies ``offset`` elements past a 64-byte boundary, its pages
+    written once (streaming is for reused buffers), every byte 0xFF (so a missed element shows)."""
     dt = np.dtype(FLOAT_DTYPES[dtype])
-    raw = np.empty(int(np.prod(shape)) * dt.itemsize + 128, np.uint8)
+    raw = np.full(int(np.prod(shape)) * dt.itemsize + 128, 0xFF, np.uint8)
     start = (-raw.ctypes.data) % 64 + offset * dt.itemsize
     return raw[start:start + int(np.prod(shape)) * dt.itemsize].view(dt).reshape(shape)
 
@@ -60,16 +62,18 @@ def test_streaming_stores_give_the_same_bits(monkeypatch, took, dtype, offset):
 
 
 def test_a_gradient_past_the_default_threshold_streams(took):
-    """At the default threshold (no patch): 264 x 32003 float32 is 33.8 MB, the streaming path; its result
-    against the normal path's on the same rows cut in two calls under the threshold."""
+    """At the default threshold (no patch): 264 x 32003 float32 is 33.8 MB, the streaming path into a buffer
+    in use, the normal one into a fresh one; the results against the normal path's on the same rows cut in
+    two calls under the threshold."""
     rng = np.random.default_rng(3)
     x = rng.normal(0, 2, (264, 32003)).astype(np.float32)
     t = rng.integers(0, 32003, 264)
     t[::5] = -100
     _, dx = xloss.cross_entropy_loss_with_grad(x, t, reduction="sum", backend="cpu", grad_out=_out(x.shape, "float32",
                                                                                                       1))
-    assert took == [streaming.STREAMING_CPU]
+    _, fresh = xloss.cross_entropy_loss_with_grad(x, t, reduction="sum", backend="cpu")
+    assert took == [streaming.STREAMING_CPU, False]
     for half in (slice(0, 132), slice(132, 264)):
         _, part = xloss.cross_entropy_loss_with_grad(x[half], t[half], reduction="sum", backend="cpu")
-        assert np.array_equal(part, dx[half])
-    assert took[1:] == [False, False]
+        assert np.array_equal(part, dx[half]) and np.array_equal(part, fresh[half])
+    assert took[2:] == [False, False]
