@@ -5,7 +5,7 @@ log-probabilities are written, and none are read back.
 Per row, three walks, the first from memory and the other two from cache (a row of 32000 float32 is
 125 KiB, L2-resident with its scratch):
 
-1. the max (``maxnum``, vectorized);
+1. the max of the non-NaN logits (:mod:`.row_max`: one vector ``max`` per vector of logits);
 2. ``e_c = exp(x_c - max)`` (vectorized; the argument is never positive, so for float32 compute the
    short exp of :mod:`.sigmoid_terms`: one clamp, a degree-6 fit, one scaling, about half the
    instructions of the general one), kept in a per-block row scratch in the compute type, and summed
@@ -29,9 +29,9 @@ from numba import njit, prange
 from .access import load, storage_view, store, writeable
 from .intrinsics import inline_me, like, radd
 from .layout import threads_for
+from .row_max import row_max
 from .sigmoid_terms import vexp_nonpositive
 from .streaming import STAGE, line_head, sfence, stream_run, use_streaming
-from .vp_rows import maxnum
 
 
 @njit(error_model="numpy")
@@ -64,9 +64,7 @@ def fused_rows(x, classes, target, ignore_index, weight, weight_sum, smoothing, 
         z0 = weight[np.uint64(0)]
         for i in range(lo, hi):
             base = i * classes
-            m = like(-np.inf, z0)
-            for j in range(classes):
-                m = maxnum(m, load(x, np.uint64(base + j)))
+            m = row_max(x, base, classes, z0)
             total = like(0.0, z0)
             wsum = like(0.0, z0)
             if smoothing:
