@@ -11,7 +11,9 @@ Per row, three walks, the first from memory and the other two from cache (a row 
    instructions of the general one), kept in a per-block row scratch in the compute type, and summed
    (reassociable sum); with label smoothing also ``sum_c weight_c (x_c - max)``;
 3. the gradient, written once: ``out_c = e_c * (a / sum) - s * weight_c``, minus ``b`` at the target,
-   computed in the compute type (float32; float64 for float64) and rounded once to the logits' dtype.
+   computed in the compute type (float32; float64 for float64) and rounded once to the logits' dtype;
+   into a large gradient buffer already in use, staged and written with streaming stores
+   (:mod:`.streaming`: no read of the gradient's lines before they are written, the same bits).
 
 The row coefficients ``a, b, s`` (upstream gradient, class weights, smoothing, ``mean``'s divisor) are
 those of the backward from the log-probabilities (:mod:`.cross_entropy`), formed in float64 with NumPy
@@ -85,6 +87,7 @@ def fused_rows(x, classes, target, ignore_index, weight, weight_sum, smoothing, 
             kept = t != ignore_index
             r = a[i] / total
             si = s[i]
+            # the target column's gradient (``r`` stands in for an ignored row: never stored)
             tv = scratch[np.uint64(sbase + t)] * r - si * weight[np.uint64(t)] - b[i] if kept else r
             if stream:
                 # first run up to STAGE elements past out's first 64-byte boundary in the row: the later

@@ -41,7 +41,7 @@ STREAM_MIN_BYTES = 32 << 20
 #: x86-64 Linux only: ``sfence`` and the streaming-store instructions are x86's, ``mincore`` is Linux's.
 STREAMING_CPU = platform.machine().lower() in ("x86_64", "amd64") and sys.platform.startswith("linux")
 _LINE = 64
-#: staging run in elements of a 16-bit type (a multiple of a line for every element size; 4-8 KiB)
+#: elements per staging run: whole 64-byte lines for every element size (8 KiB of bfloat16, 16 of float32)
 STAGE = 4096
 
 
