@@ -5,11 +5,15 @@ log-probabilities are written, and none are read back.
 Per row, three walks, the first from memory and the other two from cache (a row of 32000 float32 is
 125 KiB, L2-resident with its scratch):
 
-1. the max (``maxnum``, vectorized);
-2. ``e_c = exp(x_c - max)`` (vectorized exp), kept in a per-block row scratch in the compute type, and
-   summed (reassociable sum); with label smoothing also ``sum_c weight_c (x_c - max)``;
+1. the max of the non-NaN logits (:mod:`.row_max`: one vector ``max`` per vector of logits);
+2. ``e_c = exp(x_c - max)`` (vectorized; the argument is never positive, so for float32 compute the
+   short exp of :mod:`.sigmoid_terms`: one clamp, a degree-6 fit, one scaling, about half the
+   instructions of the general one), kept in a per-block row scratch in the compute type, and summed
+   (reassociable sum); with label smoothing also ``sum_c weight_c (x_c - max)``;
 3. the gradient, written once: ``out_c = e_c * (a / sum) - s * weight_c``, minus ``b`` at the target,
-   computed in the compute type (float32; float64 for float64) and rounded once to the logits' dtype.
+   computed in the compute type (float32; float64 for float64) and rounded once to the logits' dtype;
+   into a large gradient buffer already in use, staged and written with streaming stores
+   (:mod:`.streaming`: no read of the gradient's lines before they are written, the same bits).
 
 The row coefficients ``a, b, s`` (upstream gradient, class weights, smoothing, ``mean``'s divisor) are
 those of the backward from the log-probabilities (:mod:`.cross_entropy`), formed in float64 with NumPy
@@ -25,41 +29,56 @@ import numpy as np
 from numba import njit, prange
 
 from .access import load, storage_view, store, writeable
-from .intrinsics import like, radd
+from .intrinsics import inline_me, like, radd
 from .layout import threads_for
-from .vecmath import vexp
-from .vp_rows import maxnum
+from .row_max import row_max
+from .sigmoid_terms import vexp_nonpositive
+from .streaming import STAGE, line_head, sfence, stream_run, use_streaming
+
+
+@njit(error_model="numpy")
+def _grad_run(scratch, sb, r, si, weight, w0, dst, d0, n):
+    """``dst[d0 + j] = scratch[sb + j] * r - si * weight[w0 + j]`` for ``j < n`` (without the weight term
+    when ``si`` is 0), computed in the compute type and rounded once to ``dst``'s storage type."""
+    inline_me()
+    if si == 0:
+        for j in range(n):
+            store(dst, np.uint64(d0 + j), scratch[np.uint64(sb + j)] * r)
+    else:
+        for j in range(n):
+            store(dst, np.uint64(d0 + j), scratch[np.uint64(sb + j)] * r - si * weight[np.uint64(w0 + j)])
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
 def fused_rows(x, classes, target, ignore_index, weight, weight_sum, smoothing, a, b, s, scratch, blocks, nll_row,
-               smooth_row, out):
+               smooth_row, out, stream, stage):
     """Per row ``i``: ``nll_row[i] = -w_t * log_prob_t`` (0 for an ignored row), ``smooth_row[i] =
     -sum_c w_c log_prob_c`` (only when ``smoothing``), and the gradient row written into ``out``.
-    Rows are cut into ``blocks`` contiguous runs; run ``k`` keeps its exponentials in ``scratch[k]``."""
+    Rows are cut into ``blocks`` contiguous runs; run ``k`` keeps its exponentials in ``scratch[k]``.
+    With ``stream``, each gradient row is finished in runs in ``stage`` (``STAGE + 64`` elements of
+    ``out``'s storage type per block) and streamed to ``out`` (:mod:`.streaming`): the same values."""
     n = target.size
     for blk in prange(blocks):
         lo = blk * n // blocks
         hi = (blk + 1) * n // blocks
         sbase = blk * classes
+        gbase = blk * (STAGE + 64)
         z0 = weight[np.uint64(0)]
         for i in range(lo, hi):
             base = i * classes
-            m = like(-np.inf, z0)
-            for j in range(classes):
-                m = maxnum(m, load(x, np.uint64(base + j)))
+            m = row_max(x, base, classes, z0)
             total = like(0.0, z0)
             wsum = like(0.0, z0)
             if smoothing:
                 for j in range(classes):
                     d = load(x, np.uint64(base + j)) - m
-                    e = vexp(d)
+                    e = vexp_nonpositive(d)
                     scratch[np.uint64(sbase + j)] = e
                     total = radd(total, e)
                     wsum = radd(wsum, weight[np.uint64(j)] * d)
             else:
                 for j in range(classes):
-                    e = vexp(load(x, np.uint64(base + j)) - m)
+                    e = vexp_nonpositive(load(x, np.uint64(base + j)) - m)
                     scratch[np.uint64(sbase + j)] = e
                     total = radd(total, e)
             log_total = np.log(total)
@@ -68,18 +87,31 @@ def fused_rows(x, classes, target, ignore_index, weight, weight_sum, smoothing, 
             kept = t != ignore_index
             r = a[i] / total
             si = s[i]
-            if si == 0:
-                for j in range(classes):
-                    store(out, np.uint64(base + j), scratch[np.uint64(sbase + j)] * r)
+            # the target column's gradient (``r`` stands in for an ignored row: never stored)
+            tv = scratch[np.uint64(sbase + t)] * r - si * weight[np.uint64(t)] - b[i] if kept else r
+            if stream:
+                # first run up to STAGE elements past out's first 64-byte boundary in the row: the later
+                # runs start on a boundary, so only the row's ends are written with normal stores
+                c0 = 0
+                c1 = min(classes, np.int64(line_head(out, base)) + STAGE)
+                while c0 < classes:
+                    _grad_run(scratch, sbase + c0, r, si, weight, c0, stage, gbase, c1 - c0)
+                    if kept and c0 <= t < c1:
+                        store(stage, np.uint64(gbase + t - c0), tv)
+                    stream_run(out, base + c0, stage, gbase, c1 - c0)
+                    c0 = c1
+                    c1 = min(classes, c0 + STAGE)
             else:
-                for j in range(classes):
-                    store(out, np.uint64(base + j), scratch[np.uint64(sbase + j)] * r - si * weight[np.uint64(j)])
+                _grad_run(scratch, sbase, r, si, weight, 0, out, base, classes)
+                if kept:
+                    store(out, np.uint64(base + t), tv)
             if kept:
                 lpt = (load(x, np.uint64(base + t)) - m) - log_total
                 nll_row[i] = -np.float64(weight[np.uint64(t)]) * np.float64(lpt)
-                store(out, np.uint64(base + t), scratch[np.uint64(sbase + t)] * r - si * weight[np.uint64(t)] - b[i])
             else:
                 nll_row[i] = 0.0
+        if stream:
+            sfence()
 
 
 def _reduce(values, reduction, denominator):
@@ -114,10 +146,12 @@ def run(a, backend=None) -> None:
     if n:
         blocks = min(n, 4 * numba.get_num_threads())
         scratch = np.empty(blocks * classes, cdt)
+        out = storage_view(a.grad_out).reshape(-1)
+        stream = use_streaming(out.nbytes, out.ctypes.data, out.itemsize)
+        stage = np.empty(blocks * (STAGE + 64) if stream else 1, out.dtype)
         with threads_for(a.input.size):
             fused_rows(storage_view(a.input).reshape(-1), classes, writeable(np.ascontiguousarray(t)), a.ignore_index,
-                       w, float(w64.sum()), ls != 0.0, *coefs, scratch, blocks, nll, smooth,
-                       storage_view(a.grad_out).reshape(-1))
+                       w, float(w64.sum()), ls != 0.0, *coefs, scratch, blocks, nll, smooth, out, stream, stage)
     with np.errstate(invalid="ignore", over="ignore"):
         loss = (1.0 - ls) * _reduce(nll, a.reduction, total_weight)
         if ls:

@@ -97,6 +97,25 @@ def sigmoid_terms_f64(x, c):
     return e, c * r, log1p_unit_f64(e, r)
 
 
+def vexp_nonpositive(x):
+    """exp(x) for x <= 0 (or NaN) in x's float type: :func:`exp_neg_abs_f32` (exp(-|x|) is exp(x) there),
+    :func:`.vecmath.exp_f64` for float64 (compiled only)."""
+    raise TypeError("vexp_nonpositive() dispatches on Numba types at compile time; call it from @njit code")
+
+
+@overload(vexp_nonpositive)
+def _vexp_nonpositive(x):
+    fn = {types.float32: exp_neg_abs_f32, types.float64: exp_f64}.get(x)
+    if fn is None:
+        return None
+
+    def impl(x):
+        inline_me()
+        return fn(x)
+
+    return impl
+
+
 def sigmoid_terms(x, c):
     """(exp(-|x|), c sigmoid(|x|), log1p(exp(-|x|))) in x's float type (compiled only)."""
     raise TypeError("sigmoid_terms() dispatches on Numba types at compile time; call it from @njit code")
