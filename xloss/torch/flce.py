@@ -86,18 +86,16 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             raise UnsupportedRequestError("fused_linear_cross_entropy with reduction='none' has a forward-mode "
                                           "derivative (jvp) w.r.t. input only (weight's would need the tokens x "
                                           "vocabulary contraction): use reduction='sum'/'mean', or reverse mode")
-        target = saved[3]
-        like = target.new_empty(target.shape if o.reduction == "none" else (), dtype=ctx.loss_dtype)
-        cdt = ops.compute_dtype(like.dtype)
-        if o.reduction == "none":
-            if t_x is None:
-                return (torch.zeros_like(like),) + (None,) * 9
-            dx = _backward_op(torch.ones(target.shape, dtype=like.dtype), saved, o)[0]
-            tangent = (dx.to(cdt) * t_x.to(cdt)).sum(-1)
+        target, dt = saved[3], ctx.loss_dtype  # (the compute dtype)
+        if o.reduction == "none" and t_x is None:
+            tangent = target.new_zeros(target.shape, dtype=dt)
+        elif o.reduction == "none":
+            dx = _backward_op(target.new_ones(target.shape, dtype=dt), saved, o)[0]
+            tangent = (dx.to(dt) * t_x.to(dt)).sum(-1)
         else:
-            tangent = sum(((g.to(cdt) * t.to(cdt)).sum() for g, t in zip(saved[9:], (t_x, t_w, t_b)) if t is not None),
-                          torch.zeros((), dtype=cdt))
-        return (tangent.to(like.dtype),) + (None,) * 9
+            tangent = sum(((g.to(dt) * t.to(dt)).sum() for g, t in zip(saved[9:], (t_x, t_w, t_b)) if t is not None),
+                          target.new_zeros((), dtype=dt))
+        return (tangent,) + (None,) * 9
 
 
 def _backward_op(grad, saved, o):
@@ -116,11 +114,10 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     ``target`` (...) class indices; the other arguments as in PyTorch (``class_weight``: its ``weight=``) and
     Liger-Kernel (docs/torch-ecosystem.md, with the routes). The loss is float32 for 16-bit operands, else
     ``input``'s dtype; under ``torch.autocast("cpu")`` the operands are cast as ``F.linear`` casts them. Tokens
-    go ``chunk_size`` at a time (:mod:`xloss.torch.chunking`), ``vocab_chunk_size`` weight rows per kernel
-    call. ``process_group``: vocabulary parallelism;
-    ``weight`` and ``bias`` are this rank's contiguous shard, in rank order (:func:`xloss.torch.shard_vocab`),
-    every rank gets the full loss and input gradient, and any rank's argument error or disagreement raises
-    the same error on every rank. Under torch.compile the ranks agree inside the ops: one graph.
+    go ``chunk_size`` at a time (:mod:`xloss.torch.chunking`), ``vocab_chunk_size`` weight rows per kernel call.
+    ``process_group``: vocabulary parallelism; ``weight`` and ``bias`` are this rank's contiguous shard, in rank
+    order (:func:`xloss.torch.shard_vocab`), every rank gets the full loss and input gradient, and any rank's
+    argument error or disagreement raises the same error on every rank (under torch.compile, inside the ops).
     """
     kw = {k: v for k, v in locals().items() if k not in ("input", "weight", "target", "bias")}  # the options
     input = checks.float_tensor(input, "input")
@@ -138,9 +135,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
     try:  # with a process group, an argument error reaches every rank through the first collective
         weight, bias, target, class_weight, o = _checked(input, weight, target, bias, **kw)
     except XLossError as exc:
-        if not coll.active:
-            raise
-        coll.agree(0, [], exc)  # raises it on every rank
+        coll.agree(0, [], exc)  # raises it (on every rank)
         raise
     o = o._replace(group=group_key(process_group), backend=ops.backend_key(backend))
     o = o if in_graph else settled(o, input, weight, bias, target, class_weight, coll)
@@ -159,8 +154,7 @@ def fused_linear_cross_entropy(input, weight, target, bias=None, ignore_index: i
 def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoothing, chunk_size, backend,
              class_weight, vocab_chunk_size, softcap, lse_square_scale, accum_dtype, return_token_accuracy,
              use_token_scaling, **_):
-    """Every check of this rank's own arguments: (weight, bias, target, class_weight, options without the
-    vocabulary layout, the process group and the backend)."""
+    """Every check of this rank's own arguments: (weight, bias, target, class_weight, unsettled options)."""
     if input.ndim < 1:
         raise XLossValueError("input must have shape (..., H); got a 0-d tensor")
     hidden = input.shape[-1]
@@ -221,11 +215,6 @@ def _checked(input, weight, target, bias, *, ignore_index, reduction, label_smoo
                                                            bool(return_token_accuracy), scaling, *want)
 
 
-_MODULE_OPTIONS = ("ignore_index", "reduction", "label_smoothing", "chunk_size", "backend", "vocab_chunk_size",
-                   "process_group", "softcap", "lse_square_scale", "return_z_loss", "accum_dtype",
-                   "return_token_accuracy", "use_token_scaling")
-
-
 class FusedLinearCrossEntropyLoss(torch.nn.Module):
     """:func:`fused_linear_cross_entropy` as a module: ``loss_fn(input, weight, target, bias=None)`` (input
     first; :class:`xloss.torch.LigerCompatFusedLinearCrossEntropyLoss` takes Liger-Kernel's order). The
@@ -236,15 +225,16 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
                  softcap=None, lse_square_scale: float = 0.0, return_z_loss: bool = False, accum_dtype=None,
                  return_token_accuracy: bool = False, use_token_scaling: bool = False):
         super().__init__()
-        given = locals()
-        for name in _MODULE_OPTIONS:
-            setattr(self, name, given[name])
+        given = {k: v for k, v in locals().items() if k not in ("self", "__class__", "class_weight")}
+        self._options = tuple(given)  # the settings' names: attributes, read at each call
+        for name, value in given.items():
+            setattr(self, name, value)
         self.reduction = checks.reduction(reduction)
         self.register_buffer("class_weight", class_weight)
 
     def forward(self, input, weight, target, bias=None):
         return fused_linear_cross_entropy(input, weight, target, bias, class_weight=self.class_weight,
-                                          **{name: getattr(self, name) for name in _MODULE_OPTIONS})
+                                          **{name: getattr(self, name) for name in self._options})
 
     def extra_repr(self) -> str:
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("softcap", "lse_square_scale") if getattr(self, k))

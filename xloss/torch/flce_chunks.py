@@ -1,14 +1,11 @@
 """The chunked arithmetic of the fused linear-cross-entropy on one vocabulary shard: statistics from
-PyTorch's GEMMs, gradients from the backend's ``fused_linear_cross_entropy_grad``.
+PyTorch's GEMMs, gradients from the backend's ``fused_linear_cross_entropy_grad``, called per (token chunk,
+vocabulary block) with Args built here (contiguous views, compute-dtype statistics, fresh outputs).
 
-G as in ``reference/flce.py`` (``cross_entropy_extras_grad_logits``: no soft-capping or z-loss here; K
-classes, class weights w, ones when none, summing to W_sum). The kernel computes ``k_i (p_ij - ls'/K -
-(1-ls') [j == t])``: without class weights ``k = g, ls' = ls`` is exact; otherwise (or where the backend
-has no smoothing) ``k = g a, ls' = 0`` and the remainder ``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is
-added here. A kernel call per (token chunk, vocabulary block), with Args built here (the backend resolved
-once per op call; these modules keep the Args' invariants: contiguous views, compute-dtype statistics,
-fresh outputs, targets in [0, V)).
-"""
+G as in ``reference/flce.py``'s ``cross_entropy_extras_grad_logits`` (K classes, class weights w summing
+to W_sum). The kernel computes ``k_i (p_ij - ls'/K - (1-ls') [j == t])``: without class weights
+``k = g, ls' = ls`` is exact; otherwise (or where the backend has no smoothing) ``k = g a, ls' = 0`` and
+the remainder ``R_ij = (ls/K) g_i (W_sum [j == t] - w_j)`` is added here."""
 
 from __future__ import annotations
 
@@ -38,8 +35,8 @@ def view(t: torch.Tensor | None):
 
 
 def kernel_of(req: Request, backend, required: bool = True):
-    """The method that runs ``req``'s kernel on the backend the registry resolves ``backend`` to for it; where
-    there is none, an UnsupportedRequestError, or None when not ``required``."""
+    """What runs ``req``'s kernel on the backend the registry resolves ``backend`` to for it; where there is
+    none, an UnsupportedRequestError, or None when not ``required``."""
     try:
         b = registry.resolve(backend, req)
         if b.kernel(req.kernel) is None:
@@ -116,8 +113,8 @@ class RowStats:
 
 
 def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> tuple[RowStats, torch.Tensor]:
-    """Row max and sum of exponentials over the global vocabulary for one chunk, and the per-token loss.
-    ``keep``: the logits stay, one tensor per block, and come back as the softmax; else the transient is a block."""
+    """Global row max and sum of exponentials of one chunk, and its per-token loss. ``keep``: the logits stay,
+    a tensor per block, and come back as the softmax; else the sum is taken online, a block at a time."""
     c, cdt = x_c.shape[0], sh.cdt
     first = torch.full((c,), NO_INDEX) if sh.accuracy else None
     m = torch.full((c,), float("-inf"), dtype=cdt)
@@ -140,8 +137,7 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> tuple[
             s.mul_(torch.exp(m - m_new)).add_(z.sub_(m_new[:, None]).exp_().sum(1))
             m = m_new
     if first is not None and sh.coll.active:  # the lowest index among the ranks holding the global maximum
-        m_global = sh.coll.max_(m.clone())
-        first = sh.coll.min_(torch.where(m == m_global, first, NO_INDEX))
+        first = sh.coll.min_(torch.where(m == sh.coll.max_(m.clone()), first, NO_INDEX))
     local_m = None if keep else m.clone()
     sh.coll.max_(m)
     for z in blocks or ():
@@ -149,9 +145,8 @@ def chunk_stats(sh: Shard, x_c: torch.Tensor, tg: Targets, keep: bool) -> tuple[
     if local_m is not None:  # a rank whose shard is empty (or whose row max is below another's) rescales its sum
         s.mul_(torch.where(torch.isneginf(local_m), 0.0, torch.exp(local_m - m)))
     s, zt, smooth = sh.coll.sum_(torch.stack([s, zt, smooth]))
-    inv = 1.0 / s[:, None] if keep else None
     for z in blocks or ():
-        z.mul_(inv)
+        z.mul_(1.0 / s[:, None])
     st = RowStats(m, s, zt, smooth, blocks, first)
     return st, token_loss(sh, tg, st)
 
@@ -169,8 +164,8 @@ def correct(tg: Targets, st: RowStats) -> torch.Tensor:
 
 
 class Grads:
-    """The gradient accumulators in the compute dtype (None where not wanted), and the backend's
-    gradient kernel for the op call: resolved and checked once, on the call's largest block."""
+    """The gradient accumulators in the compute dtype (None where not wanted), and the backend's gradient
+    kernel for the op call: resolved and checked once per mode, on the call's largest block."""
 
     def __init__(self, sh: Shard, want):
         (bt, h), cdt, v = sh.x.shape, sh.cdt, sh.rows
@@ -182,8 +177,8 @@ class Grads:
         self.rank1_x, self.rank1_g = None, 0.0  # sum_i r_i x_i and sum_i r_i: R's rank-one parts
 
     def kernel(self, mode: str, numel: int):
-        """(kernel, the smoothing it applies): the label smoothing where there are no class weights
-        and the backend declares it, else 0 (and the remainder R here)."""
+        """(kernel, the smoothing it applies): the label smoothing where there are no class weights and the
+        backend declares it, else 0 (and the remainder R here)."""
         sh = self.sh
         for ls in (sh.label_smoothing, 0.0) if sh.label_smoothing and sh.class_weight is None else (0.0,):
             if mode in self._kernels:
@@ -235,20 +230,21 @@ class Grads:
         sh = self.sh
         r = (sh.label_smoothing / sh.vocab) * g
         rows, t_loc = tg.in_shard.nonzero().squeeze(1), tg.local[tg.in_shard]
-        x_c = sh.x[t0:t1].to(sh.cdt)
+        hit_r = (sh.w_sum * r[rows])
         if self.dx is not None:
             if self.row_sum is None:  # sum_j w_j W_j over this shard's rows
                 w, cw = sh.w.to(sh.cdt), sh.class_weight
                 self.row_sum = w.sum(0) if cw is None else torch.mv(w.T, cw[sh.start:sh.start + sh.rows])
             dx = self.dx[t0:t1]
-            dx.index_add_(0, rows, sh.w[t_loc].to(sh.cdt) * (sh.w_sum * r[rows])[:, None])
+            dx.index_add_(0, rows, sh.w[t_loc].to(sh.cdt) * hit_r[:, None])
             dx.sub_(r[:, None] * self.row_sum[None, :])
         if self.dw is not None:
-            self.dw.index_add_(0, t_loc, x_c[rows] * (sh.w_sum * r[rows])[:, None])
+            x_c = sh.x[t0:t1].to(sh.cdt)
+            self.dw.index_add_(0, t_loc, x_c[rows] * hit_r[:, None])
             rx = torch.mv(x_c.T, r)
             self.rank1_x = rx if self.rank1_x is None else self.rank1_x + rx
         if self.db is not None:
-            self.db.index_add_(0, t_loc, sh.w_sum * r[rows])
+            self.db.index_add_(0, t_loc, hit_r)
         self.rank1_g += float(r.sum(dtype=torch.float64))
 
     def finish(self):

@@ -13,9 +13,9 @@ from ..backend import Backend
 from ..errors import BackendUnavailableError, UnsupportedRequestError
 
 HALF = (torch.bfloat16, torch.float16)
-# what this path serves by default; float64 goes through the backend kernel unless it needs what only this
-# path computes (softcap, z-loss)
+# what this route serves by default; float64 only when it needs what only this route computes (softcap, z-loss)
 DTYPES = HALF + (torch.float32,)
+_ROUTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> (offers, available, why)
 
 
 def gemm_route(backend) -> bool:
@@ -33,9 +33,6 @@ def _named_route(name: str | None) -> bool:
         name = next((n for n in registry.DEFAULT_ORDER if n in registry.backend_names()
                      and registry.available(registry.backend(n))[0]), None)
     return name is not None and _offers_row_passes(registry.backend(name), name)
-
-
-_ROUTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> (offers, available, why)
 
 
 def _offers_row_passes(b: Backend, name: str) -> bool:
@@ -74,10 +71,10 @@ def exact_scale(dtype: torch.dtype, g: float) -> bool:
 
 
 def run(sh, want, g_all, stats, gz_all=None):
-    """The whole batch on the backend's engine (``backends/cpu_onednn/flce_engine.run``'s arguments and result),
-    with :func:`row_passes`' passes (None: the engine runs PyTorch ops in their place)."""
+    """The whole batch on the backend's engine (``flce_engine.run``'s arguments and result), with
+    :func:`row_passes`' passes (None: PyTorch ops in their place)."""
     passes = row_passes(sh.backend)
-    engine = passes if passes is not None else _backend(sh.backend).flce_row_passes()
+    engine = passes or _backend(sh.backend).flce_row_passes()
     if engine is None:
         raise UnsupportedRequestError(f"backend {getattr(sh.backend, 'name', sh.backend)!r} offers no "
                                       "PyTorch-GEMM route for fused_linear_cross_entropy")

@@ -1,12 +1,10 @@
-"""The FLCE options, and the bodies of its two custom ops (``torch.ops.xloss.fused_linear_cross_entropy``
-and ``..._backward``), which torch.compile does not trace.
+"""The FLCE options, and the bodies of its two custom ops (:mod:`xloss.kernels.flce.torch_ops`).
 
 A scalar reduction with a gradient wanted ("precomputed"): the forward computes the gradients for
 upstream 1 and the backward scales them (or, 16-bit native with a scale not a power of two, recomputes,
 so G is rounded once); otherwise the backward recomputes from each token's row max and sum of
-exponentials. The route, taken once per op call: ``native`` (:mod:`.flce_native`), else the backend's
-vocabulary-parallel kernels (:func:`.flce_max_sum.route`), else PyTorch's GEMMs (:mod:`.flce_chunks`).
-The outputs: the ops' (:mod:`xloss.kernels.flce.torch_ops`); ``mean``'s divisors: docs/torch-ecosystem.md.
+exponentials. The route: ``native`` (:mod:`.flce_native`), else token chunks whose statistics come from
+the backend's vocabulary-parallel kernels (:mod:`.flce_max_sum`) or PyTorch's GEMMs (:mod:`.flce_chunks`).
 """
 
 from __future__ import annotations
@@ -32,26 +30,18 @@ Params = namedtuple("Params", "reduction ignore_index label_smoothing softcap z_
 
 class FlceOptions(namedtuple("FlceOptions", (*Params._fields, "want_dx", "want_dw", "want_db", "backend"),
                              defaults=(False, False, False, None))):
-    """One call's settings, checked: the op arguments after the five tensors, in schema order. ``softcap`` and
-    ``z_scale`` (lse_square_scale): 0 is off; ``start``: the global index of this rank's first vocabulary row;
-    ``vocab``: the global vocabulary; ``group``: a distributed.group_key; ``native``: the route of flce_native;
-    ``accum``: "float64" for wider weight/bias gradient accumulators, else None; ``backend``: an ops.backend_key."""
+    """One call's checked settings, the op arguments after the five tensors. ``softcap``, ``z_scale``: 0 is
+    off; ``start``: this rank's first global vocabulary row, ``vocab``: the global vocabulary (-1: not yet
+    settled); ``group``: a distributed.group_key; ``accum``: "float64" or None; ``backend``: an ops.backend_key."""
 
     __slots__ = ()
-
-    @property
-    def want(self) -> tuple:
-        return self[14:17]
-
-    @property
-    def precomputed(self) -> bool:
-        return self.reduction != "none" and any(self.want)
+    want = property(lambda self: self[14:17])
+    precomputed = property(lambda self: self.reduction != "none" and any(self.want))
 
 
 def settled(o: FlceOptions, input, weight, bias, target, class_weight, coll: Collectives) -> FlceOptions:
-    """``o`` with the vocabulary layout and the chunk sizes (given as ``chunk_size or 0`` and
-    ``vocab_chunk_size or 0``): from the call's first collective, which compares what must be equal on
-    every rank. In eager mode before the ops; under torch.compile in them (no graph break)."""
+    """``o`` with the vocabulary layout and the chunk sizes, from the call's first collective, which compares
+    what must be equal on every rank. In eager mode before the ops; under torch.compile in them."""
     hidden, rows, bt = input.shape[-1], weight.shape[0], target.numel()
     settings = [] if not coll.active else [  # what must be equal on every rank
         ("tokens", bt), ("hidden size", hidden), ("chunk_size", o.chunk),
