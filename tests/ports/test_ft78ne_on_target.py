@@ -19,7 +19,7 @@ by the cheapest port that shows it (ON_TARGET below: one export each, at one exa
    (bce_mask_contiguous) or on the arena's size (flce_accumulate_ignored, private_bytes); an entry point left out
    (omit_nll: the declarations); a crash (test_a_crashing_port_fails_as_not_run);
 4. the same for the ports built apart: BCE with logits (its correct port, one bug); the softmax cross-entropy pages
-   and the sparse page's gradient (is_grad = 1), whose cases are large (about 300 MiB a kernel for the sparse page):
+   and the sparse page's gradient (is_grad = 1), whose cases are large (40 to 55 MiB an exported kernel):
    two ports that each pass some of the three kernels and fail the others (SPLIT_VERDICTS) show every entry point,
    and is_grad, passing and failing.
 
@@ -153,7 +153,7 @@ ON_TARGET = [
     # 4. the ports built apart
     entry("sce_correct", ["bce_with_logits"], runner.PASS, build="build_bce_with_logits"),
     entry("sce_literal_log", ["bce_with_logits"], FAILS, build="build_bce_with_logits"),
-    # (the sparse page's cases are about 300 MiB a kernel: two ports show both pages and is_grad passing and failing)
+    # (the pages' cases are 40 to 55 MiB an exported kernel: two ports show both pages and is_grad passing and failing)
     entry("smce_grad_no_one_hot", [DENSE, SPARSE, GRAD], FAILS, build="build_softmax_ce_grad",
           core_mask=0x07),  # both pages pass, is_grad = 1 fails
     entry("smce_split_by_eight", [DENSE, GRAD], FAILS, build="build_softmax_ce",
