@@ -38,7 +38,9 @@ static void nll_i8_task(void *ctx, size_t lo, size_t hi, int rank) {
     }
 }
 
-EMU_INLINE int32_t saturate_i32(int64_t v) { return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v; }
+EMU_INLINE int32_t saturate_i32(int64_t v) {
+    return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v;
+}
 
 static void nll_i8_run(emu_call *c, const int8_t *x, const int *labels, const int8_t *w, int32_t *loss,
                        int32_t *total_weight, int batch, int class_num, int reduction) {
