@@ -33,7 +33,8 @@ def _int8(obj, name: str) -> np.ndarray:
 def nll_loss_i8(backend: DspBackend, log_probs, labels, weight=None, reduction: str = "mean"):
     """(loss, total_weight) of int8 ``log_probs`` (batch x classes), integer ``labels`` in [0, classes) and int8
     ``weight`` (classes; None: all ones, as the page has no NULL weight) from the backend's ``i8_nllloss_s``:
-    ``loss`` int32, ``batch`` rows for ``reduction="none"``, else a 0-d int32; ``total_weight`` a 0-d int32."""
+    ``loss`` int32, ``batch`` rows for ``reduction="none"``, else a 0-d int32; ``total_weight`` a 0-d int32.
+    The page has no ignore_index (as the fp_ form): leave ignored rows out of ``log_probs`` and ``labels``."""
     if not isinstance(backend, DspBackend):
         raise XLossTypeError(f"backend must be a ft78ne backend (xloss.backend('ft78ne', ...)); got {backend!r}")
     b = backend
