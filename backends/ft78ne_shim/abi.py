@@ -182,3 +182,8 @@ VENDOR_OPS += SOFTMAX_CE_OPS  # the manual's pages: called in any library that e
 SCE_LOGITS_I8 = "i8_" + SCE_LOGITS  # + "_s" / "_p"
 SCE_I8_CDEF = prototypes([INCLUDE / f"{SCE_LOGITS}.h"], "FT78NE_API")
 CDEF += SCE_I8_CDEF
+
+
+# -- the int8 form of nllloss (issue #30): FT78NE only, _s only (the page shows no _p), in the page's own header ------
+# Declared in nllloss.h, so LOSS_FORWARD_CDEF carries it; its integer rules are xloss's choice (the header).
+NLLLOSS_I8_S = "i8_nllloss_s"

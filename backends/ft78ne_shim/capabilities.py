@@ -51,7 +51,9 @@ TABLE = (
     # NLL and BCE forward (issue #30): the manual's nllloss and binarycrossentropy pages
     Declaration("nll_loss", ops=("nllloss",),
                 notes="no ignore_index in the signature: ignored rows are left out of the call; (N, C, d...) input "
-                      "is copied to rows (class axis last) first"),
+                      "is copied to rows (class axis last) first; the page's int8 form (FT78NE) is no dtype of "
+                      "this row: nllloss_i8.py calls it, truncating the mean toward zero and saturating to int32 "
+                      "(xloss's choice: the page gives no rule)"),
     Declaration("binary_cross_entropy", ops=("binarycrossentropy",),
                 notes="one weight per element: a broadcast weight is materialised; tmp_loss is the adapter's"),
 )

@@ -115,8 +115,9 @@ def extents(op: str, es: int, v: dict, codes: dict) -> dict:
                 "total_weight": es if b else 0, "logits_grad": b * k * es}
     if op == "nllloss":
         b, k = max(v["batch_size"], 0), max(v["class_num"], 0)
+        os = 4 if es == 1 else es  # the int8 form writes int32_t loss and total_weight
         return {"log_probs": b * k * es, "labels": b * 4, "weight": k * es if b else 0,
-                "loss": b * es if v["reduction_type"] == codes["none"] else es, "total_weight": es}
+                "loss": b * os if v["reduction_type"] == codes["none"] else os, "total_weight": os}
     if op == "binarycrossentropy":
         n = max(v["input_size"], 0)
         return {"input_x": n * es, "input_y": n * es, "weight": n * es if v["weight_defined"] else 0,

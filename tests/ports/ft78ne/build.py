@@ -267,3 +267,18 @@ SCE_I8_VARIANTS: dict[str, tuple[str, ...]] = {
 def build_sigmoid_ce_i8(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
     """The int8 sigmoidcrossentropywithlogits port libraries of ``variants`` (default all) in ``out_dir``."""
     return build_separate(out_dir, SCE_I8_SOURCES, SCE_I8_VARIANTS, variants, cc=cc)
+
+
+# -- the int8 form of nllloss (issue #30): its own libraries -------------------------------------------------------
+# port_common.c with nllloss_i8.c only: i8_nllloss_s and nothing else.
+NLL_I8_SOURCES = ("port_common.c", "nllloss_i8.c")
+NLL_I8_VARIANTS: dict[str, tuple[str, ...]] = {
+    "nll_i8_correct": (),  # rounds the mean to nearest: not the emulator's truncation, within the check's unit
+    "nll_i8_sum_int16": ("BUG_NLL_I8_SUM_INT16",),  # the loss sum kept in int16_t: wraps past 32767
+    "nll_i8_mean_by_batch": ("BUG_NLL_I8_MEAN_BY_BATCH",),  # the mean divides by batch_size, not the weight sum
+}
+
+
+def build_nllloss_i8(out_dir, variants=None, *, cc: str | None = None) -> dict[str, Path]:
+    """The int8 nllloss port libraries of ``variants`` (default all) in ``out_dir``: {variant: path}."""
+    return build_separate(out_dir, NLL_I8_SOURCES, NLL_I8_VARIANTS, variants, cc=cc)
