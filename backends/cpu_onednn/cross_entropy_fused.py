@@ -9,7 +9,9 @@ Per row, three walks, the first from memory and the other two from cache (a row 
 2. ``e_c = exp(x_c - max)`` (vectorized; the argument is never positive, so for float32 compute the
    short exp of :mod:`.sigmoid_terms`: one clamp, a degree-6 fit, one scaling, about half the
    instructions of the general one), kept in a per-block row scratch in the compute type, and summed
-   (reassociable sum); with label smoothing also ``sum_c weight_c (x_c - max)``;
+   (reassociable sum); with label smoothing also ``sum_c weight_c (x_c - max)``. Taken in runs of
+   :data:`PF_RUN` logits, each first prefetching the same stretch of the next row (:mod:`.prefetch`), so
+   the next row's first walk finds it in cache: its memory traffic overlaps this walk's arithmetic;
 3. the gradient, written once: ``out_c = e_c * (a / sum) - s * weight_c``, minus ``b`` at the target,
    computed in the compute type (float32; float64 for float64) and rounded once to the logits' dtype;
    into a large gradient buffer already in use, staged and written with streaming stores
@@ -31,9 +33,15 @@ from numba import njit, prange
 from .access import load, storage_view, store, writeable
 from .intrinsics import inline_me, like, radd
 from .layout import threads_for
+from .prefetch import LINE, prefetch_line
 from .row_max import row_max
 from .sigmoid_terms import vexp_nonpositive
 from .streaming import STAGE, line_head, sfence, stream_run, use_streaming
+
+#: logits per run of the exp walk, each run prefetching its share of the next row: whole lines of every
+#: element size, a few lines per run so the prefetches do not crowd the memory queues (runs of 256 to
+#: 1024 measured alike; prefetching the next row in the gradient walk's 4096-element runs instead was slower)
+PF_RUN = 512
 
 
 @njit(error_model="numpy")
@@ -64,23 +72,30 @@ def fused_rows(x, classes, target, ignore_index, weight, weight_sum, smoothing, 
         sbase = blk * classes
         gbase = blk * (STAGE + 64)
         z0 = weight[np.uint64(0)]
+        pf_step = LINE // x.itemsize
         for i in range(lo, hi):
             base = i * classes
             m = row_max(x, base, classes, z0)
             total = like(0.0, z0)
             wsum = like(0.0, z0)
-            if smoothing:
-                for j in range(classes):
-                    d = load(x, np.uint64(base + j)) - m
-                    e = vexp_nonpositive(d)
-                    scratch[np.uint64(sbase + j)] = e
-                    total = radd(total, e)
-                    wsum = radd(wsum, weight[np.uint64(j)] * d)
-            else:
-                for j in range(classes):
-                    e = vexp_nonpositive(load(x, np.uint64(base + j)) - m)
-                    scratch[np.uint64(sbase + j)] = e
-                    total = radd(total, e)
+            # in runs of PF_RUN logits, each first prefetching the same stretch of the next row (see .prefetch)
+            nxt = base + classes if i + 1 < n else base
+            for c0 in range(0, classes, PF_RUN):
+                c1 = min(classes, c0 + PF_RUN)
+                for q in range(c0, c1, pf_step):
+                    prefetch_line(x, np.uint64(nxt + q))
+                if smoothing:
+                    for j in range(c0, c1):
+                        d = load(x, np.uint64(base + j)) - m
+                        e = vexp_nonpositive(d)
+                        scratch[np.uint64(sbase + j)] = e
+                        total = radd(total, e)
+                        wsum = radd(wsum, weight[np.uint64(j)] * d)
+                else:
+                    for j in range(c0, c1):
+                        e = vexp_nonpositive(load(x, np.uint64(base + j)) - m)
+                        scratch[np.uint64(sbase + j)] = e
+                        total = radd(total, e)
             log_total = np.log(total)
             smooth_row[i] = -(np.float64(wsum) - weight_sum * np.float64(log_total))
             t = target[np.uint64(i)]

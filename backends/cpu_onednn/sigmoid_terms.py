@@ -74,6 +74,31 @@ def exp_neg_abs_f32(x):
     return p * f32_from_bits((float_bits(rn) << 23) + _SCALE_BIAS)
 
 
+# the same polynomial in v = -u: Horner's partial results alternate in sign, so do the coefficients (exact)
+_P_ALT = tuple(np.float32(c if k % 2 == 0 else -c) for k, c in enumerate(_P))
+
+
+@njit(**_JIT)
+def exp_nonpositive_f32(d):
+    """exp(d) for float32 ``d <= 0``: the bits of :func:`exp_neg_abs_f32` at ``-d``, in terms of ``d`` itself
+    (every step there negated exactly), which saves the ``abs``: one instruction of the ~18 per vector of
+    the cross entropy's exp walk. NaN gives NaN (the input's sign kept, where exp(-|x|) clears it)."""
+    inline_me()
+    d = -_A_MAX if d < -_A_MAX else d  # NaN: the comparison is false, NaN goes on
+    rn = fma(d, _LOG2E, _ROUND)  # the same sum as fma(-d, -_LOG2E, _ROUND)
+    kf = rn - _ROUND
+    v = fma(kf, -_LN2_HI, d)  # -u, exactly
+    v = fma(kf, -_LN2_LO, v)
+    p = _P_ALT[5]
+    p = fma(p, v, _P_ALT[4])
+    p = fma(p, v, _P_ALT[3])
+    p = fma(p, v, _P_ALT[2])
+    p = fma(p, v, _P_ALT[1])
+    p = fma(p, v, _P_ALT[0])
+    p = fma(-p, v, _ONE_SCALED)  # 2**-64 exp(-u): the partial result above is the original's
+    return p * f32_from_bits((float_bits(rn) << 23) + _SCALE_BIAS)
+
+
 @njit(**_JIT)
 def sigmoid_terms_f32(x, c):
     """``(e, r, l)`` = (exp(-|x|), c/(1 + e) = c sigmoid(|x|), log1p(e)) for float32 x and c: a factor
@@ -98,14 +123,14 @@ def sigmoid_terms_f64(x, c):
 
 
 def vexp_nonpositive(x):
-    """exp(x) for x <= 0 (or NaN) in x's float type: :func:`exp_neg_abs_f32` (exp(-|x|) is exp(x) there),
+    """exp(x) for x <= 0 (or NaN) in x's float type: :func:`exp_nonpositive_f32` (exp(-|x|)'s bits),
     :func:`.vecmath.exp_f64` for float64 (compiled only)."""
     raise TypeError("vexp_nonpositive() dispatches on Numba types at compile time; call it from @njit code")
 
 
 @overload(vexp_nonpositive)
 def _vexp_nonpositive(x):
-    fn = {types.float32: exp_neg_abs_f32, types.float64: exp_f64}.get(x)
+    fn = {types.float32: exp_nonpositive_f32, types.float64: exp_f64}.get(x)
     if fn is None:
         return None
 
