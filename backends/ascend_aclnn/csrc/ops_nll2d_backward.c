@@ -1,6 +1,6 @@
 /* aclnnNLLLoss2dBackward: out (N, C, H, W) = 0 except out[n, t, h, w] = weight[t] * -(g [/ totalWeight]) at every
  * position whose target t = target[n, h, w] is not ignoreIndex; g is gradOutput[n, h, w] for reduction 0, its one
- * element otherwise. The checks are ops-nn loss/nll_loss_grad/op_host/op_api/aclnn_nll_loss2d_backward.cpp's, in
+ * element otherwise. The checks are ops-nn loss/nll_loss_grad/op_api/aclnn_nll_loss2d_backward.cpp's, in
  * its order (CheckNotNull: weight and totalWeight required; CheckDtypeValid: self FLOAT, FLOAT16 or BF16 (the
  * A2/A3 list), gradOutput, weight, out and totalWeight exactly self's dtype, target INT64, UINT8 or INT32;
  * CheckShape: for reduction 0 gradOutput of target's shape, else at most 1-D with one element; self 4-D, target

@@ -1,6 +1,6 @@
 """The emulator's aclnnNLLLoss2dBackward against CANN's published ABI (ops-nn loss/nll_loss_grad: the docs'
 prototype, parameter and return-code tables, aclnnNLLLoss2dBackward.md; the checks of
-op_host/op_api/aclnn_nll_loss2d_backward.cpp), and its results against the float64 reference."""
+op_api/aclnn_nll_loss2d_backward.cpp), and its results against the float64 reference."""
 
 from __future__ import annotations
 
