@@ -2,13 +2,15 @@
 
 Every vendor function (fp_/hp_ x _s/_p x eleven operators: the first five, and issue 30's nllloss,
 binarycrossentropy, sigmoidcrossentropywithlogits and its grad, softmax_cross_entropy_with_logits and
-its sparse form) is called through cffi with arguments drawn by hypothesis per category: NULL in any
-buffer position; negative, huge and overflowing sizes; bad core masks; private buffers outside the
+its sparse form; and the FT78NE's int8 forms i8_sigmoidcrossentropywithlogits_s/_p and i8_nllloss_s, on
+the FT78NE chip) is called through cffi with arguments drawn by hypothesis per category: NULL in any buffer
+position; negative, huge and overflowing sizes; bad core masks; private buffers outside the
 arena, straddling its ends, in another core's arena, freed, at unallocated fixed offsets, overlapping,
 misaligned; FLCE ``accumulate`` and output garbage; bad reduction codes; garbage need_grads/is_grad
 flags; the sparse form's inconsistent or huge uint64 geometry; NaN/inf/out-of-range alpha and gamma;
 garbage class indices; and the emulator helpers with garbage. The example budget per category is
-shared by all the operators drawn.
+shared by all the operators drawn; test_int8_forms runs the categories that reach an i8_ function again on
+those alone, with valid calls whose int8 values saturate the results.
 
 The oracle is a Python model of the documented contract (backends/ft78ne_shim/README.md: which
 bytes each buffer spans, the order of the checks, the status of each refusal), written apart
@@ -52,6 +54,7 @@ FT78NE, MT7004 = abi.CHIPS["ft78ne"], abi.CHIPS["mt7004"]
 
 COUNTS: collections.Counter = collections.Counter()
 OUTCOMES: collections.Counter = collections.Counter()  # (category, status) of the vendor calls
+INT8_CALLS: collections.Counter = collections.Counter()  # (function, status) of the i8_ calls
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -67,6 +70,10 @@ def _report_counts(request):
                 mix = ", ".join(f"{st.replace('FT78NE_ERR_', '').replace('FT78NE_', '')} {m}"
                                 for (cat, st), m in sorted(OUTCOMES.items()) if cat == k)
                 tr.write_line(f"  {k:<36} {v:>5}" + (f"  ({mix})" if mix else ""))
+            for fn in sorted({fn for fn, _ in INT8_CALLS}):
+                mix = ", ".join(f"{st.replace('FT78NE_ERR_', '').replace('FT78NE_', '')} {m}"
+                                for (f, st), m in sorted(INT8_CALLS.items()) if f == fn)
+                tr.write_line(f"  of them {fn:<28} {sum(m for (f, _), m in INT8_CALLS.items() if f == fn):>5}  ({mix})")
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +99,11 @@ class Buf:
 
 
 def _dt(prefix):
-    return np.dtype(np.float16 if prefix == "hp" else np.float32)
+    return np.dtype({"hp": np.float16, "i8": np.int8}.get(prefix, np.float32))
+
+
+#: the FT78NE's int8 forms (i8_ prefix, FT78NE only), by operator: the memory forms the manual's pages show
+INT8_FORMS = {"sce": ("s", "p"), "nllf": ("s",)}
 
 
 def model_buffers(op, prefix, ints) -> list[Buf]:
@@ -133,9 +144,10 @@ def model_buffers(op, prefix, ints) -> list[Buf]:
 
 def _nllf_bufs(i, es):
     b, c, red = i["batch"], i["classes"], i["reduction"]
+    out, oes = (I32, 4) if es == 1 else (T, es)  # i8_nllloss_s: int8 log_probs and weight, int32 loss and total
     return [Buf("log_probs", T, IN, b * c * es, es), Buf("labels", I32, IN, b * 4, 4),
-            Buf("weight", T, IN, c * es if b else 0, es), Buf("loss", T, OUT, b * es if red == 0 else es, es),
-            Buf("total_weight", T, OUT, es, es)]
+            Buf("weight", T, IN, c * es if b else 0, es), Buf("loss", out, OUT, b * oes if red == 0 else oes, oes),
+            Buf("total_weight", out, OUT, oes, oes)]
 
 
 def _bcef_bufs(i, es):
@@ -204,7 +216,7 @@ REDUCING = ("bce", "focal", "focalgrad", "nll", "nllf", "bcef")  # an int reduct
 
 def expected_status(c, cap, arena_base) -> str:
     """The status the documented check order gives (README, "Emulator: errors, chip, cores")."""
-    if c.prefix == "hp" and c.chip == FT78NE:
+    if (c.prefix == "hp" and c.chip == FT78NE) or (c.prefix == "i8" and c.chip != FT78NE):
         return UNSUPPORTED
     if c.form == "s" and not 0 < c.ints["mask"] <= 0xFF:
         return MASK
@@ -260,7 +272,7 @@ def expected_status(c, cap, arena_base) -> str:
 @dataclass
 class Call:
     op: str
-    prefix: str  # fp, hp
+    prefix: str  # fp, hp, i8
     form: str  # s, p
     ints: dict
     alpha: float = 0.25
@@ -432,9 +444,12 @@ class Harness:
 
     def _call(self, c):
         lib, ffi = self.lib, self.ffi
-        ct = "half" if c.prefix == "hp" else "float"
+        ct = {"hp": "half", "i8": "int8_t"}.get(c.prefix, "float")
         ctypes = {T: ct, F32: "float", I32: "int", U8: "unsigned char"}
-        ptr = {b.name: ffi.cast(ctypes[b.kind] + " *", c.addr[b.name]) for b in c.bufs}
+        if c.prefix == "i8":  # i8_nllloss_s spells its int32 outputs int32_t (labels stay int)
+            ctypes[I32] = "int32_t"
+        ctype = {b.name: "int" if b.name == "labels" and b.kind == I32 else ctypes[b.kind] for b in c.bufs}
+        ptr = {b.name: ffi.cast(ctype[b.name] + " *", c.addr[b.name]) for b in c.bufs}
         i = c.ints
         p = ptr
         if c.op == "nllf":
@@ -476,6 +491,8 @@ class Harness:
         return np.frombuffer(b, dt).astype(np.float64).copy()
 
     def _check_values(self, c):
+        if c.prefix == "i8":
+            return self._check_i8_values(c)
         d, i = c.data, c.ints
         tol = dict(rtol=2e-2, atol=1e-3) if c.prefix == "hp" else dict(rtol=2e-5, atol=1e-6)
         q = lambda a: np.asarray(a, _dt(c.prefix)).astype(np.float64)  # noqa: E731 - the inputs as the call saw them
@@ -544,6 +561,43 @@ class Harness:
                 np.testing.assert_allclose(got, e, rtol=tol["rtol"], atol=tol["atol"] * scale,
                                            err_msg=f"{c.fname} {name}")
 
+
+    def _check_i8_values(self, c):
+        """The int8 forms against exact formulas of xloss's documented rules (README: the values are the
+        integers themselves; sigmoid CE rounded to nearest and saturated to int8; nllloss exact in int64,
+        the mean truncated toward zero, 0 over a zero weight sum, each result saturated to int32)."""
+        d, i = c.data, c.ints
+        if c.op == "sce":
+            n = i["length"]
+            x, y = d["input0"].astype(np.float64), d["input1"].astype(np.float64)
+            exact = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
+            want = np.clip(np.rint(exact), -128, 127)
+            # the C evaluates in float32 (a few ulps of 16512 at most): within 1e-2 of a tie either neighbour is right
+            tie = np.abs(exact - np.floor(exact) - 0.5) < 1e-2
+            got = self._read(c, "output", n)
+            alt = np.clip(np.where(np.rint(exact) == np.floor(exact), np.ceil(exact), np.floor(exact)), -128, 127)
+            bad = (got != want) & ~(tie & (got == alt))
+            assert not bad.any(), f"{c.fname}: output {got[bad][:5]} where {want[bad][:5]} (x {x[bad][:5]})"
+            return
+        b, k, red = i["batch"], i["classes"], i["reduction"]
+
+        def sat(v):
+            return max(INT_MIN, min(INT_MAX, int(v)))
+
+        x, w, t = d["log_probs"].astype(np.int64).reshape(b, k), d["weight"].astype(np.int64), d["labels"]
+        rows = [-int(x[r, t[r]]) * int(w[t[r]]) for r in range(b)]
+        total, weights = sum(rows), sum(int(w[t[r]]) for r in range(b))
+        if red == 0:
+            want = rows
+        elif red == 1:
+            want = [sat(total)]
+        else:
+            q = abs(total) // abs(weights) * (1 if (total < 0) == (weights < 0) else -1) if weights else 0
+            want = [sat(q)]
+        got = self._read(c, "loss", len(want), I32).astype(np.int64).tolist()
+        assert got == want, f"{c.fname} loss: {got[:8]} where {want[:8]}"
+        tw = int(self._read(c, "total_weight", 1, I32)[0])
+        assert tw == sat(weights), f"{c.fname} total_weight: {tw} where {sat(weights)}"
 
     def _check_new_values(self, c, q, tol):
         """The issue-30 operators against float64 formulas of their pages (README)."""
@@ -623,6 +677,19 @@ def valid_data(op, prefix, ints, rng) -> dict:
     def u(lo, hi, n):
         return rng.uniform(lo, hi, max(n, 0))
 
+    def i8(n):  # int8 values, a third of them from the ends of the range (where products and losses saturate)
+        v = rng.integers(-128, 128, max(n, 0))
+        return np.where(rng.random(v.size) < 1 / 3, rng.choice((-128, -127, 126, 127), v.size), v).astype(np.int8)
+
+    if prefix == "i8" and op == "sce":
+        n = max(ints["length"], 0)  # labels 0/1 half the time; the page does not restrict them: any int8 too
+        return {"input0": i8(n), "input1": np.where(rng.random(n) < 0.5, rng.integers(0, 2, n), i8(n)).astype(np.int8)}
+    if prefix == "i8":
+        b, k = max(ints["batch"], 0), max(ints["classes"], 0)
+        b, k = (b, k) if b * k < 2**20 else (0, 0)
+        return {"log_probs": i8(b * k), "labels": rng.integers(0, max(k, 1), b).astype(np.int32), "weight": i8(k),
+                "loss": None, "total_weight": None}
+
     if op in ("bce", "focal", "focalgrad"):
         n = max(ints["n"], 0)
         d = {"input_x": u(0.02, 0.98, n) if op == "bce" else u(-6, 6, n),
@@ -667,11 +734,14 @@ def valid_data(op, prefix, ints, rng) -> dict:
 
 
 @st.composite
-def calls(draw, *, ops=OPS, forms=("s", "p"), small=True):
+def calls(draw, *, ops=OPS, forms=("s", "p"), small=True, prefixes=("fp", "hp", "i8")):
     """A valid call: operator, precision, memory form, sizes, flags (the categories then spoil it)."""
+    if prefixes == ("i8",):
+        ops = tuple(op for op in ops if set(INT8_FORMS.get(op, ())) & set(forms))
     op = draw(st.sampled_from(ops))
-    prefix = draw(st.sampled_from(("fp", "hp")))
-    form = draw(st.sampled_from(forms))
+    int8 = set(INT8_FORMS.get(op, ())) & set(forms)  # each vendor function of the op an equal share
+    prefix = draw(st.sampled_from(tuple(p for p in prefixes if p != "i8" or int8)))
+    form = draw(st.sampled_from(tuple(f for f in forms if f in int8) if prefix == "i8" else forms))
     hi = 3000 if small else 20000
     if op in ("bce", "focal", "focalgrad"):
         ints = {"n": draw(st.one_of(st.integers(0, 9), st.integers(0, hi))), "reduction": draw(st.integers(0, 2)),
@@ -692,7 +762,7 @@ def calls(draw, *, ops=OPS, forms=("s", "p"), small=True):
                 "softmax_defined": draw(st.sampled_from((0, 1, 2))), "accumulate": 0}
     ints["mask"] = draw(st.integers(1, 255))
     seed = draw(st.integers(0, 2**32 - 1))
-    c = Call(op, prefix, form, ints)
+    c = Call(op, prefix, form, ints, chip=FT78NE if prefix == "i8" else MT7004)
     c.data = valid_data(op, prefix, ints, np.random.default_rng(seed))
     return c
 
@@ -701,6 +771,8 @@ def run_counted(harness, c, category, core=0):
     COUNTS[category] += 1
     status = harness.run(c, core)
     OUTCOMES[(category, status)] += 1
+    if c.prefix == "i8":
+        INT8_CALLS[(c.fname, status)] += 1
     return status
 
 
@@ -770,9 +842,11 @@ def test_size_products_overflowing_int_in_shared_memory(harness, c, data):
     assert run_counted(harness, c, "int-overflowing size products (_s)") == NULLP
 
 
+MASKS = st.one_of(st.sampled_from((0, 0x100, 0x1FF, -1, -255, INT_MIN, INT_MAX)), st.integers(INT_MIN, INT_MAX))
+
+
 @FUZZ
-@given(c=calls(forms=("s",)), mask=st.one_of(st.sampled_from((0, 0x100, 0x1FF, -1, -255, INT_MIN, INT_MAX)),
-                                             st.integers(INT_MIN, INT_MAX)))
+@given(c=calls(forms=("s",)), mask=MASKS)
 def test_core_masks(harness, c, mask):
     c.ints["mask"] = mask
     status = run_counted(harness, c, "core masks")
@@ -866,9 +940,11 @@ def test_flce_accumulate_garbage(harness, c, acc, garbage, fixed):
     run_counted(harness, c, "FLCE accumulate garbage")
 
 
+REDUCTION_CODES = st.one_of(st.sampled_from((-1, 3, 4, 255, INT_MIN, INT_MAX)), st.integers(INT_MIN, INT_MAX))
+
+
 @FUZZ
-@given(c=calls(ops=REDUCING),
-       red=st.one_of(st.sampled_from((-1, 3, 4, 255, INT_MIN, INT_MAX)), st.integers(INT_MIN, INT_MAX)))
+@given(c=calls(ops=REDUCING), red=REDUCTION_CODES)
 def test_reduction_codes(harness, c, red):
     c.ints["reduction"] = red
     c.data = valid_data(c.op, c.prefix, {**c.ints, "reduction": red if red in (0, 1, 2) else 1},
@@ -914,8 +990,8 @@ def test_garbage_class_indices(harness, c, data):
 def test_chip(harness, c, chip):
     c.chip = chip
     no_class = c.op in ("nll", "nllf", "ssmce") and c.ints["batch"] > 0 and c.ints["classes"] == 0  # label 0: INDEX
-    assert run_counted(harness, c, "chip") == (UNSUPPORTED if c.prefix == "hp" and chip == FT78NE else
-                                               INDEX if no_class else OK)
+    unsupported = (c.prefix, chip) in (("hp", FT78NE), ("i8", MT7004))
+    assert run_counted(harness, c, "chip") == (UNSUPPORTED if unsupported else INDEX if no_class else OK)
 
 
 @FUZZ_HALF
@@ -1025,10 +1101,50 @@ def test_helpers_with_garbage(harness, ops):
     assert int(lib.ft78ne_emu_private_capacity()) == cap
 
 
+def _int8_values(harness, c):
+    """A valid call, a third of its int8 values from the ends of the range: the loss saturates, products reach 2^14."""
+    assert run_counted(harness, c, "int8 values") == (INDEX if c.op == "nllf" and c.ints["batch"] and
+                                                      not c.ints["classes"] else OK)
+
+
+#: the categories above that reach an i8_ function (their bodies), with a valid call for the values: (body,
+#: operators, memory forms, its other arguments)
+INT8_CATEGORIES = {
+    "int8 values": (_int8_values, OPS, ("s", "p"), {}),
+    "null pointers": (test_null_in_any_position, OPS, ("s", "p"), {"data": st.data()}),
+    "negative sizes": (test_negative_sizes, OPS, ("s", "p"), {"data": st.data()}),
+    "huge sizes (_p)": (test_huge_sizes_in_private_memory, OPS, ("p",), {"data": st.data()}),
+    "int-overflowing size products (_s)": (test_size_products_overflowing_int_in_shared_memory, ("nllf",), ("s",),
+                                           {"data": st.data()}),
+    "core masks": (test_core_masks, OPS, ("s",), {"mask": MASKS}),
+    "private placement": (test_private_buffer_placement, OPS, ("p",), {"data": st.data()}),
+    "overlapping buffers (_s)": (test_overlapping_buffers_in_shared_memory, OPS, ("s",), {"data": st.data()}),
+    "reduction codes": (test_reduction_codes, ("nllf",), ("s", "p"), {"red": REDUCTION_CODES}),
+    "class indices": (test_garbage_class_indices, ("nllf",), ("s", "p"), {"data": st.data()}),
+    "chip": (test_chip, OPS, ("s", "p"), {"chip": st.sampled_from((FT78NE, MT7004))}),
+}
+
+
+@settings(FUZZ, max_examples=4 * EXAMPLES)
+@given(data=st.data())
+def test_int8_forms(harness, data):
+    """The categories above once more on the i8_ functions alone (there each of the ~30 vendor functions gets
+    one share of the budget: a few cases for an i8_ function): the same bodies, the same model and oracle."""
+    name = data.draw(st.sampled_from(sorted(INT8_CATEGORIES)), label="category")
+    body, ops, forms, extra = INT8_CATEGORIES[name]
+    c = data.draw(calls(ops=ops, forms=forms, prefixes=("i8",)), label="call")
+    body = body.hypothesis.inner_test if hasattr(body, "hypothesis") else body  # the body without its @given
+    body(harness, c, **{k: data.draw(v, label=k) for k, v in extra.items()})
+
+
 def test_every_category_ran():
     """The counts printed at the end; each category must have tried cases (none was filtered away)."""
     expected = {"null pointers", "negative sizes", "huge sizes (_p)", "int-overflowing size products (_s)",
                 "core masks", "private placement", "FLCE accumulate garbage", "reduction codes", "alpha/gamma",
-                "class indices", "chip", "helpers", "grad flags", "sparse geometry", "overlapping buffers (_s)"}
+                "class indices", "chip", "helpers", "grad flags", "sparse geometry", "overlapping buffers (_s)",
+                "int8 values"}
     assert expected <= set(COUNTS), expected - set(COUNTS)
     assert all(COUNTS[k] >= min(EXAMPLES, 10) // 2 for k in expected), dict(COUNTS)
+    reached = {fn for fn, _ in INT8_CALLS}
+    assert reached >= {"i8_sigmoidcrossentropywithlogits_s", "i8_sigmoidcrossentropywithlogits_p", "i8_nllloss_s"}, \
+        reached
