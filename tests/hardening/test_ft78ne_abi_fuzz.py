@@ -1125,13 +1125,13 @@ INT8_CATEGORIES = {
 }
 
 
-@settings(FUZZ, max_examples=4 * EXAMPLES)
+@pytest.mark.parametrize("category", sorted(INT8_CATEGORIES))
+@FUZZ_HALF
 @given(data=st.data())
-def test_int8_forms(harness, data):
+def test_int8_forms(harness, category, data):
     """The categories above once more on the i8_ functions alone (there each of the ~30 vendor functions gets
     one share of the budget: a few cases for an i8_ function): the same bodies, the same model and oracle."""
-    name = data.draw(st.sampled_from(sorted(INT8_CATEGORIES)), label="category")
-    body, ops, forms, extra = INT8_CATEGORIES[name]
+    body, ops, forms, extra = INT8_CATEGORIES[category]
     c = data.draw(calls(ops=ops, forms=forms, prefixes=("i8",)), label="call")
     body = body.hypothesis.inner_test if hasattr(body, "hypothesis") else body  # the body without its @given
     body(harness, c, **{k: data.draw(v, label=k) for k, v in extra.items()})
