@@ -8,7 +8,7 @@ from torch.library import custom_op
 
 from xloss.errors import UnsupportedRequestError
 from xloss.torch import grad_buffers
-from xloss.torch.ops import backend_of, check_class_indices, compute_dtype, register_op, scalar_or
+from xloss.torch.ops import backend_of, compute_dtype, register_op, scalar_or
 
 from . import api
 
@@ -18,8 +18,11 @@ def nll_loss_forward(input: torch.Tensor, target: torch.Tensor, weight: torch.Te
                      reduction: str, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, total_weight)`` of (C), (N, C) or (N, C, d1, ..., dk) input on the backend (``xloss.nll_loss``);
     total_weight (0-d, float64 here) is the divisor of ``mean``, the sum of the weights of the positions not
-    ignored (the kernel's, in input's dtype; 0 for ``none`` on batched input). Checks the class indices."""
-    check_class_indices(target, input.shape[1] if input.ndim >= 2 else input.shape[-1], ignore_index)
+    ignored (the kernel's, in input's dtype; 0 for ``none`` on batched input).
+
+    The class indices are checked once, by ``api.nll_loss``'s validator (``forward_validate``), before any
+    output exists and before a backend can refuse the call (so ``_formula`` only sees checked targets); the
+    body runs at call time under torch.compile too, where the op is opaque."""
     try:
         loss, total_weight = api.nll_loss(input, target, weight=weight, reduction=reduction,
                                           ignore_index=ignore_index, backend=backend_of(backend))
