@@ -15,19 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import BackendUnavailableError, UnsupportedRequestError, XLossTypeError, XLossValueError
+from ...errors import UnsupportedRequestError, XLossTypeError, XLossValueError
 from ...reference import nllloss_i8 as oracle
 from . import abi
 from .backend import DspBackend
+from .int8_forms import draw_int8, dsp_backend, entry_point, int8_operand, run_check
 
 UNWRITTEN = -(2**31)  # external libraries write into scratch filled with this
-
-
-def _int8(obj, name: str) -> np.ndarray:
-    arr = np.asarray(obj)
-    if arr.dtype != np.int8:
-        raise XLossTypeError(f"{name} must be int8 (the page's int8_t); got {arr.dtype}")
-    return np.ascontiguousarray(arr)
 
 
 def nll_loss_i8(backend: DspBackend, log_probs, labels, weight=None, reduction: str = "mean"):
@@ -35,10 +29,8 @@ def nll_loss_i8(backend: DspBackend, log_probs, labels, weight=None, reduction: 
     ``weight`` (classes; None: all ones, as the page has no NULL weight) from the backend's ``i8_nllloss_s``:
     ``loss`` int32, ``batch`` rows for ``reduction="none"``, else a 0-d int32; ``total_weight`` a 0-d int32.
     The page has no ignore_index (as the fp_ form): leave ignored rows out of ``log_probs`` and ``labels``."""
-    if not isinstance(backend, DspBackend):
-        raise XLossTypeError(f"backend must be a ft78ne backend (xloss.backend('ft78ne', ...)); got {backend!r}")
-    b = backend
-    x = _int8(log_probs, "log_probs")
+    b = dsp_backend(backend)
+    x = int8_operand(log_probs, "log_probs")
     if x.ndim != 2:
         raise XLossValueError(f"log_probs must be 2-D (batch_size x class_num); got shape {x.shape}")
     n, k = x.shape
@@ -52,20 +44,15 @@ def nll_loss_i8(backend: DspBackend, log_probs, labels, weight=None, reduction: 
         raise XLossValueError(f"labels must lie in [0, {k}) (the page: 0 <= label < class_num); "
                               f"labels[{bad}] = {int(t[bad])}")
     t = np.ascontiguousarray(t, np.intc)
-    w = np.ones(k, np.int8) if weight is None else _int8(weight, "weight")
+    w = np.ones(k, np.int8) if weight is None else int8_operand(weight, "weight")
     if w.shape != (k,):
         raise XLossValueError(f"weight must have shape ({k},) (one per class); got {w.shape}")
     if reduction not in oracle.REDUCTIONS:
         raise XLossValueError(f"reduction must be one of {', '.join(oracle.REDUCTIONS)}; got {reduction!r}")
-    if b.chip != "ft78ne":
-        raise UnsupportedRequestError(f"backend {b.name!r}: i8_nllloss is FT78NE's (the page: MT7004 supports hp "
-                                      f"and fp); use backend 'ft78ne'")
+    fname = entry_point(b, abi.NLLLOSS_I8_S, "i8_nllloss is", "hp and fp")
     if b.memory != "shared":
         raise UnsupportedRequestError(f"backend {b.name!r}: the nllloss page declares i8_nllloss_s only (no _p "
                                       f"form); use memory='shared'")
-    fname = abi.NLLLOSS_I8_S
-    if not b.lib.has(fname):
-        raise BackendUnavailableError(f"{':'.join(b.paths)} does not export {fname}")
     abi.c_int("batch_size", n), abi.c_int("class_num", k), abi.c_int("batch_size x class_num", n * k)
     none = reduction == "none"
     direct = b._features.direct
@@ -120,19 +107,11 @@ def drawn_cases(examples: int, seed: int) -> list[Case]:
     classes, each reduction in turn: every sum stays inside int32 (300 * 128 * 128 < 2**31). A mean whose weight
     sum is 0 is drawn again with all-one weights."""
     rng = np.random.default_rng(seed)
-    ends = np.array([-128, -127, -1, 0, 1, 126, 127])
-
-    def int8s(shape):
-        v = rng.integers(-128, 128, shape)
-        pick = rng.random(shape) < 1 / 3
-        v[pick] = rng.choice(ends, int(pick.sum()))
-        return v.astype(np.int8)
-
     out = []
     for i in range(examples):
         r = oracle.REDUCTIONS[i % 3]
         n, k = int(rng.integers(0 if r != "mean" else 1, 301)), int(rng.integers(1, 41))
-        x, t, w = int8s((n, k)), rng.integers(0, k, n), int8s(k)
+        x, t, w = draw_int8(rng, (n, k)), rng.integers(0, k, n), draw_int8(rng, k)
         if r == "mean" and not int(w.astype(np.int64)[t].sum()):
             w = np.ones(k, np.int8)
         out.append((f"drawn #{i} (seed {seed}), {n} x {k}, {r}", x, t, w, r))
@@ -167,15 +146,5 @@ def _mismatch(case: Case, loss: np.ndarray, tw: np.ndarray, where: str) -> str |
 def check(backend: DspBackend, *, examples: int = 20, seed: int = 0) -> list[str]:
     """The int8 form's conformance: the edge cases under the backend and each of its core-mask configurations,
     then ``examples`` drawn cases under the backend; one line per failing case (empty: pass)."""
-    runs = [("", backend)] + [(f" [{label}]", b) for label, b in backend.configurations()]
-    failures = []
-    for case in edge_cases():
-        for where, b in runs:
-            msg = _mismatch(case, *nll_loss_i8(b, *case[1:]), where)
-            if msg:
-                failures.append(msg)
-    for case in drawn_cases(examples, seed):
-        msg = _mismatch(case, *nll_loss_i8(backend, *case[1:]), "")
-        if msg:
-            failures.append(msg)
-    return failures
+    return run_check(backend, edge_cases(), drawn_cases(examples, seed),
+                     lambda b, case, where: _mismatch(case, *nll_loss_i8(b, *case[1:]), where))

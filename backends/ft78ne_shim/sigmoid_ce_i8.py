@@ -15,38 +15,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import BackendUnavailableError, UnsupportedRequestError, XLossTypeError, XLossValueError
+from ...errors import XLossValueError
 from ...reference import sigmoid_ce_i8 as oracle
 from . import abi
 from .backend import DspBackend
+from .int8_forms import draw_int8, dsp_backend, entry_point, int8_operand, run_check
 from .staging import fit, ranges
 
 CT = "int8_t"
 UNWRITTEN = -128  # external libraries write into scratch filled with this: for labels 0/1 the loss is >= 0
 
 
-def _operand(obj, name: str) -> np.ndarray:
-    arr = np.asarray(obj)
-    if arr.dtype != np.int8:
-        raise XLossTypeError(f"{name} must be int8 (the page's int8_t); got {arr.dtype}")
-    return np.ascontiguousarray(arr)
-
-
 def sigmoid_cross_entropy_with_logits_i8(backend: DspBackend, input0, input1) -> np.ndarray:
     """The per-element int8 loss of int8 logits ``input0`` and labels ``input1`` (same shape) from the
     backend's ``i8_sigmoidcrossentropywithlogits_s`` (shared memory) or ``_p`` (private memory, tiled)."""
-    if not isinstance(backend, DspBackend):
-        raise XLossTypeError(f"backend must be a ft78ne backend (xloss.backend('ft78ne', ...)); got {backend!r}")
-    b = backend
-    x, y = _operand(input0, "input0"), _operand(input1, "input1")
+    b = dsp_backend(backend)
+    x, y = int8_operand(input0, "input0"), int8_operand(input1, "input1")
     if x.shape != y.shape:
         raise XLossValueError(f"input1 must have input0's shape {x.shape}; got {y.shape}")
-    if b.chip != "ft78ne":
-        raise UnsupportedRequestError(f"backend {b.name!r}: the i8_ forms of {abi.SCE_LOGITS} are FT78NE's "
-                                      f"(the page: MT7004 supports fp16 and fp32); use backend 'ft78ne'")
-    fname = abi.SCE_LOGITS_I8 + b._suffix
-    if not b.lib.has(fname):
-        raise BackendUnavailableError(f"{':'.join(b.paths)} does not export {fname}")
+    fname = entry_point(b, abi.SCE_LOGITS_I8 + b._suffix, f"the i8_ forms of {abi.SCE_LOGITS} are", "fp16 and fp32")
     n = abi.c_int("length", x.size)
     out = np.empty(x.shape, np.int8)
     if n == 0:
@@ -103,10 +90,7 @@ def drawn_cases(examples: int, seed: int) -> list[tuple[str, np.ndarray, np.ndar
     out = []
     for i in range(examples):
         n = int(rng.integers(0, 301))
-        x = rng.integers(-128, 128, n)
-        ends = rng.random(n) < 1 / 3
-        x[ends] = rng.choice([-128, -127, -1, 0, 1, 126, 127], int(ends.sum()))
-        out.append((f"drawn #{i} (seed {seed})", x.astype(np.int8), rng.integers(0, 2, n).astype(np.int8)))
+        out.append((f"drawn #{i} (seed {seed})", draw_int8(rng, n), rng.integers(0, 2, n).astype(np.int8)))
     return out
 
 
@@ -124,15 +108,9 @@ def _mismatch(name: str, q: np.ndarray, x: np.ndarray, y: np.ndarray, where: str
 def check(backend: DspBackend, *, examples: int = 20, seed: int = 0) -> list[str]:
     """The int8 form's conformance: the edge cases under the backend and each of its core-mask
     configurations, then ``examples`` drawn cases under the backend; one line per failing case (empty: pass)."""
-    runs = [("", backend)] + [(f" [{label}]", b) for label, b in backend.configurations()]
-    failures = []
-    for name, x, y in edge_cases():
-        for where, b in runs:
-            msg = _mismatch(name, sigmoid_cross_entropy_with_logits_i8(b, x, y), x, y, where)
-            if msg:
-                failures.append(msg)
-    for name, x, y in drawn_cases(examples, seed):
-        msg = _mismatch(name, sigmoid_cross_entropy_with_logits_i8(backend, x, y), x, y, "")
-        if msg:
-            failures.append(msg)
-    return failures
+
+    def failure(b, case, where):
+        name, x, y = case
+        return _mismatch(name, sigmoid_cross_entropy_with_logits_i8(b, x, y), x, y, where)
+
+    return run_check(backend, edge_cases(), drawn_cases(examples, seed), failure)
