@@ -71,6 +71,8 @@ void emu_end(emu_call *c);
 int emu_check_buffers(emu_call *c, const emu_buf *bufs, int n);
 /* a*b*c in size_t, or FT78NE_ERR_INVALID_ARGUMENT naming `what` on overflow. */
 int emu_extent(const emu_call *c, const char *what, size_t a, size_t b, size_t c_, size_t *out);
+/* every one of `n` labels in [0, classes), checked before any write, or FT78NE_ERR_INDEX naming the first not. */
+int emu_check_labels(const char *fn, const int *labels, size_t n, uint64_t classes);
 
 /* ---- private memory ---- */
 /* Scratch in the calling core's private memory, outside the call's buffers (they need not be

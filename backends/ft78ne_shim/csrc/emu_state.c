@@ -98,6 +98,14 @@ int emu_extent(const emu_call *c, const char *what, size_t a, size_t b, size_t c
     return FT78NE_OK;
 }
 
+int emu_check_labels(const char *fn, const int *labels, size_t n, uint64_t classes) {
+    for (size_t r = 0; r < n; r++)
+        if (labels[r] < 0 || (uint64_t)labels[r] >= classes)
+            return emu_fail(FT78NE_ERR_INDEX, "%s: labels[%zu] = %d is out of range: labels must lie in [0, %llu)", fn,
+                            r, labels[r], (unsigned long long)classes);
+    return 0;
+}
+
 /* [p, p+n) and [q, q+m) share a byte (n, m > 0; computed without forming p+n, which may wrap). */
 static int overlaps(const void *p, size_t n, const void *q, size_t m) {
     uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;

@@ -109,14 +109,8 @@ static void nllf_run(emu_call *c, const void *x, const int *labels, const void *
     };
     if (emu_check_buffers(c, bufs, 5))
         return;
-    for (size_t r = 0; r < n; r++) { /* every label before any write */
-        int t = labels[r];
-        if (t < 0 || t >= class_num) {
-            emu_fail(FT78NE_ERR_INDEX, "%s: labels[%zu] = %d is out of range: labels must lie in [0, %d)", fn, r, t,
-                     class_num);
-            return;
-        }
-    }
+    if (emu_check_labels(fn, labels, n, (uint64_t)class_num))
+        return;
     size_t blocks = (n + EMU_BLOCK - 1) / EMU_BLOCK;
     nllf_job j = {n, k, none, x, w, labels, loss, {NULL, NULL, {0.0f, 0.0f}, {0.0f, 0.0f}}};
     if (sums_alloc(c, &j.sums, blocks))

@@ -63,14 +63,8 @@ static void nll_run(emu_call *c, const void *dl, const int *labels, const void *
     };
     if (emu_check_buffers(c, bufs, 5))
         return;
-    for (size_t r = 0; r < n; r++) { /* every label before any write */
-        int t = labels[r];
-        if (t < 0 || t >= class_num) {
-            emu_fail(FT78NE_ERR_INDEX, "%s: labels[%zu] = %d is out of range: labels must lie in [0, %d)", fn, r, t,
-                     class_num);
-            return;
-        }
-    }
+    if (emu_check_labels(fn, labels, n, (uint64_t)class_num))
+        return;
     if (n == 0)
         return; /* nothing to write (logits_grad may be NULL) */
     nll_job j = {k, reduction, labels, w, dl, dx, 0.0};

@@ -68,14 +68,8 @@ static void nll_i8_run(emu_call *c, const int8_t *x, const int *labels, const in
     };
     if (emu_check_buffers(c, bufs, 5))
         return;
-    for (size_t r = 0; r < n; r++) { /* every label before any write */
-        int t = labels[r];
-        if (t < 0 || t >= class_num) {
-            emu_fail(FT78NE_ERR_INDEX, "%s: labels[%zu] = %d is out of range: labels must lie in [0, %d)", fn, r, t,
-                     class_num);
-            return;
-        }
-    }
+    if (emu_check_labels(fn, labels, n, (uint64_t)class_num))
+        return;
     size_t blocks = (n + EMU_BLOCK - 1) / EMU_BLOCK;
     int64_t *sums = blocks ? calloc(2 * blocks, sizeof(int64_t)) : NULL;
     if (blocks && !sums) {

@@ -161,14 +161,8 @@ static void sparse(const char *fn, emu_dtype dt, int is_private, int core_mask, 
     };
     if (emu_check_buffers(&c, bufs, (int)(sizeof bufs / sizeof *bufs)))
         goto done;
-    for (size_t r = 0; r < n; r++) { /* every label before any write */
-        int t = labels[r];
-        if (t < 0 || (uint64_t)t >= classes) {
-            emu_fail(FT78NE_ERR_INDEX, "%s: labels[%zu] = %d is out of range: labels must lie in [0, %llu)", fn, r, t,
-                     (unsigned long long)classes);
-            goto done;
-        }
-    }
+    if (emu_check_labels(fn, labels, n, classes))
+        goto done;
     sce_rows_job j = {k, (int)is_grad, input, NULL, labels, NULL, output, losses, sum_data, partial};
     emu_dispatch(&c, n, dt == EMU_HALF ? sce_rows_h : sce_rows_f, &j);
 done:
