@@ -34,13 +34,13 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .intrinsics import inline_me
+from .prefetch import LINE as _LINE
 
 #: Outputs of at least this many bytes are written with streaming stores (far beyond the L2 and L3
 #: of the machines this runs on; a smaller output is likely still in cache when it is read back).
 STREAM_MIN_BYTES = 32 << 20
 #: x86-64 Linux only: ``sfence`` and the streaming-store instructions are x86's, ``mincore`` is Linux's.
 STREAMING_CPU = platform.machine().lower() in ("x86_64", "amd64") and sys.platform.startswith("linux")
-_LINE = 64
 #: elements per staging run: whole 64-byte lines for every element size (8 KiB of bfloat16, 16 of float32)
 STAGE = 4096
 
